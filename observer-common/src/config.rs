@@ -1,0 +1,103 @@
+//! What the loader hands the kernel side: switches, and every offset that depends on the running
+//! kernel. Offsets are found at load time (kernel BTF, tracepoint format files), never compiled in.
+
+/// Most cgroup subtrees exec/exit can be limited to at once.
+pub const MAX_WATCH_ROOTS: u32 = 16;
+
+/// An entry of the `WATCH_ROOTS` array: tasks whose cgroup ancestor at `level` is `id` are watched.
+/// `id == 0` marks an unused slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchRoot {
+    pub id: u64,
+    pub level: u32,
+    pub _pad: u32,
+}
+
+/// Offsets of the fields the programs read from `struct task_struct` and friends, in bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskOffsets {
+    /// `task_struct.exit_code`
+    pub exit_code: u32,
+    /// `task_struct.real_parent`
+    pub real_parent: u32,
+    /// `task_struct.tgid`
+    pub tgid: u32,
+    /// `task_struct.signal`, used only where `sched_process_exit` has no `group_dead` argument.
+    pub signal: u32,
+    /// `signal_struct.live` (an atomic_t), ditto.
+    pub signal_live: u32,
+    pub _pad: u32,
+}
+
+/// Sentinel for a tracepoint field this kernel does not have.
+pub const FIELD_ABSENT: u32 = u32::MAX;
+
+/// Offsets of `oom/mark_victim` fields in the tracepoint record (from its format file). Fields other
+/// than `pid` appeared in Linux 6.8; older kernels have [`FIELD_ABSENT`] there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OomTpOffsets {
+    pub pid: u32,
+    pub comm: u32,
+    pub total_vm: u32,
+    pub anon_rss: u32,
+    pub file_rss: u32,
+    pub shmem_rss: u32,
+    pub oom_score_adj: u32,
+    pub _pad: u32,
+}
+
+impl Default for OomTpOffsets {
+    fn default() -> Self {
+        Self {
+            pid: FIELD_ABSENT,
+            comm: FIELD_ABSENT,
+            total_vm: FIELD_ABSENT,
+            anon_rss: FIELD_ABSENT,
+            file_rss: FIELD_ABSENT,
+            shmem_rss: FIELD_ABSENT,
+            oom_score_adj: FIELD_ABSENT,
+            _pad: 0,
+        }
+    }
+}
+
+/// Offsets of the fields shared by `cgroup_mkdir`, `cgroup_rmdir` and `cgroup_notify_populated`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgroupTpOffsets {
+    pub root: u32,
+    pub level: u32,
+    pub id: u32,
+    pub path: u32,
+    /// `val` of `cgroup_notify_populated`.
+    pub val: u32,
+    pub _pad: u32,
+}
+
+impl Default for CgroupTpOffsets {
+    fn default() -> Self {
+        Self { root: FIELD_ABSENT, level: FIELD_ABSENT, id: FIELD_ABSENT, path: FIELD_ABSENT, val: FIELD_ABSENT, _pad: 0 }
+    }
+}
+
+/// The `CONFIG` global of the kernel side.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProbeConfig {
+    /// 1: exec/exit for every task; 0: only under `WATCH_ROOTS`.
+    pub watch_all: u8,
+    /// 1: an exit record for every thread; 0: only when the thread group dies.
+    pub thread_exits: u8,
+    /// 1: `sched_process_exit` passes `group_dead` as its second argument (Linux 6.x).
+    pub exit_has_group_dead: u8,
+    pub _pad0: u8,
+    /// Hierarchy id (`root` field of the cgroup tracepoints) of the cgroup2 hierarchy: 0 on every
+    /// kernel, where the default hierarchy's id is 0. Cgroup events of v1 hierarchies are dropped.
+    pub cgroup2_hierarchy: u32,
+    pub task: TaskOffsets,
+    pub oom: OomTpOffsets,
+    pub cgroup: CgroupTpOffsets,
+}

@@ -1,0 +1,118 @@
+//! The event ABI shared by the eBPF programs and userspace.
+//!
+//! Every record the kernel writes to the ring buffer starts with a [`Header`]; its `kind` says which
+//! `#[repr(C)]` struct follows. One file per record kind. Nothing here knows about pods: the domain
+//! model lives in `observer` (userspace) and is built from these records by one small decoder each.
+#![no_std]
+
+pub mod cgroup;
+pub mod config;
+pub mod exec;
+pub mod exit;
+pub mod oom;
+
+pub use cgroup::CgroupRecord;
+pub use config::{ProbeConfig, WatchRoot, MAX_WATCH_ROOTS};
+pub use exec::ExecRecord;
+pub use exit::ExitRecord;
+pub use oom::OomRecord;
+
+/// Length of `task_struct::comm`, including the NUL.
+pub const COMM_LEN: usize = 16;
+/// Longest cgroup path the kernel side copies (relative to its hierarchy's root).
+pub const CGROUP_PATH_LEN: usize = 256;
+
+/// Ring buffer size in bytes. Must be a power-of-two multiple of the page size.
+pub const RING_BUFFER_BYTES: u32 = 4 << 20;
+
+/// Names shared by the kernel side and the loader, so neither spells them twice.
+pub mod names {
+    pub const EVENTS: &str = "EVENTS";
+    pub const STATS: &str = "STATS";
+    pub const WATCH_ROOTS: &str = "WATCH_ROOTS";
+    pub const OOM_PENDING: &str = "OOM_PENDING";
+    pub const CONFIG: &str = "CONFIG";
+}
+
+/// What follows the header.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Exec = 1,
+    Exit = 2,
+    OomKill = 3,
+    CgroupMkdir = 4,
+    CgroupRmdir = 5,
+    CgroupPopulated = 6,
+}
+
+impl EventKind {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => Self::Exec,
+            2 => Self::Exit,
+            3 => Self::OomKill,
+            4 => Self::CgroupMkdir,
+            5 => Self::CgroupRmdir,
+            6 => Self::CgroupPopulated,
+            _ => return None,
+        })
+    }
+}
+
+/// First bytes of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    /// An [`EventKind`] as u32: a raw integer so a record from a newer kernel side never makes an
+    /// invalid enum in userspace.
+    pub kind: u32,
+    /// CPU that wrote the record; with `time_ns` it orders records written on one CPU.
+    pub cpu: u32,
+    /// `bpf_ktime_get_boot_ns`: boot time, including suspend, so it maps to wall clock.
+    pub time_ns: u64,
+}
+
+/// The task that was current when a record was written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TaskInfo {
+    /// Kernel thread id.
+    pub pid: u32,
+    /// Thread group id (what userspace calls the pid).
+    pub tgid: u32,
+    /// `real_parent->tgid`.
+    pub ppid: u32,
+    pub _pad: u32,
+    /// cgroup v2 id of the task's cgroup (the directory's inode number on the cgroup2 mount).
+    pub cgroup_id: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Indexes into the per-CPU `STATS` array.
+pub mod stat {
+    /// Records that could not be reserved in the ring buffer: each one is a lost event.
+    pub const RINGBUF_DROPS: u32 = 0;
+    /// OOM victims whose exit was never seen because `OOM_PENDING` was full.
+    pub const OOM_PENDING_FULL: u32 = 1;
+    /// Kernel reads (`bpf_probe_read_kernel`) that failed; the record was sent with zeros.
+    pub const READ_ERRORS: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+/// A record that can be read back from bytes by userspace.
+///
+/// # Safety
+/// Implementors must be `#[repr(C)]`, contain only integers and arrays of integers, and have every
+/// bit pattern valid.
+pub unsafe trait Record: Copy + Sized {
+    const KIND: EventKind;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are repr(C) plain integers with no invalid bit patterns.
+    unsafe impl aya::Pod for super::ProbeConfig {}
+    unsafe impl aya::Pod for super::WatchRoot {}
+    unsafe impl aya::Pod for super::oom::OomPending {}
+}

@@ -1,0 +1,44 @@
+//! `oom/mark_victim`, completed at the victim's exit.
+//!
+//! The tracepoint runs in the task whose allocation failed, not in the victim, so the victim's cgroup
+//! is not current there. The kernel side stores an [`OomPending`] keyed by the victim's pid and sends
+//! the [`OomRecord`] when that thread exits, where the current cgroup is the victim's own.
+use crate::{EventKind, Header, Record, TaskInfo, COMM_LEN};
+
+/// What `mark_victim` saw, kept until the victim exits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OomPending {
+    /// Boot time of `mark_victim`.
+    pub marked_ns: u64,
+    /// Memory figures in kB as the tracepoint reports them; u64::MAX where this kernel lacks them.
+    pub total_vm_kb: u64,
+    pub anon_rss_kb: u64,
+    pub file_rss_kb: u64,
+    pub shmem_rss_kb: u64,
+    /// The task that allocated and triggered the OOM killer, and its cgroup.
+    pub trigger_pid: u32,
+    pub trigger_tgid: u32,
+    pub trigger_cgroup_id: u64,
+    pub oom_score_adj: i16,
+    /// 1 when `oom_score_adj` was read (the field exists on this kernel).
+    pub has_oom_score_adj: u8,
+    pub _pad: [u8; 5],
+    /// The victim's comm as the tracepoint reports it.
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OomRecord {
+    /// `time_ns` is the victim's exit; `pending.marked_ns` when the OOM killer chose it.
+    pub header: Header,
+    /// The victim, current at its exit: its own pid, comm and cgroup.
+    pub victim: TaskInfo,
+    pub pending: OomPending,
+}
+
+// SAFETY: repr(C), integers only.
+unsafe impl Record for OomRecord {
+    const KIND: EventKind = EventKind::OomKill;
+}

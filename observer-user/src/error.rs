@@ -1,0 +1,15 @@
+//! The library's one error type. Each layer has its own enum; this wraps them so callers of the
+//! library match on one type and the binary turns it into a report at its edge.
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error(transparent)]
+    Cri(#[from] crate::cri::CriError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,4 @@
+//! TODO
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {}

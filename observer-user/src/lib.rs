@@ -1,0 +1,15 @@
+//! observer: a node agent that learns container lifecycle from the kernel.
+//!
+//! Layers, bottom up: [`kernel`] loads the eBPF programs and turns ring-buffer records into typed
+//! [`kernel::KernelEvent`]s; [`cgroup`] tells which pod and container a cgroup path belongs to;
+//! [`pleg`] keeps the node model and emits pod lifecycle events; [`cri`] talks to the container
+//! runtime and reconciles; [`cli`] holds the subcommands of the `observer` binary.
+pub mod cgroup;
+pub mod cli;
+pub mod cri;
+pub mod error;
+pub mod kernel;
+pub mod pleg;
+pub mod status;
+
+pub use error::{Error, Result};
