@@ -1,4 +1,5 @@
-//! `cgroup_mkdir`, `cgroup_rmdir` and `cgroup_notify_populated` on the cgroup2 hierarchy.
+//! `cgroup_mkdir`, `cgroup_rmdir`, and `cgroup_notify_populated` with `val == 0` (the cgroup became
+//! empty: its last process exited or moved away).
 use crate::{EventKind, Header, Record, CGROUP_PATH_LEN};
 
 /// One record type for the three events; the header's kind tells them apart.
@@ -12,8 +13,7 @@ pub struct CgroupRecord {
     pub level: u32,
     /// Hierarchy id (`root` field).
     pub hierarchy: u32,
-    /// For populated notifications: 1 populated, 0 empty. Otherwise 0.
-    pub populated: u32,
+    pub _pad: u32,
     /// Bytes of `path` copied, including the NUL; `CGROUP_PATH_LEN` means it may be truncated.
     pub path_len: u32,
     /// Path relative to the hierarchy root, NUL-terminated.

@@ -28,8 +28,12 @@ pub struct TaskOffsets {
     pub signal: u32,
     /// `signal_struct.live` (an atomic_t), ditto.
     pub signal_live: u32,
-    pub _pad: u32,
+    /// `linux_binprm.filename`
+    pub bprm_filename: u32,
 }
+
+/// `cgroup_hierarchy` value that sends cgroup events of every hierarchy.
+pub const ALL_HIERARCHIES: u32 = u32::MAX;
 
 /// Sentinel for a tracepoint field this kernel does not have.
 pub const FIELD_ABSENT: u32 = u32::MAX;
@@ -79,7 +83,14 @@ pub struct CgroupTpOffsets {
 
 impl Default for CgroupTpOffsets {
     fn default() -> Self {
-        Self { root: FIELD_ABSENT, level: FIELD_ABSENT, id: FIELD_ABSENT, path: FIELD_ABSENT, val: FIELD_ABSENT, _pad: 0 }
+        Self {
+            root: FIELD_ABSENT,
+            level: FIELD_ABSENT,
+            id: FIELD_ABSENT,
+            path: FIELD_ABSENT,
+            val: FIELD_ABSENT,
+            _pad: 0,
+        }
     }
 }
 
@@ -94,9 +105,10 @@ pub struct ProbeConfig {
     /// 1: `sched_process_exit` passes `group_dead` as its second argument (Linux 6.x).
     pub exit_has_group_dead: u8,
     pub _pad0: u8,
-    /// Hierarchy id (`root` field of the cgroup tracepoints) of the cgroup2 hierarchy: 0 on every
-    /// kernel, where the default hierarchy's id is 0. Cgroup events of v1 hierarchies are dropped.
-    pub cgroup2_hierarchy: u32,
+    /// Hierarchy id (`root` field of the cgroup tracepoints) whose cgroup events are sent: 0 is the
+    /// cgroup2 hierarchy on every kernel (v1 hierarchies are numbered from 1, as in /proc/self/cgroup).
+    /// [`ALL_HIERARCHIES`] sends every hierarchy's.
+    pub cgroup_hierarchy: u32,
     pub task: TaskOffsets,
     pub oom: OomTpOffsets,
     pub cgroup: CgroupTpOffsets,

@@ -43,7 +43,7 @@ pub enum EventKind {
     OomKill = 3,
     CgroupMkdir = 4,
     CgroupRmdir = 5,
-    CgroupPopulated = 6,
+    CgroupEmpty = 6,
 }
 
 impl EventKind {
@@ -54,7 +54,7 @@ impl EventKind {
             3 => Self::OomKill,
             4 => Self::CgroupMkdir,
             5 => Self::CgroupRmdir,
-            6 => Self::CgroupPopulated,
+            6 => Self::CgroupEmpty,
             _ => return None,
         })
     }

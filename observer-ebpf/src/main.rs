@@ -1,2 +1,66 @@
+//! observer's kernel side: one file per probe, all writing to one ring buffer (`EVENTS`).
+//!
+//! Nothing here is compiled for one kernel: every struct offset arrives in `CONFIG`, filled by the
+//! loader from the running kernel's BTF and tracepoint format files.
 #![no_std]
 #![no_main]
+
+mod cgroup;
+mod exec;
+mod exit;
+mod oom;
+mod task;
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+};
+use observer_common::{
+    oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
+};
+
+/// Filled by the loader (`EbpfLoader::override_global`). Read only through [`config`]: a plain read
+/// of an immutable static would be folded to the zeros below at compile time.
+#[unsafe(no_mangle)]
+static CONFIG: ProbeConfig = unsafe { core::mem::zeroed() };
+
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+
+/// Per-CPU counters indexed by `observer_common::stat`.
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// Cgroup subtrees whose tasks' exec/exit are sent, filled contiguously from index 0.
+#[map]
+static WATCH_ROOTS: Array<WatchRoot> = Array::with_max_entries(MAX_WATCH_ROOTS, 0);
+
+/// OOM victims chosen but not yet exited, by thread id. LRU so a victim whose exit is never seen
+/// cannot fill the map for good.
+#[map]
+static OOM_PENDING: LruHashMap<u32, OomPending> = LruHashMap::with_max_entries(4096, 0);
+
+#[inline(always)]
+fn config() -> &'static ProbeConfig {
+    // SAFETY: CONFIG lives in .rodata for the program's lifetime; the volatile read of the address
+    // stops the compiler from assuming its contents.
+    unsafe { &*core::ptr::read_volatile(&&raw const CONFIG) }
+}
+
+#[inline(always)]
+fn count(index: u32) {
+    if let Some(p) = STATS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *p += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

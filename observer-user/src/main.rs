@@ -1,1 +1,11 @@
-fn main(){}
+use std::process::ExitCode;
+
+use clap::Parser;
+use observer::cli::{init_logging, run, Cli};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    run(cli).await
+}

@@ -1,4 +1,51 @@
-//! TODO
+//! The cgroup layer: which pod and container a cgroup belongs to.
+//!
+//! Kernel events carry a cgroup id (and cgroup events a path); this module turns those into
+//! Kubernetes terms:
+//! - [`path`]: classify a hierarchy-relative path (pure, allocation-free) and build the paths
+//!   kubelet and the runtimes create;
+//! - [`mounts`]: find the cgroup hierarchies (unified, hybrid, legacy) and convert paths;
+//! - [`id`]: a cgroup's id, as `bpf_get_current_cgroup_id()` reports it;
+//! - [`scan`]: the one walk at start-up that finds containers started before the agent.
+use std::path::PathBuf;
+
+pub mod id;
+pub mod index;
+pub mod mounts;
+pub mod path;
+pub mod scan;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use id::{cgroup_id, cgroup_id_and_version};
+pub use index::{CgroupEntry, CgroupIndex};
+pub use mounts::{CgroupMode, CgroupMounts, CgroupVersion, HierarchyMount, V1Hierarchy};
+pub use path::{
+    classify, classify_bytes, conmon_cgroup_path, container_cgroup_path, kubepods_root_path,
+    pod_cgroup_path, qos_cgroup_path, CgroupDriver, CgroupKind, ConmonRef, ContainerId,
+    ContainerRef, PodRef, PodUid, Qos, Runtime,
+};
+pub use scan::{
+    find_kubepods_roots, scan, scan_kubepods, Scan, ScanOptions, ScanStats, ScannedCgroup,
+};
 
 #[derive(Debug, thiserror::Error)]
-pub enum CgroupError {}
+pub enum CgroupError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no cgroup filesystem mounted{}", under.as_ref().map(|u| format!(" under {}", u.display())).unwrap_or_default())]
+    NoCgroupMounts { under: Option<PathBuf> },
+    #[error("{} is not a cgroup directory", path.display())]
+    NotCgroup { path: PathBuf },
+    #[error("cgroup {path} is outside the hierarchy part mounted at {}", mount_point.display())]
+    OutsideMount { path: String, mount_point: PathBuf },
+    #[error("no kubepods cgroup found below {}", mount_point.display())]
+    NoKubepodsRoot { mount_point: PathBuf },
+    #[error("invalid pod uid {0:?}")]
+    InvalidPodUid(String),
+    #[error("invalid container id {0:?}")]
+    InvalidContainerId(String),
+}

@@ -1,1 +1,59 @@
-//! TODO
+//! The `observer` subcommands. This is the binary's edge: errors here are `anyhow`, everything
+//! below works with the library's typed errors.
+mod check;
+mod render;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "observer",
+    version,
+    about = "Container lifecycle and OOM kills, straight from the kernel"
+)]
+pub struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `observer=debug`.
+    #[arg(long, global = true, env = "OBSERVER_LOG", default_value = "info")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream process, OOM and cgroup events live from the kernel (no cluster needed).
+    Watch(watch::WatchArgs),
+    /// Check that this node has what observer needs; exits non-zero when something is missing.
+    Check(check::CheckArgs),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Watch(args) => watch::run(args).await,
+        Command::Check(args) => check::run(args),
+    }
+}
+
+/// Logs go to stderr so that stdout stays the event stream.
+pub fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,1 +1,230 @@
-//! TODO
+//! The kernel-driven PLEG: kernel events in, pod lifecycle events out, no polling.
+//!
+//! [`Pleg`] owns the [`NodeModel`] and the cgroup id index, feeds each kernel event through the
+//! model's state machine, holds events whose cgroup is not known yet (and replays them once its
+//! mkdir arrives), and sends what comes out into a bounded [`stream`].
+pub mod event;
+pub mod model;
+pub mod stream;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+pub use event::{ContainerExit, ExitReason, PlegData, PlegEventType, PodLifecycleEvent};
+pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
+pub use stream::{channel, PlegReceiver, PlegSender};
+
+use crate::{
+    cgroup::{CgroupIndex, Scan},
+    kernel::{BootClock, BootNs, KernelEvent},
+};
+
+/// How long an event for a not-yet-known cgroup is held for its mkdir.
+const ORPHAN_TTL_NS: u64 = 2_000_000_000;
+/// At most this many events are held at once; beyond, the oldest are dropped (and counted).
+const ORPHAN_CAP: usize = 4096;
+/// Removed cgroup ids remembered so that late events for them are told apart from unknown ones.
+const TOMBSTONES: usize = 4096;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlegStats {
+    pub kernel_events: u64,
+    pub lifecycle_events: u64,
+    /// Events about a cgroup nobody could name, dropped after waiting for its mkdir.
+    pub unattributed: u64,
+    /// Events held for their cgroup's mkdir and then applied.
+    pub replayed: u64,
+    /// Events about containers already exited or removed.
+    pub late: u64,
+    /// Records the kernel dropped (ring buffer full), each a reason to resync.
+    pub lost_records: u64,
+    pub resyncs: u64,
+}
+
+pub struct Pleg {
+    model: NodeModel,
+    cgroups: CgroupIndex,
+    tx: PlegSender,
+    orphans: HashMap<u64, Vec<KernelEvent>>,
+    orphan_order: VecDeque<(u64, BootNs)>,
+    orphan_count: usize,
+    tombstones: HashSet<u64>,
+    tombstone_order: VecDeque<u64>,
+    scratch: Vec<PodLifecycleEvent>,
+    stats: PlegStats,
+    needs_resync: bool,
+}
+
+impl Pleg {
+    pub fn new(cgroups: CgroupIndex, tx: PlegSender) -> Self {
+        Self {
+            model: NodeModel::new(),
+            cgroups,
+            tx,
+            orphans: HashMap::new(),
+            orphan_order: VecDeque::new(),
+            orphan_count: 0,
+            tombstones: HashSet::new(),
+            tombstone_order: VecDeque::new(),
+            scratch: Vec::new(),
+            stats: PlegStats::default(),
+            needs_resync: false,
+        }
+    }
+
+    pub fn model(&self) -> &NodeModel {
+        &self.model
+    }
+
+    pub fn cgroups(&self) -> &CgroupIndex {
+        &self.cgroups
+    }
+
+    pub fn stats(&self) -> PlegStats {
+        self.stats
+    }
+
+    /// True after the kernel dropped records: the caller should walk the cgroup tree and call
+    /// [`Self::resync`] (and relist the runtime).
+    pub fn needs_resync(&self) -> bool {
+        self.needs_resync
+    }
+
+    /// Applies a fresh walk of the cgroup tree: at start, so containers started before the agent
+    /// are known with their init; and after lost events.
+    pub fn resync(&mut self, scan: &Scan) {
+        for c in &scan.cgroups {
+            self.cgroups.insert(c.id, &c.path);
+        }
+        self.model.resync(scan, BootClock::now(), &mut self.scratch);
+        self.stats.resyncs += 1;
+        self.needs_resync = false;
+        self.flush();
+    }
+
+    pub fn handle(&mut self, ev: KernelEvent) {
+        self.stats.kernel_events += 1;
+        self.expire_orphans(ev.at());
+        match &ev {
+            KernelEvent::CgroupMkdir(c) => {
+                self.cgroups.insert(c.id, &c.path);
+                self.tombstones.remove(&c.id);
+            }
+            KernelEvent::Lost { records, .. } => {
+                self.stats.lost_records += records;
+                self.needs_resync = true;
+            }
+            _ => {}
+        }
+        let mkdir_id = match &ev {
+            KernelEvent::CgroupMkdir(c) => Some(c.id),
+            _ => None,
+        };
+        let rmdir_id = match &ev {
+            KernelEvent::CgroupRmdir(c) => Some(c.id),
+            _ => None,
+        };
+        self.apply(ev);
+        if let Some(id) = mkdir_id {
+            if let Some(held) = self.orphans.remove(&id) {
+                self.orphan_count -= held.len();
+                self.stats.replayed += held.len() as u64;
+                for ev in held {
+                    self.apply(ev);
+                }
+            }
+        }
+        if let Some(id) = rmdir_id {
+            self.cgroups.remove(id);
+            self.bury(id);
+        }
+        self.flush();
+    }
+
+    fn apply(&mut self, ev: KernelEvent) {
+        let cgroups = &mut self.cgroups;
+        let tombstones = &self.tombstones;
+        let mut resolve = |id: u64| {
+            if tombstones.contains(&id) {
+                None
+            } else {
+                cgroups.resolve(id).cloned()
+            }
+        };
+        match self.model.apply(&ev, &mut resolve, &mut self.scratch) {
+            Applied::UnknownCgroup(id) if self.tombstones.contains(&id) => self.stats.late += 1,
+            Applied::UnknownCgroup(id) => self.hold(id, ev),
+            Applied::Late => self.stats.late += 1,
+            Applied::Done | Applied::NotAContainer => {}
+        }
+    }
+
+    fn hold(&mut self, id: u64, ev: KernelEvent) {
+        if self.orphan_count >= ORPHAN_CAP {
+            self.drop_oldest_orphans(1);
+        }
+        self.orphan_order.push_back((id, ev.at()));
+        self.orphans.entry(id).or_default().push(ev);
+        self.orphan_count += 1;
+    }
+
+    fn expire_orphans(&mut self, now: BootNs) {
+        while let Some(&(_, at)) = self.orphan_order.front() {
+            if now.0.saturating_sub(at.0) < ORPHAN_TTL_NS {
+                break;
+            }
+            self.drop_oldest_orphans(1);
+        }
+    }
+
+    fn drop_oldest_orphans(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some((id, _)) = self.orphan_order.pop_front() else {
+                return;
+            };
+            let Some(list) = self.orphans.get_mut(&id) else {
+                continue;
+            };
+            if list.is_empty() {
+                continue;
+            }
+            list.remove(0);
+            self.orphan_count -= 1;
+            if list.is_empty() {
+                self.orphans.remove(&id);
+            }
+            if self.stats.unattributed == 0 {
+                tracing::warn!(
+                    cgroup_id = id,
+                    "kernel event for a cgroup that never appeared: dropped (counted; logged once)"
+                );
+            }
+            self.stats.unattributed += 1;
+        }
+    }
+
+    fn bury(&mut self, id: u64) {
+        if self.tombstones.insert(id) {
+            self.tombstone_order.push_back(id);
+            if self.tombstone_order.len() > TOMBSTONES {
+                if let Some(old) = self.tombstone_order.pop_front() {
+                    self.tombstones.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        self.stats.lifecycle_events += self.scratch.len() as u64;
+        for ev in self.scratch.drain(..) {
+            self.tx.send(ev);
+        }
+    }
+
+    /// Events currently held for their cgroup's mkdir.
+    pub fn held(&self) -> usize {
+        self.orphan_count
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,54 @@
+//! `tp_btf/sched_process_exit (struct task_struct *p, bool group_dead)` — `group_dead` exists from
+//! Linux 6.x; older kernels pass only the task and `signal->live` tells instead.
+//!
+//! Also completes OOM kills: the victim's exit is where its own cgroup is current.
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use observer_common::{stat, EventKind, ExitRecord};
+
+use crate::{
+    config, count, oom,
+    task::{current, header, read_field, watched},
+    EVENTS,
+};
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    // OOM victims are reported wherever they are: a kill outside the watched subtrees still
+    // matters to whoever owns that memory.
+    oom::complete_if_victim(task);
+
+    let cfg = config();
+    let off = &cfg.task;
+    // SAFETY: volatile reads of the loader-filled config; see crate::config.
+    let (has_arg, thread_exits) = unsafe {
+        (
+            core::ptr::read_volatile(&cfg.exit_has_group_dead),
+            core::ptr::read_volatile(&cfg.thread_exits),
+        )
+    };
+    let group_dead = if has_arg != 0 {
+        ctx.arg::<u64>(1) as u8 != 0
+    } else {
+        let signal: *const u8 = read_field::<usize>(task, off.signal) as *const u8;
+        !signal.is_null() && read_field::<i32>(signal, off.signal_live) == 0
+    };
+    if (!group_dead && thread_exits == 0) || !watched() {
+        return 0;
+    }
+    let Some(mut entry) = EVENTS.reserve::<ExitRecord>(0) else {
+        count(stat::RINGBUF_DROPS);
+        return 0;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` points at a reserved, exclusively owned ring-buffer slot of the right size.
+    unsafe {
+        (*rec).header = header(EventKind::Exit);
+        (*rec).task = current(task);
+        (*rec).exit_code = read_field::<u32>(task, off.exit_code);
+        (*rec).group_dead = group_dead as u8;
+        (*rec)._pad = [0; 3];
+    }
+    entry.submit(0);
+    0
+}

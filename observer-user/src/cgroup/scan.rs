@@ -1,0 +1,579 @@
+//! The start-up walk: containers that existed before the agent, with their processes and init.
+//!
+//! Runs once, so it reads what it needs plainly; it must only never fail on a tree that changes
+//! underneath it (cgroups and processes come and go while we read).
+use std::collections::HashSet;
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use procfs::process::Process;
+use tracing::debug;
+
+use super::mounts::{CgroupVersion, HierarchyMount};
+use super::path::{classify, CgroupKind};
+use super::CgroupError;
+
+/// Depth below a hierarchy's root searched for kubepods roots: `/kubepods`,
+/// `/kubelet.slice/kubelet-kubepods.slice`, `/<test>/kubepods`, `/a/b/kubepods`.
+const KUBEPODS_SEARCH_DEPTH: usize = 3;
+
+#[derive(Debug, Clone)]
+pub struct ScanOptions {
+    /// procfs of the pid namespace the cgroup.procs pids are in (the agent's own, `/proc`,
+    /// unless it reads the host's from elsewhere).
+    pub proc_root: PathBuf,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// A pod, container (own or nested cgroup) or conmon cgroup found by the walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedCgroup {
+    /// Directory inode: the kernel's cgroup id on cgroup2 (see [`super::cgroup_id`]).
+    pub id: u64,
+    /// Relative to the hierarchy root, as kernel events name it.
+    pub path: String,
+    pub kind: CgroupKind,
+    /// Processes in this cgroup and every cgroup below it, sorted.
+    pub pids: Vec<u32>,
+    /// Containers only, nested ones included: the container's init. The process that is pid 1
+    /// of a pid namespace (the outermost if several), else the oldest (a pod sharing the host
+    /// pid namespace, or one sharing the pause container's). `None` when no process is left.
+    pub init_pid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Directories visited.
+    pub dirs: u64,
+    /// Below a kubepods root but of no known shape; not descended into.
+    pub unrecognized: u64,
+    /// Removed while we read (ENOENT): normal.
+    pub vanished: u64,
+    /// Any other read error.
+    pub unreadable: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scan {
+    pub version: CgroupVersion,
+    /// Parents before children.
+    pub cgroups: Vec<ScannedCgroup>,
+    pub stats: ScanStats,
+}
+
+/// The kubepods roots of a hierarchy (relative paths, sorted), searched a few levels down. If
+/// the mount shows only a part of a kubepods tree, that part is the root.
+pub fn find_kubepods_roots(mount: &HierarchyMount) -> Vec<String> {
+    let root = normalized(&mount.root);
+    if !matches!(classify(&root), CgroupKind::Outside) {
+        return vec![root];
+    }
+    let mut found = Vec::new();
+    let mut level = vec![root];
+    for _ in 0..KUBEPODS_SEARCH_DEPTH {
+        let mut next = Vec::new();
+        for rel in &level {
+            let Some(abs) = mount.to_absolute(rel) else {
+                continue;
+            };
+            let Ok(rd) = std::fs::read_dir(&abs) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let child = join(rel, &e.file_name().to_string_lossy());
+                match classify(&child) {
+                    CgroupKind::KubepodsRoot { .. } => found.push(child),
+                    CgroupKind::Outside => next.push(child),
+                    _ => {}
+                }
+            }
+        }
+        level = next;
+    }
+    found.sort();
+    found
+}
+
+/// [`scan`] below every kubepods root of the hierarchy.
+pub fn scan_kubepods(mount: &HierarchyMount, opts: &ScanOptions) -> Result<Scan, CgroupError> {
+    let roots = find_kubepods_roots(mount);
+    if roots.is_empty() {
+        return Err(CgroupError::NoKubepodsRoot {
+            mount_point: mount.mount_point.clone(),
+        });
+    }
+    scan(mount, &roots, opts)
+}
+
+/// Walks the hierarchy below each of `roots` (relative paths) once and returns its pods,
+/// containers and conmon cgroups. Works the same on cgroup2 and on a v1 hierarchy.
+pub fn scan<S: AsRef<str>>(
+    mount: &HierarchyMount,
+    roots: &[S],
+    opts: &ScanOptions,
+) -> Result<Scan, CgroupError> {
+    let mut w = Walk {
+        nodes: Vec::new(),
+        seen: HashSet::new(),
+        stats: ScanStats::default(),
+    };
+    for root in roots {
+        let rel = normalized(root.as_ref());
+        let abs = mount
+            .to_absolute(&rel)
+            .ok_or_else(|| CgroupError::OutsideMount {
+                path: rel.clone(),
+                mount_point: mount.mount_point.clone(),
+            })?;
+        w.walk(abs, rel);
+    }
+    let Walk {
+        mut nodes, stats, ..
+    } = w;
+
+    // Children come after their parent, so a reverse pass sees each subtree complete.
+    let mut pids: Vec<Vec<u32>> = nodes
+        .iter_mut()
+        .map(|n| std::mem::take(&mut n.own))
+        .collect();
+    for i in (0..nodes.len()).rev() {
+        if let Some(p) = nodes[i].parent.filter(|&p| is_output(&nodes[p].kind)) {
+            let child = std::mem::take(&mut pids[i]);
+            pids[p].extend_from_slice(&child);
+            pids[i] = child;
+        }
+    }
+    let mut inits: Vec<Option<u32>> = vec![None; nodes.len()];
+    for i in 0..nodes.len() {
+        let CgroupKind::Container(c) = nodes[i].kind else {
+            continue;
+        };
+        pids[i].sort_unstable();
+        pids[i].dedup();
+        let parent_is_container = nodes[i]
+            .parent
+            .is_some_and(|p| matches!(nodes[p].kind, CgroupKind::Container(_)));
+        inits[i] = if c.nested && parent_is_container {
+            nodes[i].parent.and_then(|p| inits[p])
+        } else {
+            init_pid(&pids[i], &opts.proc_root)
+        };
+    }
+
+    let cgroups = nodes
+        .into_iter()
+        .zip(pids)
+        .zip(inits)
+        .filter(|((n, _), _)| is_output(&n.kind))
+        .map(|((n, mut pids), init_pid)| {
+            pids.sort_unstable();
+            pids.dedup();
+            ScannedCgroup {
+                id: n.id,
+                path: n.rel,
+                kind: n.kind,
+                pids,
+                init_pid,
+            }
+        })
+        .collect();
+    debug!(?stats, "cgroup scan done");
+    Ok(Scan {
+        version: mount.version,
+        cgroups,
+        stats,
+    })
+}
+
+fn is_output(kind: &CgroupKind) -> bool {
+    matches!(
+        kind,
+        CgroupKind::Pod(_) | CgroupKind::Container(_) | CgroupKind::Conmon(_)
+    )
+}
+
+struct Node {
+    rel: String,
+    parent: Option<usize>,
+    kind: CgroupKind,
+    id: u64,
+    own: Vec<u32>,
+}
+
+struct Walk {
+    nodes: Vec<Node>,
+    /// Ids already walked: overlapping roots must not list a cgroup twice.
+    seen: HashSet<u64>,
+    stats: ScanStats,
+}
+
+enum Read<T> {
+    Ok(T),
+    Vanished,
+    Failed,
+}
+
+impl Walk {
+    fn read<T>(&mut self, path: &Path, r: std::io::Result<T>) -> Read<T> {
+        match r {
+            Ok(v) => Read::Ok(v),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.stats.vanished += 1;
+                Read::Vanished
+            }
+            Err(e) => {
+                debug!(?path, error = %e, "cgroup scan: unreadable");
+                self.stats.unreadable += 1;
+                Read::Failed
+            }
+        }
+    }
+
+    fn walk(&mut self, abs: PathBuf, rel: String) {
+        let mut stack = vec![(abs, rel, None::<usize>)];
+        while let Some((abs, rel, parent)) = stack.pop() {
+            self.stats.dirs += 1;
+            let kind = classify(&rel);
+            if kind == CgroupKind::Unrecognized {
+                // Nothing below an unknown shape can classify as anything else.
+                debug!(path = %rel, "cgroup scan: unrecognized kubepods path");
+                self.stats.unrecognized += 1;
+                continue;
+            }
+            let id = match self.read(&abs, std::fs::symlink_metadata(&abs)) {
+                Read::Ok(md) => md.ino(),
+                _ => continue,
+            };
+            if !self.seen.insert(id) {
+                continue;
+            }
+            let rd = match self.read(&abs, std::fs::read_dir(&abs)) {
+                Read::Ok(rd) => rd,
+                _ => continue,
+            };
+            let own = if is_output(&kind) {
+                let procs = abs.join("cgroup.procs");
+                match self.read(&procs, std::fs::read_to_string(&procs)) {
+                    Read::Ok(s) => s.lines().filter_map(|l| l.trim().parse().ok()).collect(),
+                    Read::Vanished => continue,
+                    Read::Failed => Vec::new(),
+                }
+            } else {
+                Vec::new()
+            };
+            let idx = self.nodes.len();
+            self.nodes.push(Node {
+                rel: rel.clone(),
+                parent,
+                kind,
+                id,
+                own,
+            });
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let child_rel = join(&rel, &e.file_name().to_string_lossy());
+                    stack.push((e.path(), child_rel, Some(idx)));
+                }
+            }
+        }
+    }
+}
+
+/// The container's init among `pids` (see [`ScannedCgroup::init_pid`]). Processes that exit
+/// while we look are left out.
+fn init_pid(pids: &[u32], proc_root: &Path) -> Option<u32> {
+    struct Info {
+        pid: u32,
+        /// Pid namespaces the process is in, counted from ours (NSpid entries).
+        levels: usize,
+        /// Pid 1 of its innermost namespace, which is not ours.
+        ns_init: bool,
+        start: u64,
+    }
+    let infos: Vec<Info> = pids
+        .iter()
+        .filter_map(|&pid| {
+            let p = Process::new_with_root(proc_root.join(pid.to_string())).ok()?;
+            let nspid = p.status().ok()?.nspid.unwrap_or_default();
+            let start = p.stat().ok()?.starttime;
+            Some(Info {
+                pid,
+                levels: nspid.len(),
+                ns_init: nspid.len() > 1 && nspid.last() == Some(&1),
+                start,
+            })
+        })
+        .collect();
+    infos
+        .iter()
+        .filter(|i| i.ns_init)
+        .min_by_key(|i| (i.levels, i.start, i.pid))
+        .or_else(|| infos.iter().min_by_key(|i| (i.start, i.pid)))
+        .map(|i| i.pid)
+}
+
+fn normalized(rel: &str) -> String {
+    let mut s = String::with_capacity(rel.len() + 1);
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        s.push('/');
+        s.push_str(c);
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
+fn join(parent: &str, name: &str) -> String {
+    let mut s = String::with_capacity(parent.len() + 1 + name.len());
+    s.push_str(parent.trim_end_matches('/'));
+    s.push('/');
+    s.push_str(name);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::mounts::CgroupMounts;
+    use crate::cgroup::path::{
+        container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos, Runtime,
+    };
+    use crate::cgroup::testutil::{read_procs, require_root, TestTree};
+    use crate::cgroup::{cgroup_id, conmon_cgroup_path};
+
+    const UID: &str = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+    const ID_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1";
+    const ID_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb2";
+    const ID_C: &str = "ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc3";
+
+    fn nspid(pid: u32) -> Vec<i32> {
+        Process::new(pid as i32)
+            .unwrap()
+            .status()
+            .unwrap()
+            .nspid
+            .unwrap()
+    }
+
+    fn find<'a>(scan: &'a Scan, path: &str) -> &'a ScannedCgroup {
+        scan.cgroups
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("{path} not in scan: {:#?}", scan.cgroups))
+    }
+
+    /// cgroupfs layout on cgroup2: one container whose init is pid 1 of its own pid namespace,
+    /// one sharing ours (init = oldest, found in a nested cgroup), a malformed sibling.
+    #[test]
+    fn scan_cgroup2_containers_and_inits() {
+        if !require_root("scan_cgroup2_containers_and_inits") {
+            return;
+        }
+        let mounts = CgroupMounts::detect(None).unwrap();
+        let u = mounts.unified().expect("cgroup2 mounted").clone();
+        let mut tree = TestTree::new(&u, "scan2");
+        let uid = PodUid::parse(UID).unwrap();
+        let (a, b) = (
+            ContainerId::parse(ID_A).unwrap(),
+            ContainerId::parse(ID_B).unwrap(),
+        );
+        let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
+        let pod = pod_cgroup_path(driver, qos, &uid);
+        let ca = container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &a);
+        let cb = container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &b);
+        assert_eq!(ca, format!("/kubepods/burstable/pod{UID}/{ID_A}"));
+        tree.mkdir(&ca);
+        tree.mkdir(&format!("{cb}/sub"));
+        tree.mkdir(&format!(
+            "/kubepods/burstable/pod{UID}/not-a-container/deeper"
+        ));
+        tree.mkdir("/kubepods/besteffort");
+
+        // A: `unshare` stays in our pid namespace; the sleep it forks is pid 1 of a new one.
+        let unshare = tree.spawn_in(
+            &ca,
+            &["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"],
+        );
+        let procs_a = tree.abs(&ca).join("cgroup.procs");
+        tree.wait_until(|| read_procs(&procs_a).len() == 2, "unshare's child");
+        let ns_init = *read_procs(&procs_a)
+            .iter()
+            .find(|&&p| p != unshare)
+            .unwrap();
+        assert_eq!(nspid(ns_init).last(), Some(&1));
+        assert_eq!(nspid(unshare).len(), nspid(std::process::id()).len());
+
+        // B: no pid namespace; the older process sits in a sub-cgroup. Start times tick at
+        // USER_HZ (10 ms), so leave a gap.
+        let older = tree.spawn_in(&format!("{cb}/sub"), &["sleep", "60"]);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let younger = tree.spawn_in(&cb, &["sleep", "60"]);
+
+        let roots = find_kubepods_roots(&u);
+        let kp = tree.rel("/kubepods");
+        assert!(roots.contains(&kp), "{kp} not in {roots:?}");
+        let scan = scan(&u, &[&kp], &ScanOptions::default()).unwrap();
+        assert_eq!(scan.version, CgroupVersion::V2);
+
+        let rel = |p: &str| tree.rel(p);
+        let sa = find(&scan, &rel(&ca));
+        assert_eq!(sa.id, cgroup_id(&tree.abs(&ca)).unwrap());
+        let c = sa.kind.container().unwrap();
+        assert_eq!((c.id, c.pod.uid, c.pod.qos, c.nested), (a, uid, qos, false));
+        assert_eq!(c.runtime, None, "bare ids are containerd or docker");
+        assert_eq!(sa.init_pid, Some(ns_init));
+        let mut want = vec![unshare, ns_init];
+        want.sort();
+        assert_eq!(sa.pids, want);
+
+        let sb = find(&scan, &rel(&cb));
+        assert_eq!(sb.init_pid, Some(older));
+        assert_eq!(sb.pids, {
+            let mut v = vec![older, younger];
+            v.sort();
+            v
+        });
+        let sub = find(&scan, &rel(&format!("{cb}/sub")));
+        assert!(sub.kind.container().unwrap().nested);
+        assert_eq!(sub.kind.container().unwrap().id, b);
+        assert_eq!(sub.pids, vec![older]);
+        assert_eq!(sub.init_pid, Some(older));
+        assert_eq!(sub.id, cgroup_id(&tree.abs(&format!("{cb}/sub"))).unwrap());
+
+        let sp = find(&scan, &rel(&pod));
+        assert_eq!(sp.kind.pod().unwrap().uid, uid);
+        assert_eq!(sp.pids.len(), 4);
+        assert_eq!(sp.init_pid, None);
+
+        // Pod, A, B, B/sub; the QoS and kubepods levels are not listed; the malformed child
+        // is counted once and not descended into.
+        assert_eq!(scan.cgroups.len(), 4, "{:#?}", scan.cgroups);
+        assert_eq!(scan.stats.unrecognized, 1);
+        assert_eq!(scan.stats.unreadable, 0);
+        // Parents before children.
+        let pos = |p: &str| scan.cgroups.iter().position(|c| c.path == rel(p)).unwrap();
+        assert!(pos(&pod) < pos(&cb) && pos(&cb) < pos(&format!("{cb}/sub")));
+    }
+
+    /// The systemd layout inside a v1 hierarchy (runtimes on hybrid hosts may make only these),
+    /// with CRI-O's container and conmon cgroups; overlapping roots list nothing twice.
+    #[test]
+    fn scan_v1_hierarchy_systemd_crio() {
+        if !require_root("scan_v1_hierarchy_systemd_crio") {
+            return;
+        }
+        let mounts = CgroupMounts::detect(None).unwrap();
+        let Some(pids_h) = mounts.v1("pids").cloned() else {
+            eprintln!("no v1 pids hierarchy on this machine; nothing to test");
+            return;
+        };
+        let mut tree = TestTree::new(&pids_h, "scanv1");
+        let uid = PodUid::parse(UID).unwrap();
+        let c = ContainerId::parse(ID_C).unwrap();
+        let (driver, qos) = (CgroupDriver::Systemd, Qos::BestEffort);
+        let cc = container_cgroup_path(driver, qos, &uid, Runtime::Crio, &c);
+        let conmon = conmon_cgroup_path(driver, qos, &uid, &c);
+        assert!(cc.ends_with(&format!("/crio-{ID_C}.scope")));
+        tree.mkdir(&format!("{cc}/container"));
+        tree.mkdir(&conmon);
+        let init = tree.spawn_in(&format!("{cc}/container"), &["sleep", "60"]);
+        let mon = tree.spawn_in(&conmon, &["sleep", "60"]);
+
+        let kp = tree.rel("/kubepods.slice");
+        assert!(find_kubepods_roots(&pids_h).contains(&kp));
+        let scan = scan(
+            &pids_h,
+            &[kp.clone(), format!("{kp}/")],
+            &ScanOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(scan.version, CgroupVersion::V1);
+        let sc = find(&scan, &tree.rel(&cc));
+        let k = sc.kind.container().unwrap();
+        assert_eq!(
+            (k.runtime, k.id, k.pod.driver, k.nested),
+            (Some(Runtime::Crio), c, driver, false)
+        );
+        assert_eq!(sc.pids, vec![init]);
+        assert_eq!(sc.init_pid, Some(init));
+        assert_eq!(sc.id, std::fs::metadata(tree.abs(&cc)).unwrap().ino());
+        let sm = find(&scan, &tree.rel(&conmon));
+        assert!(matches!(sm.kind, CgroupKind::Conmon(_)));
+        assert_eq!((sm.pids.clone(), sm.init_pid), (vec![mon], None));
+        // Pod, container, container/container, conmon.
+        assert_eq!(scan.cgroups.len(), 4, "{:#?}", scan.cgroups);
+        assert_eq!(scan.stats.unrecognized, 0);
+    }
+
+    #[test]
+    fn missing_roots_are_quiet_and_outside_roots_are_errors() {
+        let m = HierarchyMount {
+            version: CgroupVersion::V2,
+            mount_point: PathBuf::from("/nonexistent-cgroup-mount"),
+            root: "/sub".into(),
+        };
+        let s = scan(&m, &["/sub/kubepods"], &ScanOptions::default()).unwrap();
+        assert!(s.cgroups.is_empty());
+        assert_eq!(s.stats.vanished, 1);
+        assert!(matches!(
+            scan(&m, &["/other"], &ScanOptions::default()),
+            Err(CgroupError::OutsideMount { .. })
+        ));
+        assert!(find_kubepods_roots(&m).is_empty());
+        assert!(matches!(
+            scan_kubepods(&m, &ScanOptions::default()),
+            Err(CgroupError::NoKubepodsRoot { .. })
+        ));
+    }
+
+    /// Whole real hierarchies, whatever else runs on this machine meanwhile: never an error.
+    #[test]
+    fn every_hierarchy_here_scans_from_its_root() {
+        let mounts = CgroupMounts::detect(None).unwrap();
+        let all = mounts
+            .unified()
+            .into_iter()
+            .chain(mounts.v1_hierarchies().iter().map(|h| &h.mount));
+        for m in all {
+            let s = scan(m, &[m.root.as_str()], &ScanOptions::default()).unwrap();
+            assert!(s.stats.dirs >= 1, "{m:?}");
+            assert_eq!(s.stats.unreadable, 0, "{m:?}");
+            for c in &s.cgroups {
+                assert_eq!(classify(&c.path), c.kind);
+            }
+        }
+    }
+
+    #[test]
+    fn init_of_exited_pids_is_none() {
+        // Pids that do not exist (beyond pid_max) have no /proc entry.
+        assert_eq!(
+            init_pid(&[u32::MAX - 1, u32::MAX], Path::new("/proc")),
+            None
+        );
+        assert_eq!(init_pid(&[], Path::new("/proc")), None);
+        // Our own process: in our namespace, so the oldest-process rule picks it.
+        let me = std::process::id();
+        assert_eq!(init_pid(&[me, u32::MAX], Path::new("/proc")), Some(me));
+    }
+
+    #[test]
+    fn path_helpers() {
+        assert_eq!(normalized(""), "/");
+        assert_eq!(normalized("a//b/"), "/a/b");
+        assert_eq!(join("/", "x"), "/x");
+        assert_eq!(join("/a", "x"), "/a/x");
+    }
+}

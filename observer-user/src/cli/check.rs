@@ -1,0 +1,183 @@
+//! `observer check`: preflight. Each requirement is printed as ok / missing with what was found,
+//! then the probes are really loaded and attached, which is the only test that cannot lie.
+use std::process::ExitCode;
+
+use crate::{
+    cgroup::{CgroupMode, CgroupMounts},
+    kernel::{btf::KernelBtf, tracefs, ProbeOptions, Probes},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Skip the final load-and-attach of the probes.
+    #[arg(long)]
+    pub no_load: bool,
+}
+
+struct Report {
+    missing: usize,
+}
+
+impl Report {
+    fn row(&mut self, name: &str, ok: bool, detail: impl std::fmt::Display) {
+        if !ok {
+            self.missing += 1;
+        }
+        println!(
+            "{:<8} {name:<34} {detail}",
+            if ok { "ok" } else { "MISSING" }
+        );
+    }
+
+    fn note(&self, name: &str, detail: impl std::fmt::Display) {
+        println!("{:<8} {name:<34} {detail}", "note");
+    }
+}
+
+pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut r = Report { missing: 0 };
+
+    let euid = nix::unistd::geteuid();
+    r.row(
+        "privileges",
+        euid.is_root(),
+        if euid.is_root() {
+            "root".to_string()
+        } else {
+            format!("euid {euid}: run as root")
+        },
+    );
+
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let version: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let new_enough = version.as_slice() >= [5, 15].as_slice();
+    r.row("kernel version >= 5.15", new_enough, &release);
+
+    let btf = KernelBtf::load();
+    match &btf {
+        Ok(b) => match b.task_offsets() {
+            Ok(o) => r.row(
+                "kernel BTF",
+                true,
+                format!(
+                    "{} (task_struct.exit_code at byte {})",
+                    crate::kernel::btf_path().display(),
+                    o.exit_code
+                ),
+            ),
+            Err(e) => r.row("kernel BTF", false, e),
+        },
+        Err(e) => r.row("kernel BTF", false, e),
+    }
+
+    let tracefs = match tracefs::find() {
+        Some(p) => {
+            r.row("tracefs", true, p.display());
+            Some(p)
+        }
+        None => match tracefs::find_or_mount() {
+            Ok(p) => {
+                r.row(
+                    "tracefs",
+                    true,
+                    format!("{} (was not mounted; mounted it)", p.display()),
+                );
+                Some(p)
+            }
+            Err(e) => {
+                r.row("tracefs", false, e);
+                None
+            }
+        },
+    };
+
+    if let Ok(b) = &btf {
+        for tp in ["sched_process_exec", "sched_process_exit"] {
+            match b.tracepoint_arity(tp) {
+                Ok(n) => r.row(&format!("tp_btf/{tp}"), true, format!("{n} arguments")),
+                Err(e) => r.row(&format!("tp_btf/{tp}"), false, e),
+            }
+        }
+    }
+    if let Some(t) = &tracefs {
+        match tracefs::oom_offsets(t) {
+            Ok(o) => {
+                r.row("tracepoint oom/mark_victim", true, "present");
+                if o.total_vm == observer_common::config::FIELD_ABSENT {
+                    r.note(
+                        "  victim memory fields",
+                        "absent (Linux < 6.8): OOM kills are reported without rss figures",
+                    );
+                }
+            }
+            Err(e) => r.row("tracepoint oom/mark_victim", false, e),
+        }
+        match tracefs::cgroup_offsets(t) {
+            Ok(_) => r.row(
+                "tracepoints cgroup/*",
+                true,
+                "cgroup_mkdir, cgroup_rmdir, cgroup_notify_populated",
+            ),
+            Err(e) => r.row("tracepoints cgroup/*", false, e),
+        }
+    }
+
+    match CgroupMounts::detect(None) {
+        Ok(m) => {
+            let mode = m.mode();
+            let detail = match (mode, m.unified()) {
+                (CgroupMode::Unified, Some(u)) => {
+                    format!("v2 (unified) at {}", u.mount_point.display())
+                }
+                (CgroupMode::Hybrid, Some(u)) => format!(
+                    "hybrid: v1 controllers, cgroup2 at {}",
+                    u.mount_point.display()
+                ),
+                _ => "v1 only: observer needs a cgroup2 hierarchy for cgroup ids".to_string(),
+            };
+            r.row("cgroup mode", m.unified().is_some(), detail);
+        }
+        Err(e) => r.row("cgroup mode", false, e),
+    }
+
+    match aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
+        Ok(ok) => r.row(
+            "ring buffer maps",
+            ok,
+            if ok {
+                "supported"
+            } else {
+                "not supported (needs 5.8+)"
+            },
+        ),
+        Err(e) => r.row("ring buffer maps", false, e),
+    }
+
+    if !args.no_load && r.missing == 0 {
+        match Probes::load(&ProbeOptions::default()) {
+            Ok(p) => r.row(
+                "load and attach probes",
+                true,
+                format!(
+                    "{} programs attached, then detached",
+                    p.program_stats().map(|s| s.len()).unwrap_or(0)
+                ),
+            ),
+            Err(e) => r.row("load and attach probes", false, e),
+        }
+    }
+
+    if r.missing == 0 {
+        println!("\nall requirements met");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\n{} requirement(s) missing", r.missing);
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,303 @@
+//! How kernel events look on stdout: one JSON object per line, or one aligned text line.
+use std::{io::Write, sync::Arc, time::SystemTime};
+
+use serde::Serialize;
+use time::{format_description::well_known::Rfc3339, OffsetDateTime};
+
+use crate::{
+    cgroup::{CgroupIndex, CgroupKind},
+    kernel::{KernelEvent, Task},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// One line of `observer watch --format json`. Field names are a public interface (README).
+#[derive(Debug, Default, Serialize)]
+pub struct WatchLine<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tgid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_path: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filename: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Present (possibly null) on exits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Option<u8>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core_dumped: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_dead: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_vm_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anon_rss_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_rss_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shmem_rss_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i16>,
+    /// The task whose allocation invoked the OOM killer, and its cgroup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_cgroup_path: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_records: Option<u64>,
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    OffsetDateTime::from(t).format(&Rfc3339).unwrap_or_default()
+}
+
+/// Builds the line for `ev`; `cgroups` turns ids into paths and container identities.
+pub fn watch_line<'a>(
+    ev: &'a KernelEvent,
+    time: SystemTime,
+    cgroups: &mut CgroupIndex,
+) -> WatchLine<'a> {
+    let mut line = WatchLine {
+        kind: ev.type_name(),
+        time: rfc3339(time),
+        ..Default::default()
+    };
+    let task = |line: &mut WatchLine<'a>, t: &Task| {
+        line.pid = Some(t.pid);
+        line.tgid = Some(t.tgid);
+        line.ppid = Some(t.ppid);
+        line.comm = Some(t.comm.to_string());
+        line.cgroup_id = Some(t.cgroup_id);
+    };
+    let cgroup_id = match ev {
+        KernelEvent::Exec(e) => {
+            task(&mut line, &e.task);
+            line.filename = Some(&e.filename);
+            Some(e.task.cgroup_id)
+        }
+        KernelEvent::Exit(e) => {
+            task(&mut line, &e.task);
+            line.exit_code = Some(e.status.exit_code());
+            line.signal = Some(e.status.signal());
+            line.core_dumped = Some(e.status.core_dumped());
+            line.group_dead = Some(e.group_dead);
+            Some(e.task.cgroup_id)
+        }
+        KernelEvent::OomKill(o) => {
+            task(&mut line, &o.victim);
+            line.comm = Some(o.victim_comm.to_string());
+            line.total_vm_kb = o.memory.total_vm_kb;
+            line.anon_rss_kb = o.memory.anon_rss_kb;
+            line.file_rss_kb = o.memory.file_rss_kb;
+            line.shmem_rss_kb = o.memory.shmem_rss_kb;
+            line.oom_score_adj = o.oom_score_adj;
+            line.trigger_pid = Some(o.trigger_tgid);
+            Some(o.victim.cgroup_id)
+        }
+        KernelEvent::CgroupMkdir(c) | KernelEvent::CgroupRmdir(c) | KernelEvent::CgroupEmpty(c) => {
+            line.cgroup_id = Some(c.id);
+            line.cgroup_path = Some(Arc::from(c.path.as_str()));
+            line.level = Some(c.level);
+            kind_fields(&mut line, &crate::cgroup::classify(&c.path));
+            None
+        }
+        KernelEvent::Lost { records, .. } => {
+            line.lost_records = Some(*records);
+            None
+        }
+    };
+    if let KernelEvent::OomKill(o) = ev {
+        if o.trigger_cgroup_id != o.victim.cgroup_id {
+            line.trigger_cgroup_path = cgroups
+                .resolve(o.trigger_cgroup_id)
+                .map(|e| Arc::clone(&e.path));
+        }
+    }
+    if let Some(entry) = cgroup_id.and_then(|id| cgroups.resolve(id)) {
+        line.cgroup_path = Some(Arc::clone(&entry.path));
+        kind_fields(&mut line, &entry.kind);
+    }
+    line
+}
+
+fn kind_fields(line: &mut WatchLine<'_>, kind: &CgroupKind) {
+    if let Some(pod) = kind.pod() {
+        line.pod_uid = Some(pod.uid.as_str().to_string());
+    }
+    if let Some(c) = kind.container() {
+        line.container_id = Some(c.id.as_str().to_string());
+        line.runtime = c.runtime.map(|r| r.as_str());
+    }
+}
+
+pub fn write_json(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, line)?;
+    out.write_all(b"\n")
+}
+
+/// `15:04:05.123456 exit         1234    1200 sh               code=42  /kubepods/...`
+pub fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
+    let clock = line.time.get(11..26).unwrap_or(&line.time);
+    let dash = || "-".to_string();
+    write!(
+        out,
+        "{clock:<15} {:<12} {:>7} {:>7} {:<16} ",
+        line.kind,
+        line.tgid.map_or_else(dash, |p| p.to_string()),
+        line.ppid.map_or_else(dash, |p| p.to_string()),
+        line.comm.as_deref().unwrap_or("-"),
+    )?;
+    let detail = match line.kind {
+        "exec" => line.filename.unwrap_or("").to_string(),
+        "exit" => match line.signal.flatten() {
+            Some(s) => format!(
+                "signal={s}{}",
+                if line.core_dumped == Some(true) {
+                    " core"
+                } else {
+                    ""
+                }
+            ),
+            None => format!("code={}", line.exit_code.unwrap_or(0)),
+        },
+        "oom_kill" => format!(
+            "victim={} anon_rss={}kB total_vm={}kB adj={} by={}",
+            line.pid.unwrap_or(0),
+            line.anon_rss_kb.map_or_else(dash, |v| v.to_string()),
+            line.total_vm_kb.map_or_else(dash, |v| v.to_string()),
+            line.oom_score_adj.map_or_else(dash, |v| v.to_string()),
+            line.trigger_pid.map_or_else(dash, |v| v.to_string()),
+        ),
+        "lost" => format!(
+            "{} records lost: ring buffer overflowed",
+            line.lost_records.unwrap_or(0)
+        ),
+        _ => format!("id={}", line.cgroup_id.unwrap_or(0)),
+    };
+    write!(
+        out,
+        "{detail:<24} {}",
+        line.cgroup_path.as_deref().unwrap_or("-")
+    )?;
+    if let (Some(c), Some(p)) = (&line.container_id, &line.pod_uid) {
+        write!(out, " [pod {p} container {}]", &c[..12.min(c.len())])?;
+    }
+    out.write_all(b"\n")
+}
+
+/// One line of `observer watch --pods --format json`.
+#[derive(Debug, Default, Serialize)]
+pub struct PlegLine {
+    pub event: &'static str,
+    pub time: String,
+    pub pod_uid: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Present (possibly null) on deaths.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Option<u8>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anon_rss_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_vm_kb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i16>,
+}
+
+pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegLine {
+    use crate::pleg::PlegData;
+    let mut line = PlegLine {
+        event: ev.kind.as_str(),
+        time: rfc3339(time),
+        pod_uid: ev.pod_uid.as_str().to_string(),
+        container_id: ev.container_id.map(|c| c.as_str().to_string()),
+        runtime: ev.runtime.map(|r| r.as_str()),
+        ..Default::default()
+    };
+    match &ev.data {
+        PlegData::None => {}
+        PlegData::Started { pid, comm } => {
+            line.pid = Some(*pid);
+            line.comm = Some(comm.to_string());
+        }
+        PlegData::Died(x) => {
+            line.exit_code = Some(x.exit_code());
+            line.signal = Some(x.status.and_then(|s| s.signal()));
+            line.reason = Some(x.reason.as_str());
+            line.pid = x.pid;
+            line.comm = x.comm.map(|c| c.to_string());
+        }
+        PlegData::Oom(o) => {
+            line.reason = Some("OOMKilled");
+            line.pid = Some(o.victim.tgid);
+            line.comm = Some(o.victim_comm.to_string());
+            line.anon_rss_kb = o.memory.anon_rss_kb;
+            line.total_vm_kb = o.memory.total_vm_kb;
+            line.oom_score_adj = o.oom_score_adj;
+        }
+    }
+    line
+}
+
+pub fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()> {
+    let clock = l.time.get(11..26).unwrap_or(&l.time);
+    let ctr = l
+        .container_id
+        .as_deref()
+        .map_or("-", |c| &c[..12.min(c.len())]);
+    write!(
+        out,
+        "{clock:<15} {:<17} pod {} container {ctr:<12}",
+        l.event, l.pod_uid
+    )?;
+    if let Some(reason) = l.reason {
+        write!(out, " {reason}")?;
+    }
+    if let Some(code) = l.exit_code {
+        write!(out, " exit={code}")?;
+    }
+    if let Some(Some(sig)) = l.signal {
+        write!(out, " signal={sig}")?;
+    }
+    if let (Some(pid), Some(comm)) = (l.pid, &l.comm) {
+        write!(out, " pid={pid} comm={comm}")?;
+    }
+    if let Some(rss) = l.anon_rss_kb {
+        write!(out, " anon_rss={rss}kB")?;
+    }
+    out.write_all(b"\n")
+}

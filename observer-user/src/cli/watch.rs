@@ -1,0 +1,263 @@
+//! `observer watch`: the kernel's view of process lifecycle, live.
+use std::{
+    io::{BufWriter, Write},
+    path::PathBuf,
+    process::ExitCode,
+};
+
+use anyhow::{bail, Context};
+
+use super::render::{
+    pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, WatchLine,
+};
+use crate::{
+    cgroup::{
+        cgroup_id, scan_kubepods, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
+        ScanOptions,
+    },
+    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
+    pleg::{self, Pleg},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Limit exec/exit events to this cgroup subtree, relative to the cgroup2 mount (e.g.
+    /// /kubepods.slice or /kubepods). Repeatable. Default: the kubepods subtree if it exists,
+    /// else everything.
+    #[arg(long = "cgroup-root", value_name = "PATH", conflicts_with = "all")]
+    pub cgroup_roots: Vec<String>,
+    /// Watch every process on the host.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Also report the exit of every thread, not only of whole processes.
+    #[arg(long)]
+    pub threads: bool,
+    /// Print pod lifecycle events (ContainerStarted, ContainerDied, OOMKill, ...) instead of
+    /// raw kernel events. Containers that already run are found by one walk of the cgroup tree.
+    #[arg(long)]
+    pub pods: bool,
+    /// Where the host's cgroup filesystems are mounted, when observer runs in a container that
+    /// mounts them elsewhere (e.g. /host/sys/fs/cgroup).
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<PathBuf>,
+}
+
+/// kubelet's cgroup roots for the cgroupfs and systemd drivers.
+const KUBEPODS: [&str; 2] = ["/kubepods.slice", "/kubepods"];
+
+pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
+    let mounts = CgroupMounts::detect(args.cgroupfs.as_deref()).context("reading cgroup mounts")?;
+    let Some(unified) = mounts.unified().cloned() else {
+        bail!("no cgroup2 hierarchy is mounted: observer attributes events by cgroup2 ids (hybrid or unified cgroups needed)");
+    };
+    let watch = resolve_watch(&args, &unified)?;
+    let opts = ProbeOptions {
+        watch,
+        thread_exits: args.threads,
+        ..Default::default()
+    };
+    let mut probes = Probes::load(&opts)?;
+    let mut reader = probes.events()?;
+    let mut cgroups = CgroupIndex::new(unified.clone());
+    cgroups.scan();
+    tracing::info!(cgroups = cgroups.len(), "watching; Ctrl-C to stop");
+    if args.pods {
+        return watch_pods(args.format, &unified, cgroups, probes, reader).await;
+    }
+
+    let stdout = std::io::stdout();
+    let mut printer = Printer {
+        out: BufWriter::with_capacity(1 << 16, stdout.lock()),
+        format: args.format,
+        cgroups,
+    };
+    let shutdown = super::shutdown_signal();
+    tokio::pin!(shutdown);
+    let result: anyhow::Result<()> = async {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(()),
+                ev = reader.next() => {
+                    reader.refresh_clock();
+                    printer.emit(ev?, &reader)?;
+                    while let Some(ev) = reader.try_next() {
+                        printer.emit(ev, &reader)?;
+                    }
+                    printer.out.flush()?;
+                }
+            }
+        }
+    }
+    .await;
+    drop(printer);
+    let counters = probes.counters()?;
+    eprintln!(
+        "observer watch: stopped; {} records dropped by the kernel (ring buffer full), {} malformed",
+        counters.ringbuf_drops,
+        reader.malformed()
+    );
+    match result {
+        // A closed stdout (`observer watch | head`) is a normal way to stop.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(e),
+        Ok(()) => Ok(ExitCode::SUCCESS),
+    }
+}
+
+struct Printer<W: Write> {
+    out: W,
+    format: Format,
+    cgroups: CgroupIndex,
+}
+
+impl<W: Write> Printer<W> {
+    fn emit(&mut self, ev: KernelEvent, reader: &EventReader) -> std::io::Result<()> {
+        match &ev {
+            KernelEvent::CgroupMkdir(c) => {
+                self.cgroups.insert(c.id, &c.path);
+            }
+            KernelEvent::CgroupRmdir(c) => {
+                // Resolve first so the line still carries the pod and container of the removed cgroup.
+                let line = watch_line(&ev, reader.wall_time(&ev), &mut self.cgroups);
+                self.write(&line)?;
+                self.cgroups.remove(c.id);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let line = watch_line(&ev, reader.wall_time(&ev), &mut self.cgroups);
+        self.write(&line)
+    }
+
+    fn write(&mut self, line: &WatchLine<'_>) -> std::io::Result<()> {
+        match self.format {
+            Format::Json => write_json(&mut self.out, line),
+            Format::Text => write_text(&mut self.out, line),
+        }
+    }
+}
+
+/// `--pods`: kernel events through the PLEG.
+async fn watch_pods(
+    format: Format,
+    unified: &HierarchyMount,
+    cgroups: CgroupIndex,
+    probes: Probes,
+    mut reader: EventReader,
+) -> anyhow::Result<ExitCode> {
+    let (tx, mut rx) = pleg::channel(64 * 1024);
+    let mut pleg = Pleg::new(cgroups, tx);
+    let rescan = |pleg: &mut Pleg| match scan_kubepods(unified, &ScanOptions::default()) {
+        Ok(scan) => pleg.resync(&scan),
+        Err(CgroupError::NoKubepodsRoot { .. }) => {
+            tracing::info!("no kubepods cgroup yet: no pods to sync")
+        }
+        Err(e) => {
+            tracing::warn!("cgroup walk failed, pods may be missing until their next event: {e}")
+        }
+    };
+    rescan(&mut pleg);
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let shutdown = super::shutdown_signal();
+    tokio::pin!(shutdown);
+    let result: anyhow::Result<()> = async {
+        loop {
+            while let Some(ev) = rx.try_recv() {
+                let line = pleg_line(&ev, reader.clock().to_system_time(ev.at));
+                match format {
+                    Format::Json => serde_json::to_writer(&mut out, &line)
+                        .map_err(std::io::Error::from)
+                        .and_then(|_| out.write_all(b"\n"))?,
+                    Format::Text => write_pleg_text(&mut out, &line)?,
+                }
+            }
+            out.flush()?;
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(()),
+                ev = reader.next() => {
+                    reader.refresh_clock();
+                    pleg.handle(ev?);
+                    while let Some(ev) = reader.try_next() {
+                        pleg.handle(ev);
+                    }
+                    if pleg.needs_resync() {
+                        rescan(&mut pleg);
+                    }
+                }
+            }
+        }
+    }
+    .await;
+    drop(out);
+    let s = pleg.stats();
+    eprintln!(
+        "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
+        probes.counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
+    );
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    match result {
+        // A closed stdout (`observer watch | head`) is a normal way to stop.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(e),
+        Ok(()) => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn resolve_watch(args: &WatchArgs, unified: &HierarchyMount) -> anyhow::Result<Watch> {
+    if args.all {
+        return Ok(Watch::All);
+    }
+    let explicit = !args.cgroup_roots.is_empty();
+    let candidates: Vec<&str> = if explicit {
+        args.cgroup_roots.iter().map(String::as_str).collect()
+    } else {
+        KUBEPODS.to_vec()
+    };
+    let mut roots = Vec::new();
+    for rel in candidates {
+        let abs = unified.to_absolute(rel).with_context(|| {
+            format!(
+                "{rel} is not inside the cgroup2 mount {}",
+                unified.mount_point.display()
+            )
+        })?;
+        if !abs.is_dir() {
+            if explicit {
+                bail!(
+                    "cgroup root {rel} does not exist ({} is not a directory)",
+                    abs.display()
+                );
+            }
+            continue;
+        }
+        let id = cgroup_id(&abs).with_context(|| format!("cgroup id of {}", abs.display()))?;
+        let level = rel.split('/').filter(|c| !c.is_empty()).count() as u32;
+        roots.push(WatchRoot { id, level, _pad: 0 });
+        tracing::info!(root = rel, id, level, "watching cgroup subtree");
+    }
+    if roots.is_empty() {
+        tracing::info!(
+            "no kubepods cgroup on this node: watching every process (use --cgroup-root to narrow)"
+        );
+        return Ok(Watch::All);
+    }
+    Ok(Watch::Roots(roots))
+}

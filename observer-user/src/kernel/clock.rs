@@ -1,0 +1,67 @@
+//! Boot time (the kernel side's `bpf_ktime_get_boot_ns`) to wall clock.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::time::{clock_gettime, ClockId};
+
+use super::event::BootNs;
+
+/// Maps boot-time stamps to wall-clock time. The offset is re-read on [`BootClock::refresh`] so a
+/// long-running agent follows NTP steps.
+#[derive(Clone, Copy, Debug)]
+pub struct BootClock {
+    /// Wall-clock nanoseconds since the epoch at boot.
+    boot_epoch_ns: i128,
+}
+
+impl BootClock {
+    pub fn new() -> Self {
+        let mut c = Self { boot_epoch_ns: 0 };
+        c.refresh();
+        c
+    }
+
+    /// Re-reads the offset; cheap (two vDSO clock reads).
+    pub fn refresh(&mut self) {
+        let ns = |id| {
+            clock_gettime(id)
+                .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
+                .unwrap_or(0)
+        };
+        // Bracket the boot-time read with two wall-clock reads and take the midpoint.
+        let r1 = ns(ClockId::CLOCK_REALTIME);
+        let b = ns(ClockId::CLOCK_BOOTTIME);
+        let r2 = ns(ClockId::CLOCK_REALTIME);
+        self.boot_epoch_ns = (r1 + r2) / 2 - b;
+    }
+
+    pub fn now() -> BootNs {
+        let t = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");
+        BootNs(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    }
+
+    pub fn to_system_time(&self, t: BootNs) -> SystemTime {
+        let ns = self.boot_epoch_ns + t.0 as i128;
+        UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+    }
+}
+
+impl Default for BootClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_maps_to_now() {
+        let c = BootClock::new();
+        let wall = c.to_system_time(BootClock::now());
+        let diff = SystemTime::now()
+            .duration_since(wall)
+            .unwrap_or_else(|e| e.duration());
+        assert!(diff < Duration::from_millis(50), "{diff:?}");
+    }
+}

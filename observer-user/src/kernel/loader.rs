@@ -1,0 +1,373 @@
+//! Loads the embedded eBPF object, fills `CONFIG` for the running kernel, attaches every program.
+use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Duration};
+
+use aya::{
+    maps::{Array, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use observer_common::{
+    config::ALL_HIERARCHIES, names, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS,
+};
+
+use super::{btf::KernelBtf, reader::EventReader, tracefs, KernelError};
+
+/// The eBPF object built by build.rs from observer-ebpf.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+/// Which tasks' exec and exit the kernel sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// Every task on the host.
+    All,
+    /// Only tasks under these cgroup2 subtrees.
+    Roots(Vec<WatchRoot>),
+}
+
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    pub watch: Watch,
+    /// Send an exit for every thread, not only when the whole process is gone.
+    pub thread_exits: bool,
+    /// Send cgroup events of every hierarchy (v1 controllers too), not only cgroup2's.
+    pub all_cgroup_hierarchies: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            watch: Watch::All,
+            thread_exits: false,
+            all_cgroup_hierarchies: false,
+        }
+    }
+}
+
+/// (program name in the object, how it attaches)
+const PROGRAMS: [(&str, Attach); 6] = [
+    ("sched_process_exec", Attach::Btf("sched_process_exec")),
+    ("sched_process_exit", Attach::Btf("sched_process_exit")),
+    ("oom_mark_victim", Attach::Tp("oom", "mark_victim")),
+    ("cgroup_mkdir", Attach::Tp("cgroup", "cgroup_mkdir")),
+    ("cgroup_rmdir", Attach::Tp("cgroup", "cgroup_rmdir")),
+    (
+        "cgroup_notify_populated",
+        Attach::Tp("cgroup", "cgroup_notify_populated"),
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum Attach {
+    Btf(&'static str),
+    Tp(&'static str, &'static str),
+}
+
+impl Attach {
+    fn describe(self) -> String {
+        match self {
+            Attach::Btf(f) => format!("tp_btf/{f}"),
+            Attach::Tp(c, n) => format!("tracepoint/{c}/{n}"),
+        }
+    }
+}
+
+/// Counters the kernel side keeps (summed over CPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    /// Records lost because the ring buffer was full.
+    pub ringbuf_drops: u64,
+    /// OOM victims not tracked because `OOM_PENDING` was full.
+    pub oom_pending_full: u64,
+    /// Kernel memory reads that failed (fields sent as zero).
+    pub read_errors: u64,
+}
+
+/// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
+pub struct Stats(PerCpuArray<MapData, u64>);
+
+impl Stats {
+    pub fn read(&self) -> Result<KernelCounters, KernelError> {
+        let sum = |i: u32| -> Result<u64, KernelError> {
+            Ok(self
+                .0
+                .get(&i, 0)
+                .map_err(|e| KernelError::Map(names::STATS, e.to_string()))?
+                .iter()
+                .sum())
+        };
+        Ok(KernelCounters {
+            ringbuf_drops: sum(stat::RINGBUF_DROPS)?,
+            oom_pending_full: sum(stat::OOM_PENDING_FULL)?,
+            read_errors: sum(stat::READ_ERRORS)?,
+        })
+    }
+}
+
+/// Per-program cost as the kernel accounts it (needs [`Probes::enable_run_time_stats`]).
+#[derive(Clone, Debug)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_time: Duration,
+    pub run_count: u64,
+}
+
+/// The loaded and attached kernel side. Dropping it detaches every program.
+pub struct Probes {
+    ebpf: Ebpf,
+    stats: Arc<Stats>,
+    ring: Option<RingBuf<MapData>>,
+    config: ProbeConfig,
+    logger: Option<tokio::task::JoinHandle<()>>,
+    run_time_stats: Option<OwnedFd>,
+}
+
+impl Probes {
+    /// Checks privileges, finds offsets for this kernel, loads and attaches every program.
+    pub fn load(opts: &ProbeOptions) -> Result<Self, KernelError> {
+        check_privileges()?;
+        if OBJECT.is_empty() {
+            return Err(KernelError::NoObject);
+        }
+        raise_memlock();
+        let kbtf = KernelBtf::load()?;
+        let tracefs = tracefs::find_or_mount()?;
+        let config = ProbeConfig {
+            watch_all: u8::from(opts.watch == Watch::All),
+            thread_exits: u8::from(opts.thread_exits),
+            exit_has_group_dead: u8::from(kbtf.tracepoint_arity("sched_process_exit")? >= 2),
+            _pad0: 0,
+            cgroup_hierarchy: if opts.all_cgroup_hierarchies {
+                ALL_HIERARCHIES
+            } else {
+                0
+            },
+            task: kbtf.task_offsets()?,
+            oom: tracefs::oom_offsets(&tracefs)?,
+            cgroup: tracefs::cgroup_offsets(&tracefs)?,
+        };
+        tracing::debug!(?config, "probe config");
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::CONFIG, &config, true)
+            .load(OBJECT)
+            .map_err(|e| KernelError::LoadObject(e.to_string()))?;
+        let logger = start_logger(&mut ebpf);
+
+        let mut probes = Self {
+            stats: Arc::new(Stats(take_map(&mut ebpf, names::STATS)?)),
+            ring: Some(take_map(&mut ebpf, names::EVENTS)?),
+            ebpf,
+            config,
+            logger,
+            run_time_stats: None,
+        };
+        if let Watch::Roots(roots) = &opts.watch {
+            probes.set_watch_roots(roots)?;
+        }
+        probes.attach_all()?;
+        Ok(probes)
+    }
+
+    fn attach_all(&mut self) -> Result<(), KernelError> {
+        let btf = Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
+        for (name, how) in PROGRAMS {
+            let prog = self
+                .ebpf
+                .program_mut(name)
+                .ok_or_else(|| KernelError::LoadObject(format!("object has no program {name}")))?;
+            let fail = |e: aya::programs::ProgramError| attach_error(how, e);
+            match how {
+                Attach::Btf(func) => {
+                    let p: &mut BtfTracePoint = prog.try_into().map_err(fail)?;
+                    p.load(func, &btf).map_err(fail)?;
+                    p.attach().map_err(fail)?;
+                }
+                Attach::Tp(cat, tp) => {
+                    let p: &mut TracePoint = prog.try_into().map_err(fail)?;
+                    p.load().map_err(fail)?;
+                    p.attach(cat, tp).map_err(fail)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the cgroup subtrees exec/exit are limited to (no effect under [`Watch::All`]).
+    pub fn set_watch_roots(&mut self, roots: &[WatchRoot]) -> Result<(), KernelError> {
+        if roots.len() > MAX_WATCH_ROOTS as usize {
+            return Err(KernelError::TooManyRoots(roots.len()));
+        }
+        let mut map: Array<_, WatchRoot> = self
+            .ebpf
+            .map_mut(names::WATCH_ROOTS)
+            .ok_or(KernelError::Map(names::WATCH_ROOTS, "missing".into()))?
+            .try_into()
+            .map_err(|e: aya::maps::MapError| {
+                KernelError::Map(names::WATCH_ROOTS, e.to_string())
+            })?;
+        // Fill from the end so a concurrent reader never sees a hole before the last root.
+        for i in (0..MAX_WATCH_ROOTS).rev() {
+            let root = roots.get(i as usize).copied().unwrap_or_default();
+            map.set(i, root, 0)
+                .map_err(|e| KernelError::Map(names::WATCH_ROOTS, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The stream of decoded events. Can be taken once.
+    pub fn events(&mut self) -> Result<EventReader, KernelError> {
+        let ring = self.ring.take().ok_or(KernelError::ReaderTaken)?;
+        EventReader::new(ring, Arc::clone(&self.stats))
+    }
+
+    pub fn counters(&self) -> Result<KernelCounters, KernelError> {
+        self.stats.read()
+    }
+
+    pub fn config(&self) -> &ProbeConfig {
+        &self.config
+    }
+
+    /// Turns on the kernel's per-program run-time accounting (`kernel.bpf_stats_enabled`) for as
+    /// long as these probes live.
+    pub fn enable_run_time_stats(&mut self) -> Result<(), KernelError> {
+        if self.run_time_stats.is_none() {
+            let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                .map_err(|e| KernelError::LoadObject(format!("BPF_ENABLE_STATS: {e}")))?;
+            self.run_time_stats = Some(fd);
+        }
+        Ok(())
+    }
+
+    pub fn program_stats(&self) -> Result<Vec<ProgramStats>, KernelError> {
+        PROGRAMS
+            .iter()
+            .map(|(name, _)| {
+                let info = self
+                    .ebpf
+                    .program(name)
+                    .ok_or_else(|| KernelError::LoadObject(format!("no program {name}")))?
+                    .info()
+                    .map_err(|e| KernelError::LoadObject(format!("{name}: {e}")))?;
+                Ok(ProgramStats {
+                    name: name.to_string(),
+                    run_time: info.run_time(),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        if let Some(task) = self.logger.take() {
+            task.abort();
+        }
+    }
+}
+
+fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, KernelError> {
+    let map = ebpf
+        .take_map(name)
+        .ok_or(KernelError::Map(name, "missing from the object".into()))?;
+    T::try_from(map).map_err(|e| KernelError::Map(name, e.to_string()))
+}
+
+fn attach_error(how: Attach, e: aya::programs::ProgramError) -> KernelError {
+    let what = how.describe();
+    // ENOENT from attach or a missing BTF type means the kernel lacks the tracepoint.
+    let text = format!("{e:#}");
+    let source = std::error::Error::source(&e)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    if text.contains("No such file")
+        || source.contains("No such file")
+        || text.contains("not found")
+    {
+        KernelError::TracepointMissing(what)
+    } else {
+        KernelError::Attach {
+            program: what,
+            reason: if source.is_empty() {
+                text
+            } else {
+                format!("{text}: {source}")
+            },
+        }
+    }
+}
+
+/// Forwards aya-log records from the programs to `log` (and so to `tracing`). The logger must
+/// outlive the programs: dropping it closes the log map.
+fn start_logger(ebpf: &mut Ebpf) -> Option<tokio::task::JoinHandle<()>> {
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("eBPF logs unavailable: {e}");
+            return None;
+        }
+    };
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    handle
+        .spawn(async move {
+            // SAFETY: the logger owns its ring buffer's fd and keeps it open until it is dropped,
+            // which only happens with the AsyncFd.
+            let Ok(mut fd) = (unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    logger,
+                    tokio::io::Interest::READABLE,
+                )
+            }) else {
+                return;
+            };
+            loop {
+                let Ok(mut guard) = fd.readable_mut().await else {
+                    return;
+                };
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+        })
+        .into()
+}
+
+/// Root, or the capabilities that loading tracing programs needs (CAP_BPF + CAP_PERFMON, or
+/// CAP_SYS_ADMIN on kernels before 5.8).
+fn check_privileges() -> Result<(), KernelError> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("CapEff:")
+                    .map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))
+            })
+        })
+        .unwrap_or(0);
+    const SYS_ADMIN: u64 = 1 << 21;
+    const PERFMON: u64 = 1 << 38;
+    const BPF: u64 = 1 << 39;
+    if caps & SYS_ADMIN != 0 || (caps & PERFMON != 0 && caps & BPF != 0) {
+        Ok(())
+    } else {
+        Err(KernelError::NotPrivileged)
+    }
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the memory cgroup.
+fn raise_memlock() {
+    use nix::sys::resource::{setrlimit, Resource, RLIM_INFINITY};
+    if let Err(e) = setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY) {
+        tracing::debug!("could not raise RLIMIT_MEMLOCK: {e}");
+    }
+}
+
+/// Where the kernel's BTF is expected; exposed for `observer check`.
+pub fn btf_path() -> PathBuf {
+    PathBuf::from(super::btf::VMLINUX)
+}

@@ -1,0 +1,136 @@
+//! Pod lifecycle events, with kubelet's PLEG semantics, plus OOM kills.
+use std::fmt;
+
+use crate::{
+    cgroup::{ContainerId, PodUid, Runtime},
+    kernel::{BootNs, Comm, OomKill, WaitStatus},
+};
+
+/// kubelet's `PodLifeCycleEventType`, plus `OomKill`, which kubelet has no event for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlegEventType {
+    ContainerStarted,
+    ContainerDied,
+    ContainerRemoved,
+    /// The container changed state in a way none of the others says: it was created (kubelet
+    /// maps "created" to unknown and reports it so), or its state is unknown after a resync.
+    ContainerChanged,
+    /// Re-read the whole pod: events for it were coalesced or lost, or its cgroup went away.
+    PodSync,
+    /// A process of the container was OOM-killed; the container may well still run.
+    OomKill,
+}
+
+impl PlegEventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ContainerStarted => "ContainerStarted",
+            Self::ContainerDied => "ContainerDied",
+            Self::ContainerRemoved => "ContainerRemoved",
+            Self::ContainerChanged => "ContainerChanged",
+            Self::PodSync => "PodSync",
+            Self::OomKill => "OOMKill",
+        }
+    }
+}
+
+impl fmt::Display for PlegEventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a container's init ended, in kubelet's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExitReason {
+    /// Exit code 0.
+    Completed,
+    /// Non-zero exit code or a signal other than an OOM kill.
+    Error,
+    /// The kernel's OOM killer chose the container's init.
+    OomKilled,
+    /// The container stopped and its exit was never seen (its cgroup emptied or vanished, or the
+    /// kernel dropped the record): kubelet's ContainerStatusUnknown.
+    Unknown,
+}
+
+impl ExitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "Completed",
+            Self::Error => "Error",
+            Self::OomKilled => "OOMKilled",
+            Self::Unknown => "ContainerStatusUnknown",
+        }
+    }
+
+    /// The reason for an init that ended with `status`, given whether the kernel saw it OOM-killed.
+    pub fn of(status: WaitStatus, oom_killed: bool) -> Self {
+        if oom_killed {
+            Self::OomKilled
+        } else if status.code() == Some(0) {
+            Self::Completed
+        } else {
+            Self::Error
+        }
+    }
+}
+
+/// How a container ended, as the kernel saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerExit {
+    /// `None` when the exit itself was not seen ([`ExitReason::Unknown`]).
+    pub status: Option<WaitStatus>,
+    pub reason: ExitReason,
+    /// The init process.
+    pub pid: Option<u32>,
+    pub comm: Option<Comm>,
+}
+
+impl ContainerExit {
+    /// kubelet's exit code for a lost container is 137.
+    pub fn exit_code(&self) -> i32 {
+        self.status.map_or(137, WaitStatus::exit_code)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlegData {
+    None,
+    /// The init: its pid and command name.
+    Started {
+        pid: u32,
+        comm: Comm,
+    },
+    Died(ContainerExit),
+    Oom(Box<OomKill>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    pub pod_uid: PodUid,
+    pub kind: PlegEventType,
+    /// `None` for [`PlegEventType::PodSync`].
+    pub container_id: Option<ContainerId>,
+    /// `None` where the cgroup name does not tell (containerd and docker share `<pod>/<id>`).
+    pub runtime: Option<Runtime>,
+    /// Kernel time of what caused the event.
+    pub at: BootNs,
+    pub data: PlegData,
+}
+
+impl PodLifecycleEvent {
+    pub fn exit(&self) -> Option<&ContainerExit> {
+        match &self.data {
+            PlegData::Died(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn oom(&self) -> Option<&OomKill> {
+        match &self.data {
+            PlegData::Oom(o) => Some(o),
+            _ => None,
+        }
+    }
+}

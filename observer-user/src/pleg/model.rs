@@ -1,0 +1,600 @@
+//! The node model: pods → containers, each with its cgroup, init, state and last OOM kill,
+//! indexed by cgroup id so that a kernel event finds its container in O(1).
+//!
+//! [`NodeModel::apply`] is the whole state machine: a kernel event in, pod lifecycle events out.
+//! It does no I/O; cgroup ids it has never seen are resolved through the caller's function.
+use std::{collections::HashMap, sync::Arc};
+
+use super::event::{ContainerExit, ExitReason, PlegData, PlegEventType, PodLifecycleEvent};
+use crate::{
+    cgroup::{
+        CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, PodRef, PodUid, Qos,
+        Runtime, Scan,
+    },
+    kernel::{BootNs, CgroupChange, Comm, Exec, Exit, KernelEvent, OomKill},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    /// Its cgroup exists; no init yet.
+    Created,
+    Running,
+    Exited,
+    /// Found at a resync with no process and no history: created-not-started or exited while we
+    /// were not looking. The runtime knows which.
+    Unknown,
+}
+
+impl ContainerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Running => "running",
+            Self::Exited => "exited",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ContainerRecord {
+    pub id: ContainerId,
+    pub pod: PodUid,
+    pub runtime: Option<Runtime>,
+    pub cgroup_id: u64,
+    pub cgroup_path: Arc<str>,
+    pub state: ContainerState,
+    pub init_pid: Option<u32>,
+    pub init_comm: Option<Comm>,
+    pub started_at: Option<BootNs>,
+    pub finished_at: Option<BootNs>,
+    pub exit: Option<ContainerExit>,
+    /// OOM kills of any process of the container, and the last one in full.
+    pub oom_kills: u32,
+    pub last_oom: Option<Box<OomKill>>,
+    /// The init itself was OOM-killed: its exit will be OOMKilled whatever the signal says.
+    init_oom_killed: bool,
+    /// Cgroups below the container's own that map to it.
+    nested: Vec<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PodRecord {
+    pub uid: PodUid,
+    pub qos: Qos,
+    pub driver: CgroupDriver,
+    pub cgroup_id: Option<u64>,
+    pub containers: Vec<ContainerId>,
+    /// Last OOM kill in any of the pod's containers.
+    pub last_oom: Option<Box<OomKill>>,
+}
+
+/// What a cgroup id belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    Pod(PodUid),
+    Container(ContainerId),
+    /// Known not to be a pod or container (kubepods root, QoS level, conmon, outside kubepods):
+    /// cached so such events cost one lookup.
+    Other,
+}
+
+/// What [`NodeModel::apply`] made of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Attributed (whether or not it produced lifecycle events).
+    Done,
+    /// About a cgroup that is not a container (outside kubepods, a QoS level, conmon).
+    NotAContainer,
+    /// About a cgroup id nobody could resolve: the caller may hold it and retry once its mkdir
+    /// arrives, or count it.
+    UnknownCgroup(u64),
+    /// About a container that already exited or was removed: too late to matter (counted).
+    Late,
+}
+
+#[derive(Default)]
+pub struct NodeModel {
+    pods: HashMap<PodUid, PodRecord>,
+    containers: HashMap<ContainerId, ContainerRecord>,
+    by_cgroup: HashMap<u64, Owner>,
+}
+
+impl NodeModel {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.pods.values()
+    }
+
+    pub fn pod(&self, uid: &PodUid) -> Option<&PodRecord> {
+        self.pods.get(uid)
+    }
+
+    pub fn containers(&self) -> impl Iterator<Item = &ContainerRecord> {
+        self.containers.values()
+    }
+
+    pub fn container(&self, id: &ContainerId) -> Option<&ContainerRecord> {
+        self.containers.get(id)
+    }
+
+    /// The container a cgroup id belongs to (its own cgroup or one nested below it).
+    pub fn container_by_cgroup(&self, cgroup_id: u64) -> Option<&ContainerRecord> {
+        match self.by_cgroup.get(&cgroup_id)? {
+            Owner::Container(id) => self.containers.get(id),
+            _ => None,
+        }
+    }
+
+    /// Applies one kernel event; lifecycle events it causes are pushed to `out`, in order.
+    /// `resolve` answers cgroup ids the model has not seen (path and kind).
+    pub fn apply(
+        &mut self,
+        ev: &KernelEvent,
+        resolve: &mut dyn FnMut(u64) -> Option<CgroupEntry>,
+        out: &mut Vec<PodLifecycleEvent>,
+    ) -> Applied {
+        match ev {
+            KernelEvent::CgroupMkdir(c) => self.mkdir(c, out),
+            KernelEvent::CgroupRmdir(c) => self.rmdir(c, out),
+            KernelEvent::CgroupEmpty(c) => self.empty(c, out),
+            KernelEvent::Exec(e) => {
+                self.with_container(e.task.cgroup_id, resolve, out, |m, id, out| {
+                    m.exec(id, e, out)
+                })
+            }
+            KernelEvent::Exit(e) => {
+                self.with_container(e.task.cgroup_id, resolve, out, |m, id, out| {
+                    m.exit(id, e, out)
+                })
+            }
+            KernelEvent::OomKill(o) => {
+                self.with_container(o.victim.cgroup_id, resolve, out, |m, id, out| {
+                    m.oom(id, o, out)
+                })
+            }
+            KernelEvent::Lost { at, .. } => {
+                // Whatever the lost records said is unknown: every pod must be re-read.
+                for uid in self.pods.keys() {
+                    out.push(pod_sync(*uid, *at));
+                }
+                Applied::Done
+            }
+        }
+    }
+
+    fn with_container(
+        &mut self,
+        cgroup_id: u64,
+        resolve: &mut dyn FnMut(u64) -> Option<CgroupEntry>,
+        out: &mut Vec<PodLifecycleEvent>,
+        f: impl FnOnce(&mut Self, ContainerId, &mut Vec<PodLifecycleEvent>) -> Applied,
+    ) -> Applied {
+        let owner = match self.by_cgroup.get(&cgroup_id) {
+            Some(o) => *o,
+            None => match resolve(cgroup_id) {
+                Some(entry) => self.learn(cgroup_id, &entry, None, out),
+                None => return Applied::UnknownCgroup(cgroup_id),
+            },
+        };
+        match owner {
+            Owner::Container(id) => f(self, id, out),
+            Owner::Pod(_) | Owner::Other => Applied::NotAContainer,
+        }
+    }
+
+    /// Records what a cgroup is, creating its pod and container as needed.
+    fn learn(
+        &mut self,
+        cgroup_id: u64,
+        entry: &CgroupEntry,
+        at: Option<BootNs>,
+        out: &mut Vec<PodLifecycleEvent>,
+    ) -> Owner {
+        let owner = match &entry.kind {
+            CgroupKind::Pod(p) => {
+                self.pod_entry(p).cgroup_id = Some(cgroup_id);
+                Owner::Pod(p.uid)
+            }
+            CgroupKind::Container(c) => {
+                self.container_entry(c, cgroup_id, &entry.path, at, out);
+                Owner::Container(c.id)
+            }
+            _ => Owner::Other,
+        };
+        self.by_cgroup.insert(cgroup_id, owner);
+        owner
+    }
+
+    fn pod_entry(&mut self, p: &PodRef) -> &mut PodRecord {
+        self.pods.entry(p.uid).or_insert_with(|| PodRecord {
+            uid: p.uid,
+            qos: p.qos,
+            driver: p.driver,
+            cgroup_id: None,
+            containers: Vec::new(),
+            last_oom: None,
+        })
+    }
+
+    /// The container of `c`; a new one is `Created` and reported as ContainerChanged (kubelet's
+    /// PLEG reports a created container so). A nested cgroup maps to its container.
+    fn container_entry(
+        &mut self,
+        c: &ContainerRef,
+        cgroup_id: u64,
+        path: &Arc<str>,
+        at: Option<BootNs>,
+        out: &mut Vec<PodLifecycleEvent>,
+    ) {
+        if let Some(rec) = self.containers.get_mut(&c.id) {
+            if c.nested {
+                if !rec.nested.contains(&cgroup_id) {
+                    rec.nested.push(cgroup_id);
+                }
+            } else if rec.cgroup_id != cgroup_id {
+                // Same id, new cgroup: the old one's rmdir was missed. Keep the newest.
+                rec.cgroup_id = cgroup_id;
+                rec.cgroup_path = Arc::clone(path);
+            }
+            return;
+        }
+        let pod = self.pod_entry(&c.pod);
+        pod.containers.push(c.id);
+        let own_path: Arc<str> = if c.nested {
+            Arc::from(c.cgroup_path())
+        } else {
+            Arc::clone(path)
+        };
+        let rec = ContainerRecord {
+            id: c.id,
+            pod: c.pod.uid,
+            runtime: c.runtime,
+            // For a nested cgroup seen first, the container's own id is learned at its own event.
+            cgroup_id: if c.nested { 0 } else { cgroup_id },
+            cgroup_path: own_path,
+            state: ContainerState::Created,
+            init_pid: None,
+            init_comm: None,
+            started_at: None,
+            finished_at: None,
+            exit: None,
+            oom_kills: 0,
+            last_oom: None,
+            init_oom_killed: false,
+            nested: if c.nested {
+                vec![cgroup_id]
+            } else {
+                Vec::new()
+            },
+        };
+        out.push(event(
+            &rec,
+            PlegEventType::ContainerChanged,
+            at.unwrap_or_default(),
+            PlegData::None,
+        ));
+        self.containers.insert(c.id, rec);
+    }
+
+    fn mkdir(&mut self, c: &CgroupChange, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let entry = CgroupEntry::new(&c.path);
+        match self.learn(c.id, &entry, Some(c.at), out) {
+            Owner::Other => Applied::NotAContainer,
+            _ => Applied::Done,
+        }
+    }
+
+    fn exec(&mut self, id: ContainerId, e: &Exec, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let Some(rec) = self.containers.get_mut(&id) else {
+            return Applied::Late;
+        };
+        match rec.state {
+            // The first program exec'd inside the container's cgroup is its init (runc execs
+            // `runc init` before joining the cgroup, so that one is never seen here).
+            ContainerState::Created | ContainerState::Unknown => {
+                rec.state = ContainerState::Running;
+                rec.init_pid = Some(e.task.tgid);
+                rec.init_comm = Some(e.task.comm);
+                rec.started_at = Some(e.at);
+                out.push(event(
+                    rec,
+                    PlegEventType::ContainerStarted,
+                    e.at,
+                    PlegData::Started {
+                        pid: e.task.tgid,
+                        comm: e.task.comm,
+                    },
+                ));
+                Applied::Done
+            }
+            ContainerState::Running => {
+                // The init exec'ing again keeps its pid but changes its name.
+                if rec.init_pid == Some(e.task.tgid) {
+                    rec.init_comm = Some(e.task.comm);
+                }
+                Applied::Done
+            }
+            ContainerState::Exited => Applied::Late,
+        }
+    }
+
+    fn exit(&mut self, id: ContainerId, e: &Exit, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let Some(rec) = self.containers.get_mut(&id) else {
+            return Applied::Late;
+        };
+        if !e.group_dead {
+            return Applied::Done;
+        }
+        let is_init = match rec.state {
+            ContainerState::Running => rec.init_pid == Some(e.task.tgid),
+            // Died before any exec was seen (runc init failed to exec, or the exec record was
+            // lost): the only process a fresh container has is its init.
+            ContainerState::Created => true,
+            ContainerState::Unknown => false,
+            ContainerState::Exited => return Applied::Late,
+        };
+        if !is_init {
+            return Applied::Done;
+        }
+        let exit = ContainerExit {
+            status: Some(e.status),
+            reason: ExitReason::of(e.status, rec.init_oom_killed),
+            pid: Some(e.task.tgid),
+            comm: rec.init_comm.or(Some(e.task.comm)),
+        };
+        Self::died(rec, exit, e.at, out);
+        Applied::Done
+    }
+
+    fn died(
+        rec: &mut ContainerRecord,
+        exit: ContainerExit,
+        at: BootNs,
+        out: &mut Vec<PodLifecycleEvent>,
+    ) {
+        rec.state = ContainerState::Exited;
+        rec.finished_at = Some(at);
+        rec.exit = Some(exit.clone());
+        out.push(event(
+            rec,
+            PlegEventType::ContainerDied,
+            at,
+            PlegData::Died(exit),
+        ));
+    }
+
+    fn oom(&mut self, id: ContainerId, o: &OomKill, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let Some(rec) = self.containers.get_mut(&id) else {
+            return Applied::Late;
+        };
+        rec.oom_kills += 1;
+        if rec.init_pid == Some(o.victim.tgid) || rec.state == ContainerState::Created {
+            rec.init_oom_killed = true;
+        }
+        let boxed = Box::new(o.clone());
+        rec.last_oom = Some(boxed.clone());
+        out.push(event(
+            rec,
+            PlegEventType::OomKill,
+            o.at,
+            PlegData::Oom(boxed.clone()),
+        ));
+        let pod = rec.pod;
+        if let Some(p) = self.pods.get_mut(&pod) {
+            p.last_oom = Some(boxed);
+        }
+        Applied::Done
+    }
+
+    /// The cgroup's last process left. For a container whose init's exit was never seen, this is
+    /// the last word on its death.
+    fn empty(&mut self, c: &CgroupChange, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let Some(Owner::Container(id)) = self.by_cgroup.get(&c.id).copied() else {
+            return Applied::NotAContainer;
+        };
+        let Some(rec) = self.containers.get_mut(&id) else {
+            return Applied::Late;
+        };
+        // Only the container's own cgroup counts: a nested one emptying says nothing.
+        if rec.cgroup_id == c.id && matches!(rec.state, ContainerState::Running) {
+            Self::died(rec, lost_exit(rec), c.at, out);
+        }
+        Applied::Done
+    }
+
+    fn rmdir(&mut self, c: &CgroupChange, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        match self.by_cgroup.remove(&c.id) {
+            Some(Owner::Container(id)) => {
+                let Some(rec) = self.containers.get_mut(&id) else {
+                    return Applied::Late;
+                };
+                if rec.cgroup_id != c.id {
+                    rec.nested.retain(|n| *n != c.id);
+                    return Applied::Done;
+                }
+                // kubelet's PLEG: a running container that vanished is reported dead, then removed.
+                if matches!(rec.state, ContainerState::Running | ContainerState::Created) {
+                    Self::died(rec, lost_exit(rec), c.at, out);
+                }
+                let rec = self.containers.remove(&id).expect("present");
+                for n in &rec.nested {
+                    self.by_cgroup.remove(n);
+                }
+                out.push(event(
+                    &rec,
+                    PlegEventType::ContainerRemoved,
+                    c.at,
+                    PlegData::None,
+                ));
+                if let Some(p) = self.pods.get_mut(&rec.pod) {
+                    p.containers.retain(|x| *x != id);
+                }
+                Applied::Done
+            }
+            Some(Owner::Pod(uid)) => {
+                if let Some(pod) = self.pods.remove(&uid) {
+                    for id in pod.containers {
+                        if let Some(rec) = self.containers.remove(&id) {
+                            self.by_cgroup.remove(&rec.cgroup_id);
+                            for n in &rec.nested {
+                                self.by_cgroup.remove(n);
+                            }
+                        }
+                    }
+                }
+                out.push(pod_sync(uid, c.at));
+                Applied::Done
+            }
+            Some(Owner::Other) => Applied::NotAContainer,
+            None => Applied::Late,
+        }
+    }
+
+    /// Brings the model in line with a fresh walk of the cgroup tree: at start (initial sync,
+    /// containers started before the agent) and after events were lost.
+    pub fn resync(&mut self, scan: &Scan, at: BootNs, out: &mut Vec<PodLifecycleEvent>) {
+        let mut seen: HashMap<ContainerId, (u64, Option<u32>, bool)> = HashMap::new();
+        for sc in &scan.cgroups {
+            let entry = CgroupEntry {
+                path: Arc::from(sc.path.as_str()),
+                kind: sc.kind,
+            };
+            match &sc.kind {
+                CgroupKind::Pod(_) => {
+                    self.learn(sc.id, &entry, Some(at), out);
+                }
+                CgroupKind::Container(c) => {
+                    let known = self.containers.contains_key(&c.id);
+                    self.learn(sc.id, &entry, Some(at), out);
+                    if !c.nested {
+                        let s = seen.entry(c.id).or_insert((sc.id, None, known));
+                        s.0 = sc.id;
+                        s.1 = sc.init_pid.or(s.1);
+                    } else {
+                        let s = seen.entry(c.id).or_insert((0, None, known));
+                        s.1 = s.1.or(sc.init_pid);
+                    }
+                }
+                _ => {
+                    self.by_cgroup.insert(sc.id, Owner::Other);
+                }
+            }
+        }
+        for (id, (_, init, was_known)) in &seen {
+            let rec = self.containers.get_mut(id).expect("learned above");
+            match (rec.state, init) {
+                (ContainerState::Created | ContainerState::Unknown, Some(pid)) => {
+                    rec.state = ContainerState::Running;
+                    rec.init_pid = Some(*pid);
+                    rec.init_comm = comm_of(*pid);
+                    rec.started_at = rec.started_at.or(Some(at));
+                    let comm = rec.init_comm.unwrap_or_default();
+                    out.push(event(
+                        rec,
+                        PlegEventType::ContainerStarted,
+                        at,
+                        PlegData::Started { pid: *pid, comm },
+                    ));
+                }
+                (ContainerState::Running, None) => Self::died(rec, lost_exit(rec), at, out),
+                (ContainerState::Created, None) if !was_known => {
+                    // No process, no history: created-not-started or exited before we looked.
+                    rec.state = ContainerState::Unknown;
+                }
+                _ => {}
+            }
+        }
+        // Containers whose cgroup is gone.
+        let gone: Vec<ContainerId> = self
+            .containers
+            .keys()
+            .filter(|id| !seen.contains_key(*id))
+            .copied()
+            .collect();
+        for id in gone {
+            let cgroup_id = self.containers[&id].cgroup_id;
+            let change = CgroupChange {
+                at,
+                id: cgroup_id,
+                level: 0,
+                hierarchy: 0,
+                path: String::new(),
+            };
+            self.by_cgroup.insert(cgroup_id, Owner::Container(id));
+            self.rmdir(&change, out);
+        }
+        let live_pods: std::collections::HashSet<PodUid> = scan
+            .cgroups
+            .iter()
+            .filter_map(|c| c.kind.pod().map(|p| p.uid))
+            .collect();
+        let gone_pods: Vec<(PodUid, Option<u64>)> = self
+            .pods
+            .values()
+            .filter(|p| !live_pods.contains(&p.uid))
+            .map(|p| (p.uid, p.cgroup_id))
+            .collect();
+        for (uid, cgroup_id) in gone_pods {
+            let change = CgroupChange {
+                at,
+                id: cgroup_id.unwrap_or(0),
+                level: 0,
+                hierarchy: 0,
+                path: String::new(),
+            };
+            self.by_cgroup.insert(change.id, Owner::Pod(uid));
+            self.rmdir(&change, out);
+        }
+    }
+
+    /// Cgroup ids the model maps (containers, nested, pods, and known non-containers).
+    pub fn cgroups_tracked(&self) -> usize {
+        self.by_cgroup.len()
+    }
+}
+
+fn lost_exit(rec: &ContainerRecord) -> ContainerExit {
+    ContainerExit {
+        status: None,
+        reason: ExitReason::Unknown,
+        pid: rec.init_pid,
+        comm: rec.init_comm,
+    }
+}
+
+fn comm_of(pid: u32) -> Option<Comm> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| Comm::from(c.trim_end()))
+}
+
+fn event(
+    rec: &ContainerRecord,
+    kind: PlegEventType,
+    at: BootNs,
+    data: PlegData,
+) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        pod_uid: rec.pod,
+        kind,
+        container_id: Some(rec.id),
+        runtime: rec.runtime,
+        at,
+        data,
+    }
+}
+
+fn pod_sync(uid: PodUid, at: BootNs) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        pod_uid: uid,
+        kind: PlegEventType::PodSync,
+        container_id: None,
+        runtime: None,
+        at,
+        data: PlegData::None,
+    }
+}

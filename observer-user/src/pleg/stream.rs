@@ -1,0 +1,228 @@
+//! A bounded queue of lifecycle events between the PLEG and its consumer. A consumer that lags
+//! never makes the PLEG block or grow without bound, and never silently loses a pod's state: once
+//! the queue is full, a pod's further events are coalesced into one PodSync for that pod, which
+//! the consumer receives after the pod's events that did fit (so per-container order holds).
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use tokio::sync::Notify;
+
+use super::event::{PlegData, PlegEventType, PodLifecycleEvent};
+use crate::{cgroup::PodUid, kernel::BootNs};
+
+struct Inner {
+    queue: VecDeque<PodLifecycleEvent>,
+    /// Pods with coalesced events, in the order they overflowed, and the newest time of each.
+    coalesced: VecDeque<(PodUid, BootNs)>,
+    coalesced_set: HashSet<PodUid>,
+    closed: bool,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    notify: Notify,
+    capacity: usize,
+    /// Events folded into a PodSync because the consumer lagged.
+    lagged: AtomicU64,
+    senders: AtomicUsize,
+}
+
+pub struct PlegSender(Arc<Shared>);
+
+impl Clone for PlegSender {
+    fn clone(&self) -> Self {
+        self.0.senders.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(&self.0))
+    }
+}
+
+pub struct PlegReceiver(Arc<Shared>);
+
+pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
+    let shared = Arc::new(Shared {
+        inner: Mutex::new(Inner {
+            queue: VecDeque::with_capacity(capacity.min(4096)),
+            coalesced: VecDeque::new(),
+            coalesced_set: HashSet::new(),
+            closed: false,
+        }),
+        notify: Notify::new(),
+        capacity: capacity.max(1),
+        lagged: AtomicU64::new(0),
+        senders: AtomicUsize::new(1),
+    });
+    (PlegSender(Arc::clone(&shared)), PlegReceiver(shared))
+}
+
+impl PlegSender {
+    /// Never blocks.
+    pub fn send(&self, ev: PodLifecycleEvent) {
+        let mut inner = self.0.inner.lock().expect("pleg queue lock");
+        if inner.coalesced_set.contains(&ev.pod_uid) {
+            // Already behind for this pod: later events must not overtake the pending sync.
+            self.0.lagged.fetch_add(1, Ordering::Relaxed);
+            if let Some(slot) = inner
+                .coalesced
+                .iter_mut()
+                .find(|(uid, _)| *uid == ev.pod_uid)
+            {
+                slot.1 = slot.1.max(ev.at);
+            }
+        } else if inner.queue.len() >= self.0.capacity {
+            self.0.lagged.fetch_add(1, Ordering::Relaxed);
+            inner.coalesced_set.insert(ev.pod_uid);
+            inner.coalesced.push_back((ev.pod_uid, ev.at));
+        } else {
+            inner.queue.push_back(ev);
+        }
+        drop(inner);
+        self.0.notify.notify_one();
+    }
+
+    pub fn lagged(&self) -> u64 {
+        self.0.lagged.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for PlegSender {
+    fn drop(&mut self) {
+        // The last sender closes the stream.
+        if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.inner.lock().expect("pleg queue lock").closed = true;
+            self.0.notify.notify_one();
+        }
+    }
+}
+
+impl PlegReceiver {
+    /// The next event; `None` once every sender is gone and the queue is drained.
+    pub async fn recv(&mut self) -> Option<PodLifecycleEvent> {
+        loop {
+            if let Some(ev) = self.try_recv() {
+                return Some(ev);
+            }
+            if self.0.inner.lock().expect("pleg queue lock").closed {
+                return self.try_recv();
+            }
+            self.0.notify.notified().await;
+        }
+    }
+
+    pub fn try_recv(&mut self) -> Option<PodLifecycleEvent> {
+        let mut inner = self.0.inner.lock().expect("pleg queue lock");
+        if let Some(ev) = inner.queue.pop_front() {
+            return Some(ev);
+        }
+        let (uid, at) = inner.coalesced.pop_front()?;
+        inner.coalesced_set.remove(&uid);
+        Some(PodLifecycleEvent {
+            pod_uid: uid,
+            kind: PlegEventType::PodSync,
+            container_id: None,
+            runtime: None,
+            at,
+            data: PlegData::None,
+        })
+    }
+
+    /// Events folded into PodSyncs so far because this receiver lagged.
+    pub fn lagged(&self) -> u64 {
+        self.0.lagged.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.inner.lock().expect("pleg queue lock").queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::ContainerId;
+
+    fn uid(n: u8) -> PodUid {
+        PodUid::parse(&format!("{:08x}-0000-0000-0000-000000000000", n)).unwrap()
+    }
+
+    fn ev(pod: u8, kind: PlegEventType, at: u64) -> PodLifecycleEvent {
+        let id = ContainerId::parse(&format!("{:064x}", pod)).unwrap();
+        PodLifecycleEvent {
+            pod_uid: uid(pod),
+            kind,
+            container_id: Some(id),
+            runtime: None,
+            at: BootNs(at),
+            data: PlegData::None,
+        }
+    }
+
+    #[test]
+    fn in_order_under_capacity() {
+        let (tx, mut rx) = channel(8);
+        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
+        tx.send(ev(1, PlegEventType::ContainerDied, 2));
+        assert_eq!(rx.try_recv().unwrap().kind, PlegEventType::ContainerStarted);
+        assert_eq!(rx.try_recv().unwrap().kind, PlegEventType::ContainerDied);
+        assert!(rx.try_recv().is_none());
+        assert_eq!(rx.lagged(), 0);
+    }
+
+    #[test]
+    fn overflow_coalesces_per_pod_and_keeps_order() {
+        let (tx, mut rx) = channel(2);
+        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
+        tx.send(ev(2, PlegEventType::ContainerStarted, 2));
+        // Full: pod 1's death and pod 3's start are coalesced.
+        tx.send(ev(1, PlegEventType::ContainerDied, 3));
+        tx.send(ev(3, PlegEventType::ContainerStarted, 4));
+        tx.send(ev(1, PlegEventType::ContainerRemoved, 5));
+        assert_eq!(tx.lagged(), 3);
+        let a = rx.try_recv().unwrap();
+        assert_eq!(
+            (a.pod_uid, a.kind),
+            (uid(1), PlegEventType::ContainerStarted)
+        );
+        // Room again, but pod 1 is behind: its new events wait behind its sync.
+        tx.send(ev(1, PlegEventType::ContainerStarted, 6));
+        tx.send(ev(2, PlegEventType::ContainerDied, 7));
+        let got: Vec<_> = std::iter::from_fn(|| rx.try_recv())
+            .map(|e| (e.pod_uid, e.kind, e.at))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (uid(2), PlegEventType::ContainerStarted, BootNs(2)),
+                (uid(2), PlegEventType::ContainerDied, BootNs(7)),
+                (uid(1), PlegEventType::PodSync, BootNs(6)),
+                (uid(3), PlegEventType::PodSync, BootNs(4)),
+            ]
+        );
+        assert_eq!(rx.lagged(), 4);
+    }
+
+    #[tokio::test]
+    async fn recv_wakes_and_ends_when_senders_drop() {
+        let (tx, mut rx) = channel(4);
+        let tx2 = tx.clone();
+        let task = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            tx2.send(ev(1, PlegEventType::ContainerStarted, 1));
+        });
+        assert_eq!(
+            rx.recv().await.unwrap().kind,
+            PlegEventType::ContainerStarted
+        );
+        task.await.unwrap();
+        drop(tx);
+        assert!(rx.recv().await.is_none());
+    }
+}

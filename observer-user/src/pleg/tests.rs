@@ -1,0 +1,557 @@
+//! The PLEG state machine from synthetic kernel events, including the racy orders the kernel and
+//! the runtime can produce.
+use std::path::PathBuf;
+
+use super::*;
+use crate::{
+    cgroup::{
+        container_cgroup_path, pod_cgroup_path, CgroupDriver, CgroupVersion, ContainerId,
+        HierarchyMount, PodUid, Qos, Runtime, ScanStats, ScannedCgroup,
+    },
+    kernel::{CgroupChange, Comm, Exec, Exit, OomKill, OomMemory, Task, WaitStatus},
+};
+
+const UID: &str = "0f3c4a2e-1b7d-4c8e-9a6f-2d5b8e1c7a90";
+const UID2: &str = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+
+fn cid(n: u32) -> ContainerId {
+    ContainerId::parse(&format!("{n:064x}")).unwrap()
+}
+
+fn pod_path(uid: &str) -> String {
+    pod_cgroup_path(
+        CgroupDriver::Systemd,
+        Qos::Burstable,
+        &PodUid::parse(uid).unwrap(),
+    )
+}
+
+fn ctr_path(uid: &str, n: u32) -> String {
+    container_cgroup_path(
+        CgroupDriver::Systemd,
+        Qos::Burstable,
+        &PodUid::parse(uid).unwrap(),
+        Runtime::Containerd,
+        &cid(n),
+    )
+}
+
+/// A PLEG whose index cannot ask a kernel: unknown ids stay unknown.
+fn pleg(capacity: usize) -> (Pleg, PlegReceiver) {
+    let mount = HierarchyMount {
+        version: CgroupVersion::V2,
+        mount_point: PathBuf::from("/nonexistent-cgroup-mount"),
+        root: "/".into(),
+    };
+    let (tx, rx) = channel(capacity);
+    (Pleg::new(CgroupIndex::new(mount), tx), rx)
+}
+
+fn change(id: u64, path: &str, at: u64) -> CgroupChange {
+    CgroupChange {
+        at: BootNs(at),
+        id,
+        level: path.matches('/').count() as u32,
+        hierarchy: 0,
+        path: path.to_string(),
+    }
+}
+
+fn mkdir(id: u64, path: &str, at: u64) -> KernelEvent {
+    KernelEvent::CgroupMkdir(change(id, path, at))
+}
+
+fn rmdir(id: u64, path: &str, at: u64) -> KernelEvent {
+    KernelEvent::CgroupRmdir(change(id, path, at))
+}
+
+fn empty(id: u64, path: &str, at: u64) -> KernelEvent {
+    KernelEvent::CgroupEmpty(change(id, path, at))
+}
+
+fn task(pid: u32, cgroup_id: u64, comm: &str) -> Task {
+    Task {
+        pid,
+        tgid: pid,
+        ppid: 1,
+        comm: Comm::from(comm),
+        cgroup_id,
+    }
+}
+
+fn exec(pid: u32, cgroup_id: u64, comm: &str, at: u64) -> KernelEvent {
+    KernelEvent::Exec(Exec {
+        at: BootNs(at),
+        task: task(pid, cgroup_id, comm),
+        old_pid: pid,
+        filename: format!("/bin/{comm}"),
+    })
+}
+
+fn exit(pid: u32, cgroup_id: u64, status: WaitStatus, at: u64) -> KernelEvent {
+    KernelEvent::Exit(Exit {
+        at: BootNs(at),
+        task: task(pid, cgroup_id, "x"),
+        status,
+        group_dead: true,
+    })
+}
+
+fn oom(pid: u32, cgroup_id: u64, comm: &str, at: u64) -> KernelEvent {
+    KernelEvent::OomKill(OomKill {
+        at: BootNs(at),
+        marked_at: BootNs(at - 1),
+        victim: task(pid, cgroup_id, comm),
+        victim_comm: Comm::from(comm),
+        memory: OomMemory {
+            anon_rss_kb: Some(32768),
+            ..Default::default()
+        },
+        oom_score_adj: Some(999),
+        trigger_pid: pid,
+        trigger_tgid: pid,
+        trigger_cgroup_id: cgroup_id,
+    })
+}
+
+fn drain(rx: &mut PlegReceiver) -> Vec<PodLifecycleEvent> {
+    std::iter::from_fn(|| rx.try_recv()).collect()
+}
+
+fn kinds(evs: &[PodLifecycleEvent]) -> Vec<PlegEventType> {
+    evs.iter().map(|e| e.kind).collect()
+}
+
+use PlegEventType::*;
+
+/// Pod with one container (cgroup ids 10 and 11), created.
+fn setup(p: &mut Pleg) {
+    p.handle(mkdir(10, &pod_path(UID), 1));
+    p.handle(mkdir(11, &ctr_path(UID, 1), 2));
+}
+
+#[test]
+fn lifecycle_of_a_container_that_completes() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(exec(200, 11, "sh", 4)); // kubectl exec: not the init
+    p.handle(exit(200, 11, WaitStatus::exited(1), 5));
+    p.handle(exit(100, 11, WaitStatus::exited(0), 6));
+    p.handle(empty(11, &ctr_path(UID, 1), 7));
+    p.handle(rmdir(11, &ctr_path(UID, 1), 8));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [
+            ContainerChanged,
+            ContainerStarted,
+            ContainerDied,
+            ContainerRemoved
+        ]
+    );
+    assert!(evs
+        .iter()
+        .all(|e| e.pod_uid.as_str() == UID && e.container_id == Some(cid(1))));
+    assert_eq!(
+        evs[1].data,
+        PlegData::Started {
+            pid: 100,
+            comm: Comm::from("app")
+        }
+    );
+    let died = evs[2].exit().unwrap();
+    assert_eq!(
+        (died.reason, died.exit_code(), died.pid),
+        (ExitReason::Completed, 0, Some(100))
+    );
+    assert_eq!(died.comm, Some(Comm::from("app")));
+    assert_eq!(evs[2].at, BootNs(6));
+    assert_eq!(evs[1].runtime, Some(Runtime::Containerd));
+    assert!(
+        p.model().container(&cid(1)).is_none(),
+        "removed containers are forgotten"
+    );
+    assert_eq!(p.stats().late, 0);
+}
+
+#[test]
+fn exit_codes_and_signals() {
+    for (status, reason, code) in [
+        (WaitStatus::exited(3), ExitReason::Error, 3),
+        (WaitStatus::signaled(9, false), ExitReason::Error, 137),
+        (WaitStatus::signaled(11, true), ExitReason::Error, 139),
+        (WaitStatus::exited(0), ExitReason::Completed, 0),
+    ] {
+        let (mut p, mut rx) = pleg(64);
+        setup(&mut p);
+        p.handle(exec(100, 11, "app", 3));
+        p.handle(exit(100, 11, status, 4));
+        let evs = drain(&mut rx);
+        let died = evs.last().unwrap().exit().unwrap();
+        assert_eq!(
+            (died.reason, died.exit_code(), died.status),
+            (reason, code, Some(status))
+        );
+    }
+}
+
+#[test]
+fn oom_kill_of_the_init_is_oomkilled() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(oom(100, 11, "app", 5));
+    p.handle(exit(100, 11, WaitStatus::signaled(9, false), 6));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, OomKill, ContainerDied]
+    );
+    assert_eq!(evs[2].oom().unwrap().victim.pid, 100);
+    let died = evs[3].exit().unwrap();
+    assert_eq!(
+        (died.reason, died.exit_code()),
+        (ExitReason::OomKilled, 137)
+    );
+}
+
+#[test]
+fn oom_kill_of_a_child_leaves_the_container_running_and_a_later_clean_exit_completed() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(exec(101, 11, "worker", 4));
+    p.handle(oom(101, 11, "worker", 5));
+    p.handle(exit(101, 11, WaitStatus::signaled(9, false), 6));
+    let evs = drain(&mut rx);
+    assert_eq!(kinds(&evs), [ContainerChanged, ContainerStarted, OomKill]);
+    let rec = p.model().container(&cid(1)).unwrap();
+    assert_eq!(rec.state, ContainerState::Running);
+    assert_eq!(rec.oom_kills, 1);
+    assert_eq!(
+        rec.last_oom.as_ref().unwrap().victim_comm.as_str(),
+        "worker"
+    );
+    assert_eq!(
+        p.model()
+            .pod(&PodUid::parse(UID).unwrap())
+            .unwrap()
+            .last_oom
+            .as_ref()
+            .unwrap()
+            .victim
+            .pid,
+        101
+    );
+    // containerd would call this OOMKilled with exit code 0 (kubernetes#104454); the truth is
+    // Completed, with the child's kill kept as evidence.
+    p.handle(exit(100, 11, WaitStatus::exited(0), 7));
+    let died = drain(&mut rx);
+    assert_eq!(died[0].exit().unwrap().reason, ExitReason::Completed);
+    assert_eq!(
+        p.model()
+            .container(&cid(1))
+            .unwrap()
+            .last_oom
+            .as_ref()
+            .unwrap()
+            .victim
+            .pid,
+        101
+    );
+}
+
+#[test]
+fn exit_seen_before_the_mkdir_is_held_and_replayed() {
+    let (mut p, mut rx) = pleg(64);
+    p.handle(mkdir(10, &pod_path(UID), 1));
+    // The container's exec and exit arrive before its mkdir was processed.
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(exit(100, 11, WaitStatus::exited(2), 4));
+    assert_eq!(p.held(), 2);
+    assert!(drain(&mut rx).is_empty());
+    p.handle(mkdir(11, &ctr_path(UID, 1), 2));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
+    assert_eq!(evs[2].exit().unwrap().exit_code(), 2);
+    assert_eq!(
+        (p.held(), p.stats().replayed, p.stats().unattributed),
+        (0, 2, 0)
+    );
+}
+
+#[test]
+fn events_for_a_cgroup_that_never_appears_expire_and_are_counted() {
+    let (mut p, mut rx) = pleg(64);
+    p.handle(exit(100, 77, WaitStatus::exited(0), 1_000));
+    assert_eq!(p.held(), 1);
+    // Time passes (any later event carries the clock).
+    p.handle(mkdir(10, &pod_path(UID), 1_000 + ORPHAN_TTL_NS + 1));
+    assert_eq!((p.held(), p.stats().unattributed), (0, 1));
+    assert!(drain(&mut rx).is_empty());
+}
+
+#[test]
+fn pid_reuse_across_containers() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(mkdir(12, &ctr_path(UID, 2), 2));
+    p.handle(exec(100, 11, "first", 3));
+    p.handle(exit(100, 11, WaitStatus::exited(1), 4));
+    // The pid is reused by the second container's init; the first one's record is untouched.
+    p.handle(exec(100, 12, "second", 5));
+    p.handle(exit(100, 12, WaitStatus::exited(0), 6));
+    // A stray exec in the dead container's cgroup (runc re-exec) does not revive it.
+    p.handle(exec(100, 11, "runc", 7));
+    let evs = drain(&mut rx);
+    let deaths: Vec<_> = evs
+        .iter()
+        .filter(|e| e.kind == ContainerDied)
+        .map(|e| (e.container_id.unwrap(), e.exit().unwrap().exit_code()))
+        .collect();
+    assert_eq!(deaths, [(cid(1), 1), (cid(2), 0)]);
+    assert_eq!(
+        p.model().container(&cid(1)).unwrap().state,
+        ContainerState::Exited
+    );
+    assert_eq!(p.stats().late, 1);
+}
+
+#[test]
+fn start_and_death_within_a_millisecond() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "true", 1_000_000));
+    p.handle(exit(100, 11, WaitStatus::exited(0), 1_000_400));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
+    assert_eq!(evs[2].at.0 - evs[1].at.0, 400);
+}
+
+#[test]
+fn death_without_exec_is_the_init_dying() {
+    // runc init joined the cgroup but its exec never happened (bad entrypoint) or was lost.
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exit(100, 11, WaitStatus::exited(127), 3));
+    let evs = drain(&mut rx);
+    assert_eq!(kinds(&evs), [ContainerChanged, ContainerDied]);
+    assert_eq!(evs[1].exit().unwrap().exit_code(), 127);
+}
+
+#[test]
+fn events_for_a_removed_cgroup_are_late() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(exit(100, 11, WaitStatus::exited(0), 4));
+    p.handle(rmdir(11, &ctr_path(UID, 1), 5));
+    drain(&mut rx);
+    p.handle(exit(300, 11, WaitStatus::exited(0), 6));
+    p.handle(oom(300, 11, "late", 7));
+    assert!(drain(&mut rx).is_empty());
+    assert_eq!((p.stats().late, p.held()), (2, 0));
+}
+
+#[test]
+fn lost_exit_is_reported_when_the_cgroup_empties_or_vanishes() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(mkdir(12, &ctr_path(UID, 2), 2));
+    p.handle(exec(100, 11, "a", 3));
+    p.handle(exec(200, 12, "b", 3));
+    // Container 1's init exit was lost; its cgroup emptied.
+    p.handle(empty(11, &ctr_path(UID, 1), 5));
+    // Container 2's exit and empty were both lost; its cgroup was removed.
+    p.handle(rmdir(12, &ctr_path(UID, 2), 6));
+    let evs = drain(&mut rx);
+    let tail: Vec<_> = evs
+        .iter()
+        .skip(4)
+        .map(|e| {
+            (
+                e.container_id.unwrap(),
+                e.kind,
+                e.exit().map(|x| (x.reason, x.exit_code())),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            (cid(1), ContainerDied, Some((ExitReason::Unknown, 137))),
+            (cid(2), ContainerDied, Some((ExitReason::Unknown, 137))),
+            (cid(2), ContainerRemoved, None),
+        ]
+    );
+}
+
+#[test]
+fn lost_records_resync_every_pod() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(mkdir(20, &pod_path(UID2), 3));
+    drain(&mut rx);
+    p.handle(KernelEvent::Lost {
+        at: BootNs(9),
+        records: 5,
+    });
+    let evs = drain(&mut rx);
+    assert_eq!(kinds(&evs), [PodSync, PodSync]);
+    assert!(p.needs_resync());
+    assert_eq!(p.stats().lost_records, 5);
+}
+
+#[test]
+fn nested_cgroups_belong_to_their_container() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    let nested = format!("{}/init.scope", ctr_path(UID, 1));
+    p.handle(mkdir(13, &nested, 3));
+    p.handle(exec(100, 13, "systemd", 4));
+    p.handle(exit(100, 13, WaitStatus::exited(0), 5));
+    p.handle(rmdir(13, &nested, 6));
+    p.handle(rmdir(11, &ctr_path(UID, 1), 7));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [
+            ContainerChanged,
+            ContainerStarted,
+            ContainerDied,
+            ContainerRemoved
+        ]
+    );
+}
+
+#[test]
+fn conmon_and_system_cgroups_make_no_events() {
+    let (mut p, mut rx) = pleg(64);
+    p.handle(mkdir(10, &pod_path(UID), 1));
+    let conmon = crate::cgroup::conmon_cgroup_path(
+        CgroupDriver::Systemd,
+        Qos::Burstable,
+        &PodUid::parse(UID).unwrap(),
+        &cid(1),
+    );
+    p.handle(mkdir(30, &conmon, 2));
+    p.handle(exec(400, 30, "conmon", 3));
+    p.handle(mkdir(31, "/system.slice/cron.service", 2));
+    p.handle(exec(401, 31, "cron", 3));
+    assert!(drain(&mut rx).is_empty());
+    assert_eq!(p.held(), 0);
+}
+
+#[test]
+fn pod_removal_is_a_pod_sync() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(rmdir(11, &ctr_path(UID, 1), 3));
+    p.handle(rmdir(10, &pod_path(UID), 4));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerDied, ContainerRemoved, PodSync]
+    );
+    assert!(p.model().pod(&PodUid::parse(UID).unwrap()).is_none());
+}
+
+fn scanned(id: u64, path: &str, pids: &[u32], init: Option<u32>) -> ScannedCgroup {
+    ScannedCgroup {
+        id,
+        path: path.to_string(),
+        kind: crate::cgroup::classify(path),
+        pids: pids.to_vec(),
+        init_pid: init,
+    }
+}
+
+fn scan(cgroups: Vec<ScannedCgroup>) -> Scan {
+    Scan {
+        version: CgroupVersion::V2,
+        cgroups,
+        stats: ScanStats::default(),
+    }
+}
+
+#[test]
+fn initial_sync_then_resync_after_loss() {
+    let (mut p, mut rx) = pleg(64);
+    p.resync(&scan(vec![
+        scanned(10, &pod_path(UID), &[100, 200], None),
+        scanned(11, &ctr_path(UID, 1), &[100], Some(100)),
+        scanned(12, &ctr_path(UID, 2), &[], None),
+        scanned(20, &pod_path(UID2), &[300], None),
+        scanned(21, &ctr_path(UID2, 3), &[300], Some(300)),
+    ]));
+    let evs = drain(&mut rx);
+    let started: Vec<_> = evs
+        .iter()
+        .filter(|e| e.kind == ContainerStarted)
+        .map(|e| e.container_id.unwrap())
+        .collect();
+    assert_eq!(started.len(), 2);
+    assert!(started.contains(&cid(1)) && started.contains(&cid(3)));
+    assert_eq!(
+        p.model().container(&cid(2)).unwrap().state,
+        ContainerState::Unknown
+    );
+    assert_eq!(p.model().container(&cid(1)).unwrap().init_pid, Some(100));
+    // Events keep flowing on top of the synced state.
+    p.handle(exit(100, 11, WaitStatus::exited(0), 50));
+    assert_eq!(
+        drain(&mut rx)[0].exit().unwrap().reason,
+        ExitReason::Completed
+    );
+
+    // Later, records were lost meanwhile: container 3 died and pod 2 went away; container 2 started.
+    p.handle(KernelEvent::Lost {
+        at: BootNs(60),
+        records: 100,
+    });
+    drain(&mut rx);
+    p.resync(&scan(vec![
+        scanned(10, &pod_path(UID), &[200], None),
+        scanned(11, &ctr_path(UID, 1), &[], None),
+        scanned(12, &ctr_path(UID, 2), &[200], Some(200)),
+    ]));
+    let evs = drain(&mut rx);
+    let got: Vec<_> = evs.iter().map(|e| (e.kind, e.container_id)).collect();
+    assert!(got.contains(&(ContainerStarted, Some(cid(2)))), "{got:?}");
+    assert!(got.contains(&(ContainerDied, Some(cid(3)))), "{got:?}");
+    assert!(got.contains(&(ContainerRemoved, Some(cid(3)))), "{got:?}");
+    assert!(got.contains(&(PodSync, None)), "{got:?}");
+    assert!(
+        !got.contains(&(ContainerDied, Some(cid(1)))),
+        "already known dead: {got:?}"
+    );
+    assert!(!p.needs_resync());
+    assert!(p.model().pod(&PodUid::parse(UID2).unwrap()).is_none());
+}
+
+#[test]
+fn a_lagging_consumer_gets_pod_syncs_not_loss() {
+    let (mut p, mut rx) = pleg(3);
+    setup(&mut p); // ContainerChanged
+    for n in 0..50u32 {
+        let pid = 1000 + n;
+        p.handle(mkdir(100 + u64::from(n), &ctr_path(UID2, 100 + n), 10));
+        p.handle(exec(pid, 100 + u64::from(n), "x", 11));
+    }
+    let evs = drain(&mut rx);
+    assert_eq!(
+        evs.len(),
+        4,
+        "3 queued events and one PodSync for the pod that overflowed"
+    );
+    assert_eq!(evs[3].kind, PodSync);
+    assert_eq!(evs[3].pod_uid.as_str(), UID2);
+    assert_eq!(rx.lagged(), 100 - 2);
+}

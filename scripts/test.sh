@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite, as root: installs what is missing, then runs every test of the workspace.
+# Kernel and containerd tests run for real; under CI=true none of them may skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/bootstrap.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Two cores: more test threads only make the containerd tests slower.
+cargo test --workspace --release -- --test-threads="${TEST_THREADS:-4}" "$@"

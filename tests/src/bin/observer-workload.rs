@@ -1,0 +1,110 @@
+//! Processes with exactly known deaths, for the kernel tests: each subcommand ends in one way.
+//!
+//!   exit N            exit(N)
+//!   segv              SIGSEGV with core dumps off
+//!   sleep SECS        sleep, then exit 0
+//!   thread-exit N     a non-leader thread calls exit_group(N) while the leader blocks
+//!   alloc MIB         touch MIB MiB of memory, then keep allocating until killed
+//!   oom-child MIB     fork a child named "oom-victim" that runs `alloc MIB`; wait for it,
+//!                     print how it ended, exit 0
+//!   spin N            fork and reap N short-lived children (a fork/exit storm), exit 0
+use std::{env, process::exit, thread, time::Duration};
+
+fn arg(n: usize) -> u64 {
+    env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or_else(|| {
+        eprintln!("usage: observer-workload <exit N|segv|sleep S|thread-exit N|alloc MIB|oom-child MIB|spin N>");
+        exit(64)
+    })
+}
+
+fn set_comm(name: &str) {
+    let c = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: PR_SET_NAME copies at most 16 bytes from a valid C string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr(), 0, 0, 0) };
+}
+
+fn alloc(mib: u64) -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut total = 0;
+    loop {
+        // Touch every page so the memory is really charged to the cgroup.
+        chunks.push(vec![0xa5; 1 << 20]);
+        total += 1;
+        if total == mib {
+            eprintln!("alloc: {mib} MiB touched, continuing");
+        }
+    }
+}
+
+fn main() {
+    let cmd = env::args().nth(1).unwrap_or_default();
+    match cmd.as_str() {
+        "exit" => exit(arg(2) as i32),
+        "segv" => {
+            let zero = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: plain syscalls with valid arguments. Rust's runtime handles SIGSEGV (stack
+            // overflow detection) and would ignore a raised one, so the default comes back first.
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_CORE, &zero);
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+                libc::raise(libc::SIGSEGV);
+            }
+            exit(70)
+        }
+        "sleep" => {
+            thread::sleep(Duration::from_secs(arg(2)));
+        }
+        "thread-exit" => {
+            let code = arg(2) as i32;
+            thread::spawn(move || {
+                // SAFETY: exit_group ends the whole process; nothing runs after it.
+                unsafe { libc::syscall(libc::SYS_exit_group, code) };
+            });
+            loop {
+                thread::park();
+            }
+        }
+        "alloc" => alloc(arg(2)),
+        "oom-child" => {
+            let mib = arg(2);
+            // SAFETY: the child only calls async-signal-safe prctl/write before its own loop.
+            match unsafe { libc::fork() } {
+                -1 => exit(71),
+                0 => {
+                    set_comm("oom-victim");
+                    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+                    alloc(mib)
+                }
+                child => {
+                    let mut status = 0;
+                    // SAFETY: waiting for our own child.
+                    unsafe { libc::waitpid(child, &mut status, 0) };
+                    println!("child {child} status {status:#x}");
+                    // Stay a little so the test sees the child's death before the parent's exit.
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        "spin" => {
+            for _ in 0..arg(2) {
+                // SAFETY: the child exits at once without touching any lock.
+                match unsafe { libc::fork() } {
+                    -1 => exit(71),
+                    // SAFETY: _exit is async-signal-safe.
+                    0 => unsafe { libc::_exit(0) },
+                    child => {
+                        let mut status = 0;
+                        // SAFETY: waiting for our own child.
+                        unsafe { libc::waitpid(child, &mut status, 0) };
+                    }
+                }
+            }
+        }
+        _ => {
+            arg(usize::MAX);
+        }
+    }
+}

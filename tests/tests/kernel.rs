@@ -1,0 +1,360 @@
+//! The kernel side against the real kernel: real processes in real cgroups, real tracepoints.
+//! Each test watches only its own cgroup, so tests can run in parallel.
+use std::time::Duration;
+
+use observer::kernel::{Exit, KernelEvent, OomKill, ProbeOptions, Watch};
+use observer_tests::kernel::{require_kernel, workload, KernelWatch, TestCgroup};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn exits_of(events: &[KernelEvent], tgid: u32) -> Vec<&Exit> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::Exit(x) if x.task.tgid == tgid => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+fn group_exit(events: &[KernelEvent], tgid: u32) -> Option<&Exit> {
+    exits_of(events, tgid).into_iter().find(|x| x.group_dead)
+}
+
+async fn run_to_exit(cg: &TestCgroup, args: &[&str]) -> (u32, Exit, Vec<KernelEvent>) {
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).expect("load probes");
+    let mut child = cg.spawn(&workload(), args).expect("spawn");
+    let pid = child.id();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .expect("exit event")
+        .to_vec();
+    let _ = child.wait();
+    let exit = group_exit(&events, pid).unwrap().clone();
+    (pid, exit, events)
+}
+
+#[tokio::test]
+async fn exit_code_is_exact() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("exit42").unwrap();
+    let (pid, exit, events) = run_to_exit(&cg, &["exit", "42"]).await;
+    assert_eq!(exit.status.code(), Some(42), "{exit:?}");
+    assert_eq!(exit.status.signal(), None);
+    assert_eq!(exit.status.exit_code(), 42);
+    assert_eq!(exit.task.pid, pid);
+    assert_eq!(exit.task.cgroup_id, cg.id());
+    assert_eq!(
+        exit.task.ppid,
+        std::process::id(),
+        "parent is the test process"
+    );
+    assert_eq!(exit.task.comm.as_str(), "observer-worklo");
+    // The program's exec inside the cgroup came first, with the same identity.
+    let exec = events
+        .iter()
+        .find_map(|e| match e {
+            KernelEvent::Exec(x) if x.task.tgid == pid => Some(x),
+            _ => None,
+        })
+        .expect("exec seen");
+    assert!(
+        exec.filename.ends_with("observer-workload"),
+        "{}",
+        exec.filename
+    );
+    assert!(exec.at <= exit.at);
+    assert_eq!(exec.task.cgroup_id, cg.id());
+}
+
+#[tokio::test]
+async fn sigkill_is_signal_9() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("kill9").unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let mut child = cg.spawn(&workload(), &["sleep", "60"]).unwrap();
+    let pid = child.id();
+    // Kill only once it runs the workload, so the death is the workload's, not the shell's.
+    w.until(WAIT, |ev| {
+        ev.iter()
+            .any(|e| matches!(e, KernelEvent::Exec(x) if x.task.tgid == pid))
+    })
+    .await
+    .unwrap();
+    child.kill().unwrap();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap();
+    let exit = group_exit(events, pid).unwrap();
+    assert_eq!(exit.status.signal(), Some(9), "{exit:?}");
+    assert_eq!(exit.status.exit_code(), 137);
+    assert!(!exit.status.core_dumped());
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn sigsegv_without_core_is_signal_11() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("segv").unwrap();
+    let (_, exit, _) = run_to_exit(&cg, &["segv"]).await;
+    assert_eq!(exit.status.signal(), Some(11), "{exit:?}");
+    assert!(!exit.status.core_dumped(), "core dumps were off");
+    assert_eq!(exit.status.exit_code(), 139);
+}
+
+#[tokio::test]
+async fn exit_group_from_a_thread_is_one_group_exit() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("threads").unwrap();
+    let (pid, exit, events) = run_to_exit(&cg, &["thread-exit", "3"]).await;
+    assert_eq!(exit.status.code(), Some(3), "{exit:?}");
+    assert_eq!(exit.task.tgid, pid);
+    // Per-thread exits are not sent by default: exactly one record for the process.
+    assert_eq!(exits_of(&events, pid).len(), 1, "{events:#?}");
+}
+
+#[tokio::test]
+async fn thread_exits_when_asked() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("threads-all").unwrap();
+    let mut w = KernelWatch::with(ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        thread_exits: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut child = cg.spawn(&workload(), &["thread-exit", "5"]).unwrap();
+    let pid = child.id();
+    let events = w
+        .until(WAIT, |ev| {
+            group_exit(ev, pid).is_some() && exits_of(ev, pid).len() >= 2
+        })
+        .await
+        .unwrap();
+    let exits = exits_of(events, pid);
+    assert_eq!(exits.len(), 2, "leader and worker thread: {exits:#?}");
+    assert_eq!(exits.iter().filter(|x| x.group_dead).count(), 1);
+    assert!(
+        exits.iter().all(|x| x.status.code() == Some(5)),
+        "every thread carries the group's code"
+    );
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn oom_kill_names_the_child_and_the_parent_survives() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("oom").unwrap();
+    cg.limit_memory(32 << 20).unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let child = cg.spawn(&workload(), &["oom-child", "64"]).unwrap();
+    let parent = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let victim: u32 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("workload said {stdout:?}"));
+    assert!(
+        out.status.success(),
+        "the parent survives and exits 0: {:?}",
+        out.status
+    );
+
+    let events = w
+        .until(WAIT, |ev| {
+            group_exit(ev, parent).is_some()
+                && ev.iter().any(|e| matches!(e, KernelEvent::OomKill(_)))
+        })
+        .await
+        .unwrap();
+    let ooms: Vec<&OomKill> = events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::OomKill(o) => Some(o),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ooms.len(), 1, "{ooms:#?}");
+    let oom = ooms[0];
+    assert_eq!(oom.victim.pid, victim);
+    assert_eq!(oom.victim.tgid, victim);
+    assert_eq!(oom.victim.ppid, parent);
+    assert_eq!(oom.victim_comm.as_str(), "oom-victim");
+    assert_eq!(oom.victim.comm.as_str(), "oom-victim");
+    assert_eq!(
+        oom.victim.cgroup_id,
+        cg.id(),
+        "the victim's own cgroup, not the allocating task's"
+    );
+    assert_eq!(oom.oom_score_adj, Some(1000));
+    assert!(oom.marked_at <= oom.at);
+    if let Some(anon) = oom.memory.anon_rss_kb {
+        assert!(
+            (16 << 10..=40 << 10).contains(&anon),
+            "anon rss {anon} kB under a 32 MiB limit"
+        );
+    }
+    // The victim died of SIGKILL; the parent exited normally afterwards.
+    let victim_exit = group_exit(events, victim).expect("victim exit");
+    assert_eq!(victim_exit.status.signal(), Some(9));
+    let parent_exit = group_exit(events, parent).unwrap();
+    assert_eq!(parent_exit.status.code(), Some(0));
+    assert!(parent_exit.at > oom.at);
+}
+
+#[tokio::test]
+async fn tasks_outside_the_watched_subtree_are_not_reported() {
+    if !require_kernel() {
+        return;
+    }
+    let watched = TestCgroup::new("watched").unwrap();
+    let other = TestCgroup::new("unwatched").unwrap();
+    let mut w = KernelWatch::roots(&[watched.watch_root()]).unwrap();
+    let mut outside = other.spawn(&workload(), &["exit", "7"]).unwrap();
+    let outside_pid = outside.id();
+    outside.wait().unwrap();
+    // Positive control: the watched one is seen, so the probes were working all along.
+    let mut inside = watched.spawn(&workload(), &["exit", "8"]).unwrap();
+    let inside_pid = inside.id();
+    inside.wait().unwrap();
+    w.until(WAIT, |ev| group_exit(ev, inside_pid).is_some())
+        .await
+        .unwrap();
+    let events = w.settle(Duration::from_millis(300)).await.unwrap();
+    let leaked: Vec<_> = events
+        .iter()
+        .filter(|e| match e {
+            KernelEvent::Exec(x) => x.task.tgid == outside_pid || x.task.cgroup_id == other.id(),
+            KernelEvent::Exit(x) => x.task.tgid == outside_pid || x.task.cgroup_id == other.id(),
+            _ => false,
+        })
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:#?}");
+    // And everything exec/exit that did come is inside the watched subtree.
+    for e in events {
+        if let KernelEvent::Exec(x) = e {
+            assert_eq!(x.task.cgroup_id, watched.id(), "{e:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn nested_cgroups_are_inside_the_watched_subtree() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("nested").unwrap();
+    let deep = cg.mkdir("a/b/c").unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let mut child = cg.spawn_in(&deep, &workload(), &["exit", "4"]).unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap();
+    let exit = group_exit(events, pid).unwrap();
+    assert_eq!(exit.status.code(), Some(4));
+    assert_eq!(
+        exit.task.cgroup_id,
+        observer::cgroup::cgroup_id(&cg.abs(&deep)).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn cgroup_mkdir_rmdir_and_empty_carry_paths() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("mkdir").unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let pod = cg.mkdir("kubepods/burstable/pod1").unwrap();
+    let pod_id = observer::cgroup::cgroup_id(&cg.abs(&pod)).unwrap();
+    let mut child = cg.spawn_in(&pod, &workload(), &["exit", "0"]).unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir(cg.abs(&pod)).unwrap();
+    let is = |e: &KernelEvent, kind: &str| {
+        e.type_name() == kind
+            && matches!(e, KernelEvent::CgroupMkdir(c) | KernelEvent::CgroupRmdir(c) | KernelEvent::CgroupEmpty(c) if c.path == pod)
+    };
+    let events = w
+        .until(WAIT, |ev| ev.iter().any(|e| is(e, "cgroup_rmdir")))
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter(|e| is(e, "cgroup_mkdir") || is(e, "cgroup_rmdir") || is(e, "cgroup_empty"))
+        .map(KernelEvent::type_name)
+        .collect();
+    assert_eq!(
+        kinds,
+        ["cgroup_mkdir", "cgroup_empty", "cgroup_rmdir"],
+        "{events:#?}"
+    );
+    for e in events {
+        if let KernelEvent::CgroupMkdir(c) | KernelEvent::CgroupRmdir(c) = e {
+            if c.path == pod {
+                assert_eq!(c.id, pod_id);
+                assert_eq!(c.level, cg.level() + 3);
+                assert_eq!(c.hierarchy, 0, "cgroup2");
+            }
+        }
+    }
+    // The parents made on the way are reported too, top down.
+    let made: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::CgroupMkdir(c) => Some(c.path.as_str()),
+            _ => None,
+        })
+        .filter(|p| p.starts_with(&cg.rel))
+        .collect();
+    assert_eq!(
+        made,
+        [
+            format!("{}/kubepods", cg.rel),
+            format!("{}/kubepods/burstable", cg.rel),
+            pod.clone()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn program_run_time_is_accounted() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("stats").unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    w.probes.enable_run_time_stats().unwrap();
+    let mut child = cg.spawn(&workload(), &["exit", "1"]).unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    w.until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap();
+    let stats = w.probes.program_stats().unwrap();
+    let exit = stats
+        .iter()
+        .find(|s| s.name == "sched_process_exit")
+        .unwrap();
+    assert!(exit.run_count >= 1, "{stats:#?}");
+    assert!(!exit.run_time.is_zero());
+    assert_eq!(w.probes.counters().unwrap().ringbuf_drops, 0);
+}
