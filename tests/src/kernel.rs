@@ -38,7 +38,7 @@ pub struct TestCgroup {
     pub rel: String,
     pub v2: PathBuf,
     v1_memory: Option<PathBuf>,
-    unified: HierarchyMount,
+    pub unified: HierarchyMount,
     /// Directories created below `v2` (and their v1 twins), removed deepest first.
     created: Vec<PathBuf>,
 }
@@ -280,5 +280,80 @@ pub fn require_kernel() -> bool {
         crate::prereq::Decision::Fail(why) => {
             panic!("prerequisite missing under CI=true (never skipped): {why}")
         }
+    }
+}
+
+/// The PLEG on top of [`KernelWatch`], synced with the cgroups under a test root at start.
+pub struct PlegWatch {
+    pub watch: KernelWatch,
+    pub pleg: observer::pleg::Pleg,
+    pub rx: observer::pleg::PlegReceiver,
+    pub events: Vec<observer::pleg::PodLifecycleEvent>,
+    scan_root: String,
+}
+
+impl PlegWatch {
+    /// Probes watching `cg`, and a PLEG that first walks `cg.rel + scan_below` (where the test
+    /// laid out its kubepods tree) for containers that already run.
+    pub fn new(cg: &TestCgroup, scan_below: &str) -> anyhow::Result<Self> {
+        let watch = KernelWatch::roots(&[cg.watch_root()])?;
+        let (tx, rx) = observer::pleg::channel(1 << 16);
+        let mut pleg =
+            observer::pleg::Pleg::new(observer::cgroup::CgroupIndex::new(cg.unified.clone()), tx);
+        let scan_root = format!("{}/{}", cg.rel, scan_below.trim_start_matches('/'));
+        if cg.abs(&scan_root).is_dir() {
+            let scan = observer::cgroup::scan(&cg.unified, &[&scan_root], &Default::default())?;
+            pleg.resync(&scan);
+        }
+        let mut me = Self {
+            watch,
+            pleg,
+            rx,
+            events: Vec::new(),
+            scan_root,
+        };
+        me.drain();
+        Ok(me)
+    }
+
+    fn drain(&mut self) {
+        while let Some(ev) = self.rx.try_recv() {
+            self.events.push(ev);
+        }
+    }
+
+    /// Feeds kernel events to the PLEG until `done(lifecycle events so far)`.
+    pub async fn until(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&[observer::pleg::PodLifecycleEvent]) -> bool,
+    ) -> anyhow::Result<&[observer::pleg::PodLifecycleEvent]> {
+        let deadline = Instant::now() + timeout;
+        self.drain();
+        while !done(&self.events) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.watch.reader.next()).await {
+                Ok(ev) => {
+                    let ev = ev?;
+                    self.watch.seen.push(ev.clone());
+                    self.pleg.handle(ev);
+                    if self.pleg.needs_resync() {
+                        let scan = observer::cgroup::scan(
+                            self.pleg.cgroups().mount(),
+                            &[&self.scan_root],
+                            &Default::default(),
+                        )?;
+                        self.pleg.resync(&scan);
+                    }
+                    self.drain();
+                }
+                Err(_) => bail!(
+                    "timed out after {timeout:?}; lifecycle events:\n{:#?}\nkernel events:\n{:#?}",
+                    self.events,
+                    self.watch.seen
+                ),
+            }
+        }
+        Ok(&self.events)
     }
 }

@@ -1,0 +1,47 @@
+//! Test harness for observer's integration tests and benchmarks: a private containerd with locally
+//! built images, pods created through CRI the way kubelet creates them, containerd's own event
+//! stream, and the one skip policy every test that needs root or containerd goes through.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use observer_tests::{require_containerd, Containerd, ContainerSpec, PodSpec, Qos};
+//! if !require_containerd() {
+//!     return Ok(());
+//! }
+//! let ctrd = Containerd::start().await?;
+//! let pod = ctrd
+//!     .run_pod(PodSpec::new("x").qos(Qos::Burstable).container(
+//!         ContainerSpec::sh("y", "exit 3").memory_limit_mib(32),
+//!     ))
+//!     .await?;
+//! let status = ctrd.wait_exited(pod.container_id("y"), std::time::Duration::from_secs(10)).await?;
+//! assert_eq!(status.exit_code, 3);
+//! # Ok(()) }
+//! ```
+pub mod containerd;
+pub mod events;
+pub mod image;
+pub mod kernel;
+pub mod pod;
+pub mod prereq;
+mod sys;
+
+pub use containerd::{Containerd, StopSignal};
+pub use events::{TaskExit, TaskExitStream};
+pub use pod::{Container, ContainerSpec, Pod, PodSpec, Qos};
+pub use prereq::{require_containerd, require_root};
+
+/// Installs a tracing subscriber once (RUST_LOG, default `info`), writing through the test
+/// harness's capture so logs show only for failing tests.
+pub fn init_tracing() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}

@@ -72,6 +72,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         out: BufWriter::with_capacity(1 << 16, stdout.lock()),
         format: args.format,
         cgroups,
+        written: 0,
     };
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
@@ -92,10 +93,11 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     .await;
+    let written = printer.written;
     drop(printer);
     let counters = probes.counters()?;
     eprintln!(
-        "observer watch: stopped; {} records dropped by the kernel (ring buffer full), {} malformed",
+        "observer watch: stopped; {written} events written, {} records dropped by the kernel (ring buffer full), {} malformed",
         counters.ringbuf_drops,
         reader.malformed()
     );
@@ -116,6 +118,7 @@ struct Printer<W: Write> {
     out: W,
     format: Format,
     cgroups: CgroupIndex,
+    written: u64,
 }
 
 impl<W: Write> Printer<W> {
@@ -138,6 +141,7 @@ impl<W: Write> Printer<W> {
     }
 
     fn write(&mut self, line: &WatchLine<'_>) -> std::io::Result<()> {
+        self.written += 1;
         match self.format {
             Format::Json => write_json(&mut self.out, line),
             Format::Text => write_text(&mut self.out, line),

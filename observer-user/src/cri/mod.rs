@@ -1,4 +1,152 @@
-//! TODO
+//! Talking to the container runtime over CRI v1 (containerd, CRI-O).
+//!
+//! The agent learns about lifecycle from the kernel; the CRI is where it relists to repair its model
+//! and where it finds the names the kernel does not know (pod, container, restart count).
+//!
+//! - [`CriEndpoint`]: where the runtime listens (a path or `unix:///path`).
+//! - [`CriClient`]: one connection; every call is bounded by a timeout.
+//! - [`ReconnectingCri`]: keeps a [`CriClient`] connected across runtime restarts, with bounded
+//!   exponential backoff, and publishes a generation counter so the agent relists after a reconnect.
+//! - [`KubeletLabels`]: kubelet's labels and annotations on sandboxes and containers, typed.
+mod backoff;
+mod client;
+mod endpoint;
+mod labels;
+mod reconnect;
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use backoff::Backoff;
+pub use client::{ContainerEventStream, CriClient, CriConfig};
+pub use endpoint::{unix_channel, CriEndpoint, CONTAINERD_SOCKET, CRIO_SOCKET};
+pub use k8s_cri::v1 as api;
+pub use labels::{keys, KubeletLabels, PodRef};
+pub use reconnect::{ConnectionState, ReconnectingCri};
+
+/// Everything that can go wrong talking to the runtime.
 #[derive(Debug, thiserror::Error)]
-pub enum CriError {}
+pub enum CriError {
+    #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        endpoint: String,
+        reason: &'static str,
+    },
+    #[error("CRI socket {path} does not exist")]
+    SocketMissing { path: PathBuf },
+    #[error("connecting to CRI socket {path}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("CRI {call} got no answer within {after:?}")]
+    Timeout { call: &'static str, after: Duration },
+    /// The runtime does not offer this call (containerd 1.6 and GetContainerEvents). Callers fall
+    /// back to something else (relisting, containerd's own event service); it is not a failure of
+    /// the runtime.
+    #[error("the runtime does not implement CRI {call}")]
+    Unimplemented { call: &'static str },
+    // The status is in the message and not a `source`: its Display says it all, and error
+    // reports that walk the chain would print it twice.
+    #[error("CRI {call} failed: {status}")]
+    Rpc {
+        call: &'static str,
+        // Boxed: a tonic::Status is large and would bloat every Result that carries a CriError.
+        status: Box<tonic::Status>,
+    },
+    #[error("not connected to the CRI runtime at {path}: {last_error}")]
+    Disconnected { path: PathBuf, last_error: String },
+}
+
+impl CriError {
+    /// Maps a gRPC status of `call` to an error, keeping Unimplemented apart.
+    pub fn from_status(call: &'static str, status: tonic::Status) -> Self {
+        if status.code() == tonic::Code::Unimplemented {
+            CriError::Unimplemented { call }
+        } else {
+            CriError::Rpc {
+                call,
+                status: Box::new(status),
+            }
+        }
+    }
+
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, CriError::Unimplemented { .. })
+    }
+
+    /// The gRPC code when the runtime answered with an error status.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            CriError::Rpc { status, .. } => Some(status.code()),
+            CriError::Unimplemented { .. } => Some(tonic::Code::Unimplemented),
+            _ => None,
+        }
+    }
+
+    /// The message with every cause, for logs and state that keep only a string.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            out.push_str(": ");
+            out.push_str(&c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+
+    /// The runtime said the object does not exist (e.g. a container removed since the last list).
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(tonic::Code::NotFound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unimplemented_status_is_its_own_variant() {
+        let e = CriError::from_status(
+            "GetContainerEvents",
+            tonic::Status::unimplemented("unknown method"),
+        );
+        assert!(e.is_unimplemented());
+        assert!(matches!(
+            e,
+            CriError::Unimplemented {
+                call: "GetContainerEvents"
+            }
+        ));
+    }
+
+    #[test]
+    fn other_status_is_rpc_with_code() {
+        let e = CriError::from_status("ContainerStatus", tonic::Status::not_found("no such"));
+        assert!(!e.is_unimplemented());
+        assert!(e.is_not_found());
+        assert_eq!(e.code(), Some(tonic::Code::NotFound));
+        assert!(e.to_string().contains("ContainerStatus"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn chain_names_the_os_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dead.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let err = unix_channel(&path, Duration::from_secs(1), None)
+            .await
+            .unwrap_err();
+        let chain = err.chain();
+        assert!(chain.starts_with("connecting to CRI socket"), "{chain}");
+        assert!(chain.contains("refused"), "{chain}");
+    }
+
+    #[test]
+    fn error_stays_small() {
+        // Every CRI call returns Result<_, CriError>; keep it cheap to move.
+        assert!(std::mem::size_of::<CriError>() <= 64);
+    }
+}

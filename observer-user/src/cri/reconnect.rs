@@ -1,0 +1,355 @@
+//! A CRI connection that survives the runtime: absent at start, restarted, upgraded.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_cri::v1 as api;
+use tokio::sync::{watch, Notify};
+
+use super::{Backoff, ContainerEventStream, CriClient, CriConfig, CriError};
+
+/// What [`ReconnectingCri`] publishes on every change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectionState {
+    pub connected: bool,
+    /// Successful connections so far: 0 before the first, then 1, 2, ... Every bump after the first
+    /// means the runtime may have changed while we were away: relist.
+    pub generation: u64,
+    /// Why the last connection attempt failed or the last connection ended.
+    pub last_error: Option<String>,
+}
+
+impl ConnectionState {
+    pub fn reconnects(&self) -> u64 {
+        self.generation.saturating_sub(1)
+    }
+}
+
+struct Shared {
+    config: CriConfig,
+    current: RwLock<Option<CriClient>>,
+    state: watch::Sender<ConnectionState>,
+    lost: Arc<Notify>,
+}
+
+/// Keeps a [`CriClient`] connected in the background. Callers never wait on a dead runtime: while
+/// disconnected, calls fail at once with [`CriError::Disconnected`] and the caller carries on.
+///
+/// A connection counts only once the runtime answered CRI Version on it. A lost connection is seen
+/// the moment the runtime closes its socket; reconnection then retries with [`Backoff`].
+/// Clones share the connection; the background task ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct ReconnectingCri {
+    shared: Arc<Shared>,
+    _task: Arc<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl ReconnectingCri {
+    /// Starts connecting (100 ms doubling to 10 s between attempts). Must run inside a tokio runtime.
+    pub fn new(config: CriConfig) -> Self {
+        Self::with_backoff(config, Backoff::default())
+    }
+
+    pub fn with_backoff(config: CriConfig, backoff: Backoff) -> Self {
+        let (state, _) = watch::channel(ConnectionState::default());
+        let shared = Arc::new(Shared {
+            config,
+            current: RwLock::new(None),
+            state,
+            lost: Arc::new(Notify::new()),
+        });
+        let task = tokio::spawn(supervise(shared.clone(), backoff));
+        ReconnectingCri {
+            shared,
+            _task: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    pub fn state(&self) -> ConnectionState {
+        self.shared.state.borrow().clone()
+    }
+
+    /// Changes of the connection state; `generation` tells reconnects apart.
+    pub fn subscribe(&self) -> watch::Receiver<ConnectionState> {
+        self.shared.state.subscribe()
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.shared.state.borrow().connected
+    }
+
+    pub fn reconnects(&self) -> u64 {
+        self.shared.state.borrow().reconnects()
+    }
+
+    /// The current connection, or [`CriError::Disconnected`] at once.
+    pub fn client(&self) -> Result<CriClient, CriError> {
+        if let Some(c) = self.shared.current.read().ok().and_then(|g| g.clone()) {
+            return Ok(c);
+        }
+        Err(CriError::Disconnected {
+            path: self.shared.config.endpoint.path().to_path_buf(),
+            last_error: self
+                .shared
+                .state
+                .borrow()
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "not connected yet".into()),
+        })
+    }
+
+    /// Waits up to `timeout` for a connection.
+    pub async fn wait_connected(&self, timeout: Duration) -> Result<CriClient, CriError> {
+        let mut rx = self.subscribe();
+        // On timeout (or if the supervisor is gone) client() reports why we are not connected.
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|s| s.connected)).await;
+        self.client()
+    }
+
+    pub async fn version(&self) -> Result<api::VersionResponse, CriError> {
+        self.client()?.version().await
+    }
+
+    pub async fn list_pod_sandboxes(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>, CriError> {
+        self.client()?.list_pod_sandboxes(filter).await
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
+        self.client()?.pod_sandbox_status(id).await
+    }
+
+    pub async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>, CriError> {
+        self.client()?.list_containers(filter).await
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
+        self.client()?.container_status(id).await
+    }
+
+    pub async fn get_container_events(&self) -> Result<ContainerEventStream, CriError> {
+        self.client()?.get_container_events().await
+    }
+}
+
+async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
+    loop {
+        let alive = Arc::new(AtomicBool::new(true));
+        // Holds no reference to `Shared`: the closure lives inside the connection that `Shared` owns.
+        let on_close = {
+            let alive = alive.clone();
+            let lost = s.lost.clone();
+            Box::new(move || {
+                alive.store(false, Ordering::SeqCst);
+                lost.notify_one();
+            }) as Box<dyn FnOnce() + Send + Sync>
+        };
+        let attempt = async {
+            let client = CriClient::connect_notify(&s.config, Some(on_close)).await?;
+            let v = client.version().await?;
+            Ok::<_, CriError>((client, v))
+        }
+        .await;
+        match attempt {
+            Ok((client, v)) => {
+                backoff.reset();
+                *s.current.write().unwrap_or_else(|e| e.into_inner()) = Some(client);
+                s.state.send_modify(|st| {
+                    st.connected = true;
+                    st.generation += 1;
+                    st.last_error = None;
+                });
+                tracing::info!(
+                    endpoint = %s.config.endpoint,
+                    runtime = %v.runtime_name,
+                    version = %v.runtime_version,
+                    generation = s.state.borrow().generation,
+                    "connected to CRI runtime"
+                );
+                // notify_one keeps a permit when nobody waits, so a close between the check and
+                // the wait is not lost; a permit left by an older connection only re-runs the check.
+                while alive.load(Ordering::SeqCst) {
+                    s.lost.notified().await;
+                }
+                mark_lost(&s);
+            }
+            Err(e) => {
+                let msg = e.chain();
+                s.state.send_if_modified(|st| {
+                    let changed = st.last_error.as_deref() != Some(msg.as_str());
+                    st.last_error = Some(msg.clone());
+                    changed
+                });
+                let delay = backoff.next_delay();
+                tracing::debug!(endpoint = %s.config.endpoint, error = %msg, ?delay, "CRI runtime not reachable; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+fn mark_lost(s: &Shared) {
+    *s.current.write().unwrap_or_else(|e| e.into_inner()) = None;
+    s.state.send_modify(|st| {
+        st.connected = false;
+        st.last_error = Some("the runtime closed the connection".into());
+    });
+    tracing::warn!(endpoint = %s.config.endpoint, "lost the CRI connection; reconnecting");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::CriEndpoint;
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::path::Path;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A CRI runtime that answers Version and nothing else: enough to drive connect, loss and
+    /// reconnect without containerd.
+    #[derive(Clone)]
+    struct FakeRuntime;
+
+    impl tonic::server::NamedService for FakeRuntime {
+        const NAME: &'static str = "runtime.v1.RuntimeService";
+    }
+
+    type BoxFut<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
+
+    impl tower::Service<http::Request<tonic::body::Body>> for FakeRuntime {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = BoxFut<Self::Response>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            Box::pin(async move {
+                if req.uri().path() != "/runtime.v1.RuntimeService/Version" {
+                    return Ok(tonic::Status::unimplemented("not in the fake").into_http());
+                }
+                let version = tower::service_fn(|_: tonic::Request<api::VersionRequest>| async {
+                    Ok::<_, tonic::Status>(tonic::Response::new(api::VersionResponse {
+                        runtime_name: "fake".into(),
+                        runtime_api_version: "v1".into(),
+                        ..Default::default()
+                    }))
+                });
+                let codec =
+                    tonic_prost::ProstCodec::<api::VersionResponse, api::VersionRequest>::default();
+                Ok(tonic::server::Grpc::new(codec).unary(version, req).await)
+            })
+        }
+    }
+
+    struct Server {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Server {
+        fn start(path: &Path) -> Server {
+            let _ = std::fs::remove_file(path);
+            let listener = tokio::net::UnixListener::bind(path).unwrap();
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .add_service(FakeRuntime)
+                    .serve_with_incoming_shutdown(
+                        tokio_stream::wrappers::UnixListenerStream::new(listener),
+                        async {
+                            let _ = rx.await;
+                        },
+                    )
+                    .await
+                    .unwrap();
+            });
+            Server {
+                stop: Some(tx),
+                task,
+            }
+        }
+
+        async fn stop(mut self, path: &Path) {
+            let _ = self.stop.take().unwrap().send(());
+            tokio::time::timeout(Duration::from_secs(5), &mut self.task)
+                .await
+                .expect("fake runtime did not shut down")
+                .unwrap();
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    async fn wait_state(
+        cri: &ReconnectingCri,
+        what: &str,
+        f: impl Fn(&ConnectionState) -> bool,
+    ) -> ConnectionState {
+        let mut rx = cri.subscribe();
+        let got = match tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|s| f(s))).await {
+            Ok(Ok(s)) => s.clone(),
+            _ => panic!("timed out waiting for {what}; state {:?}", cri.state()),
+        };
+        got
+    }
+
+    #[tokio::test]
+    async fn connects_late_detects_loss_and_reconnects() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        let config = CriConfig::new(CriEndpoint::new(&path)).call_timeout(Duration::from_secs(2));
+        let backoff = Backoff::with_seed(Duration::from_millis(10), Duration::from_millis(50), 1);
+        let cri = ReconnectingCri::with_backoff(config, backoff);
+
+        // No runtime yet: calls fail at once, and say why.
+        let st = wait_state(&cri, "a failed attempt", |s| s.last_error.is_some()).await;
+        assert!(!st.connected);
+        assert_eq!(st.generation, 0);
+        let err = cri.version().await.unwrap_err();
+        assert!(matches!(err, CriError::Disconnected { .. }), "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+
+        let server = Server::start(&path);
+        let client = cri.wait_connected(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(client.version().await.unwrap().runtime_name, "fake");
+        assert_eq!(cri.state().generation, 1);
+        assert_eq!(cri.reconnects(), 0);
+        let err = cri.get_container_events().await.err().unwrap();
+        assert!(err.is_unimplemented(), "{err}");
+
+        let mut generations = cri.subscribe();
+        generations.mark_unchanged();
+        server.stop(&path).await;
+        wait_state(&cri, "loss of the connection", |s| !s.connected).await;
+        assert!(matches!(
+            cri.list_containers(None).await,
+            Err(CriError::Disconnected { .. })
+        ));
+
+        let server = Server::start(&path);
+        let st = wait_state(&cri, "reconnect", |s| s.connected).await;
+        assert_eq!(st.generation, 2);
+        assert_eq!(cri.reconnects(), 1);
+        assert!(generations.has_changed().unwrap());
+        assert_eq!(cri.version().await.unwrap().runtime_api_version, "v1");
+        server.stop(&path).await;
+    }
+}

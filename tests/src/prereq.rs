@@ -1,0 +1,173 @@
+//! The skip policy, in one place: a test whose prerequisite is truly absent (not root, a binary not
+//! installed) says why and skips; under `CI=true` the same absence fails the test, because CI is
+//! where these tests must really run.
+use std::path::{Path, PathBuf};
+
+/// The binaries the containerd harness runs.
+pub const CONTAINERD_BINARIES: &[&str] = &[
+    "containerd",
+    "ctr",
+    "runc",
+    "containerd-shim-runc-v2",
+    "busybox",
+];
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    Run,
+    Skip(String),
+    Fail(String),
+}
+
+/// What to do given the missing prerequisites and whether we run in CI.
+pub fn decide(test_needs: &str, missing: &[String], ci: bool) -> Decision {
+    if missing.is_empty() {
+        return Decision::Run;
+    }
+    let why = format!("{test_needs} needs: {}", missing.join("; "));
+    if ci {
+        Decision::Fail(why)
+    } else {
+        Decision::Skip(why)
+    }
+}
+
+/// `CI=true` (or `1`), as CI runners set it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+fn apply(decision: Decision) -> bool {
+    match decision {
+        Decision::Run => true,
+        Decision::Skip(why) => {
+            // eprintln: shown by `cargo test` even for passing tests with --nocapture, and in CI logs.
+            eprintln!("SKIPPED: {why}");
+            false
+        }
+        Decision::Fail(why) => panic!("prerequisite missing under CI=true (never skipped): {why}"),
+    }
+}
+
+/// The policy for any prerequisite list: true when `missing` is empty; otherwise prints
+/// `SKIPPED: <what> needs: ...` and returns false, or panics under `CI=true`.
+pub fn require(what: &str, missing: &[String]) -> bool {
+    apply(decide(what, missing, in_ci()))
+}
+
+fn root_missing() -> Vec<String> {
+    if nix::unistd::geteuid().is_root() {
+        vec![]
+    } else {
+        vec!["root (run as uid 0)".into()]
+    }
+}
+
+/// True when the test may run as root; otherwise prints why it skips (or panics under CI).
+pub fn require_root() -> bool {
+    require("this test", &root_missing())
+}
+
+/// True when root and everything [`crate::Containerd`] runs are present; otherwise skips (or
+/// panics under CI) saying what is missing.
+pub fn require_containerd() -> bool {
+    let mut missing = root_missing();
+    for bin in CONTAINERD_BINARIES {
+        if which(bin).is_none() {
+            missing.push(format!(
+                "`{bin}` on PATH (scripts/bootstrap.sh installs it)"
+            ));
+        }
+    }
+    if let Some(busybox) = which("busybox") {
+        if !is_static_elf(&busybox).unwrap_or(false) {
+            missing.push(format!(
+                "a static busybox ({} is dynamically linked; install busybox-static)",
+                busybox.display()
+            ));
+        }
+    }
+    require("this containerd test", &missing)
+}
+
+/// Finds `name` on PATH, plus the sbin directories root's PATH usually has.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// An ELF with no PT_INTERP program header runs without a dynamic loader: it can be the only file
+/// of an image's rootfs.
+pub fn is_static_elf(path: &Path) -> std::io::Result<bool> {
+    let data = std::fs::read(path)?;
+    Ok(elf_has_interp(&data) == Some(false))
+}
+
+/// `None` when `data` is not a little-endian ELF64.
+fn elf_has_interp(data: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    if data.get(..4)? != b"\x7fELF" || *data.get(4)? != 2 || *data.get(5)? != 1 {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(data.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(data.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(data.get(o..o + 8)?.try_into().ok()?));
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let phentsize = usize::from(u16_at(0x36)?);
+    let phnum = usize::from(u16_at(0x38)?);
+    for i in 0..phnum {
+        if u32_at(phoff + i * phentsize)? == PT_INTERP {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_missing_runs() {
+        assert_eq!(decide("t", &[], true), Decision::Run);
+        assert_eq!(decide("t", &[], false), Decision::Run);
+    }
+
+    #[test]
+    fn missing_skips_locally_and_fails_in_ci() {
+        let missing = vec!["root".to_string()];
+        assert!(matches!(decide("t", &missing, false), Decision::Skip(w) if w.contains("root")));
+        assert!(matches!(decide("t", &missing, true), Decision::Fail(w) if w.contains("root")));
+    }
+
+    #[test]
+    #[should_panic(expected = "never skipped")]
+    fn ci_failure_panics() {
+        apply(decide("t", &["x".into()], true));
+    }
+
+    #[test]
+    fn elf_interp_detection() {
+        // This test binary is dynamically linked (Rust's default on gnu targets).
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(elf_has_interp(&me), Some(true));
+        assert_eq!(elf_has_interp(b"#!/bin/sh\n"), None);
+        assert_eq!(elf_has_interp(b"\x7fELF"), None, "truncated header");
+    }
+
+    #[test]
+    fn which_finds_sh_and_not_nonsense() {
+        assert!(which("sh").is_some());
+        assert!(which("no-such-binary-observer").is_none());
+    }
+}
