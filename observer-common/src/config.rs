@@ -30,6 +30,14 @@ pub struct TaskOffsets {
     pub signal_live: u32,
     /// `linux_binprm.filename`
     pub bprm_filename: u32,
+    /// `task_struct.thread_pid`, `pid.level`, `pid.numbers`, `upid.nr`, `sizeof(struct upid)`:
+    /// the pid a task has in its own pid namespace.
+    pub thread_pid: u32,
+    pub pid_level: u32,
+    pub pid_numbers: u32,
+    pub upid_nr: u32,
+    pub upid_size: u32,
+    pub _pad: u32,
 }
 
 /// `cgroup_hierarchy` value that sends cgroup events of every hierarchy.

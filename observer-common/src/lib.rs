@@ -83,6 +83,11 @@ pub struct TaskInfo {
     pub tgid: u32,
     /// `real_parent->tgid`.
     pub ppid: u32,
+    /// The thread's pid in its own pid namespace (1 for a container's init), and that
+    /// namespace's depth (0: the host's). A runtime's helper processes run in the host's
+    /// namespace before the container's init is made, which is how the two are told apart.
+    pub ns_pid: u32,
+    pub ns_level: u32,
     pub _pad: u32,
     /// cgroup v2 id of the task's cgroup (the directory's inode number on the cgroup2 mount).
     pub cgroup_id: u64,

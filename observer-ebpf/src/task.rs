@@ -44,15 +44,36 @@ pub fn current(task: *const u8) -> TaskInfo {
     } else {
         read_field::<u32>(parent, off.tgid)
     };
+    let (ns_pid, ns_level) = ns_pid(task);
     TaskInfo {
         pid: pid_tgid as u32,
         tgid: (pid_tgid >> 32) as u32,
         ppid,
+        ns_pid,
+        ns_level,
         _pad: 0,
         // SAFETY: helper without preconditions.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     }
+}
+
+/// The task's pid in its own (innermost) pid namespace and that namespace's level:
+/// `task->thread_pid->numbers[level].nr`.
+#[inline(always)]
+fn ns_pid(task: *const u8) -> (u32, u32) {
+    let off = &config().task;
+    let pid: *const u8 = read_field::<usize>(task, off.thread_pid) as *const u8;
+    if pid.is_null() {
+        return (0, 0);
+    }
+    let level: u32 = read_field(pid, off.pid_level);
+    // Linux nests pid namespaces at most 32 deep.
+    if level > 32 {
+        return (0, level);
+    }
+    let nr: i32 = read_field(pid, off.pid_numbers + level * off.upid_size + off.upid_nr);
+    (nr as u32, level)
 }
 
 /// Whether the current task is inside one of the watched cgroup subtrees. The check uses the

@@ -3,6 +3,7 @@
 //!   - probes loaded but the storm outside the watched subtree (the in-kernel filter's cost);
 //!   - probes watching everything, drained in process (the ring buffer's ceiling);
 //!   - `observer watch --all --format json > /dev/null` (the whole user-facing path).
+//!
 //! With per-program kernel cost from the kernel's own accounting (bpf_stats: run_time / run_cnt).
 //!
 //!     sudo cargo bench -p observer-tests --bench kernel        (or: cargo xtask bench)
@@ -16,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer::kernel::{ProbeOptions, ProgramStats, Probes, Watch};
+use observer::kernel::{ProbeOptions, Probes, ProgramStats, Watch};
 use observer_tests::kernel::{workload, TestCgroup};
 
 /// Storm processes (one per core) and forks each.
@@ -35,8 +36,14 @@ fn storm(cg: Option<&TestCgroup>) -> Duration {
     let start = Instant::now();
     let children: Vec<_> = (0..STORMERS)
         .map(|_| match cg {
-            Some(cg) => cg.spawn(&workload(), &["spin", &FORKS.to_string()]).expect("spawn"),
-            None => Command::new(workload()).args(["spin", &FORKS.to_string()]).stdout(Stdio::null()).spawn().expect("spawn"),
+            Some(cg) => cg
+                .spawn(&workload(), &["spin", &FORKS.to_string()])
+                .expect("spawn"),
+            None => Command::new(workload())
+                .args(["spin", &FORKS.to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn"),
         })
         .collect();
     for mut c in children {
@@ -56,32 +63,54 @@ fn main() {
         eprintln!("SKIPPED: the kernel benchmark loads eBPF programs and needs root");
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let _guard = rt.enter();
     let total = STORMERS as u64 * FORKS;
     let mut rows = Vec::new();
 
     // Warm the page cache and the fork path.
     storm(None);
-    rows.push(Row { name: "no probes (baseline)", elapsed: storm(None), seen: None, drops: None });
+    rows.push(Row {
+        name: "no probes (baseline)",
+        elapsed: storm(None),
+        seen: None,
+        drops: None,
+    });
 
     // Probes watching one empty cgroup: every exec/exit runs the programs and is filtered out.
     {
         let watched = TestCgroup::new("bench-filter").unwrap();
-        let mut probes = Probes::load(&ProbeOptions { watch: Watch::Roots(vec![watched.watch_root()]), ..Default::default() }).unwrap();
+        let mut probes = Probes::load(&ProbeOptions {
+            watch: Watch::Roots(vec![watched.watch_root()]),
+            ..Default::default()
+        })
+        .unwrap();
         let mut reader = probes.events().unwrap();
         let elapsed = storm(None);
         let mut seen = 0;
         while reader.try_next().is_some() {
             seen += 1;
         }
-        rows.push(Row { name: "probes, storm outside the watched subtree", elapsed, seen: Some(seen), drops: Some(probes.counters().unwrap().ringbuf_drops) });
+        rows.push(Row {
+            name: "probes, storm outside the watched subtree",
+            elapsed,
+            seen: Some(seen),
+            drops: Some(probes.counters().unwrap().ringbuf_drops),
+        });
     }
 
     // Probes watching everything, drained by an in-process reader; kernel cost per program.
     let program_stats: Vec<ProgramStats>;
     {
-        let mut probes = Probes::load(&ProbeOptions { watch: Watch::All, ..Default::default() }).unwrap();
+        let mut probes = Probes::load(&ProbeOptions {
+            watch: Watch::All,
+            ..Default::default()
+        })
+        .unwrap();
         probes.enable_run_time_stats().unwrap();
         let mut reader = probes.events().unwrap();
         let seen = Arc::new(AtomicU64::new(0));
@@ -89,7 +118,9 @@ fn main() {
         let (s2, st2) = (Arc::clone(&seen), Arc::clone(&stop));
         let drain = rt.spawn(async move {
             while !st2.load(Ordering::Relaxed) {
-                if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(50), reader.next()).await {
+                if let Ok(Ok(_)) =
+                    tokio::time::timeout(Duration::from_millis(50), reader.next()).await
+                {
                     s2.fetch_add(1, Ordering::Relaxed);
                     while reader.try_next().is_some() {
                         s2.fetch_add(1, Ordering::Relaxed);
@@ -106,16 +137,25 @@ fn main() {
         program_stats = after
             .iter()
             .zip(&before)
-            .map(|(a, b)| ProgramStats { name: a.name.clone(), run_time: a.run_time - b.run_time, run_count: a.run_count - b.run_count })
+            .map(|(a, b)| ProgramStats {
+                name: a.name.clone(),
+                run_time: a.run_time - b.run_time,
+                run_count: a.run_count - b.run_count,
+            })
             .collect();
-        rows.push(Row { name: "probes --all, in-process reader", elapsed, seen: Some(seen.load(Ordering::Relaxed)), drops: Some(probes.counters().unwrap().ringbuf_drops) });
+        rows.push(Row {
+            name: "probes --all, in-process reader",
+            elapsed,
+            seen: Some(seen.load(Ordering::Relaxed)),
+            drops: Some(probes.counters().unwrap().ringbuf_drops),
+        });
     }
 
     // The user-facing path: `observer watch --all --format json > /dev/null`.
     let mut watch_note = String::new();
     match observer_bin() {
         Some(bin) => {
-            let mut child = Command::new(bin).args(["watch", "--all", "--format", "json"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+            let child = Command::new(bin).args(["watch", "--all", "--format", "json"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
             std::thread::sleep(Duration::from_millis(1500)); // load and attach
             let elapsed = storm(None);
             std::thread::sleep(Duration::from_millis(500));
@@ -135,18 +175,37 @@ fn main() {
     for r in &rows {
         let rate = total as f64 / r.elapsed.as_secs_f64();
         let seen = r.seen.map_or("-".into(), |s| s.to_string());
-        let eps = r.seen.map_or("-".into(), |s| format!("{:.0}", s as f64 / r.elapsed.as_secs_f64()));
+        let eps = r.seen.map_or("-".into(), |s| {
+            format!("{:.0}", s as f64 / r.elapsed.as_secs_f64())
+        });
         let drops = r.drops.map_or("-".into(), |d| d.to_string());
-        println!("| {} | {:.3} s | {:.0} | {:+.1}% | {seen} | {eps} | {drops} |", r.name, r.elapsed.as_secs_f64(), rate, (r.elapsed.as_secs_f64() / base.as_secs_f64() - 1.0) * 100.0);
+        println!(
+            "| {} | {:.3} s | {:.0} | {:+.1}% | {seen} | {eps} | {drops} |",
+            r.name,
+            r.elapsed.as_secs_f64(),
+            rate,
+            (r.elapsed.as_secs_f64() / base.as_secs_f64() - 1.0) * 100.0
+        );
     }
     if !watch_note.is_empty() {
         println!("\n{watch_note}");
     }
-    println!("\nPer-program kernel cost during the --all storm (bpf_stats: run_time_ns / run_cnt)\n");
+    println!(
+        "\nPer-program kernel cost during the --all storm (bpf_stats: run_time_ns / run_cnt)\n"
+    );
     println!("| program | runs | total | ns per run |");
     println!("|---|---:|---:|---:|");
     for s in &program_stats {
-        let per = if s.run_count == 0 { "-".to_string() } else { format!("{}", s.run_time.as_nanos() / u128::from(s.run_count)) };
-        println!("| {} | {} | {:.2} ms | {per} |", s.name, s.run_count, s.run_time.as_secs_f64() * 1e3);
+        let per = if s.run_count == 0 {
+            "-".to_string()
+        } else {
+            format!("{}", s.run_time.as_nanos() / u128::from(s.run_count))
+        };
+        println!(
+            "| {} | {} | {:.2} ms | {per} |",
+            s.name,
+            s.run_count,
+            s.run_time.as_secs_f64() * 1e3
+        );
     }
 }

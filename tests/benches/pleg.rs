@@ -69,6 +69,8 @@ fn task(pid: u32, cgroup_id: u64) -> Task {
         pid,
         tgid: pid,
         ppid: 1,
+        ns_pid: 1,
+        ns_level: 1,
         comm: Comm::from("app"),
         cgroup_id,
     }

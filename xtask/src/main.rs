@@ -24,11 +24,17 @@ enum Task {
 }
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.current_dir(root()).status().with_context(|| format!("running {cmd:?}"))?;
+    let status = cmd
+        .current_dir(root())
+        .status()
+        .with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -53,10 +59,22 @@ fn main() -> Result<()> {
             // The kernel benchmark drives the release `observer` binary.
             run(Command::new("cargo").args(["build", "--release", "-p", "observer"]))?;
             let benches = ["pleg", "kernel", "detection"];
-            for b in benches.iter().filter(|b| filter.as_deref().is_none_or(|f| b.contains(f))) {
-                let exists = root().join("tests/benches").join(format!("{b}.rs")).exists();
+            for b in benches
+                .iter()
+                .filter(|b| filter.as_deref().is_none_or(|f| b.contains(f)))
+            {
+                let exists = root()
+                    .join("tests/benches")
+                    .join(format!("{b}.rs"))
+                    .exists();
                 if exists {
-                    run(Command::new("cargo").args(["bench", "-p", "observer-tests", "--bench", b]))?;
+                    run(Command::new("cargo").args([
+                        "bench",
+                        "-p",
+                        "observer-tests",
+                        "--bench",
+                        b,
+                    ]))?;
                 }
             }
             Ok(())

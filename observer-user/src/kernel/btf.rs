@@ -76,6 +76,21 @@ impl KernelBtf {
         Ok(None)
     }
 
+    /// `sizeof(struct name)`.
+    pub fn struct_size(&self, name: &str) -> Result<u32, KernelError> {
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|e| KernelError::Btf(format!("struct {name}: {e}")))?;
+        types
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Struct(s) if s.size() > 0 => Some(s.size() as u32),
+                _ => None,
+            })
+            .ok_or_else(|| KernelError::Btf(format!("struct {name} not found")))
+    }
+
     /// Number of arguments of a BTF-enabled tracepoint, without the leading context pointer.
     pub fn tracepoint_arity(&self, tracepoint: &str) -> Result<usize, KernelError> {
         let typedef = format!("btf_trace_{tracepoint}");
@@ -115,6 +130,12 @@ impl KernelBtf {
             signal: self.member_offset("task_struct", "signal")?,
             signal_live: self.member_offset("signal_struct", "live")?,
             bprm_filename: self.member_offset("linux_binprm", "filename")?,
+            thread_pid: self.member_offset("task_struct", "thread_pid")?,
+            pid_level: self.member_offset("pid", "level")?,
+            pid_numbers: self.member_offset("pid", "numbers")?,
+            upid_nr: self.member_offset("upid", "nr")?,
+            upid_size: self.struct_size("upid")?,
+            _pad: 0,
         })
     }
 }

@@ -56,6 +56,8 @@ fn task(t: &TaskInfo) -> Task {
         pid: t.pid,
         tgid: t.tgid,
         ppid: t.ppid,
+        ns_pid: t.ns_pid,
+        ns_level: t.ns_level,
         comm: Comm::from_nul_terminated(&t.comm),
         cgroup_id: t.cgroup_id,
     }
@@ -145,6 +147,8 @@ mod tests {
             pid: 11,
             tgid: 10,
             ppid: 1,
+            ns_pid: 1,
+            ns_level: 1,
             _pad: 0,
             cgroup_id: 4242,
             comm: comm("worker"),
@@ -169,6 +173,7 @@ mod tests {
             (11, 10, 1, 4242)
         );
         assert_eq!(e.task.comm.as_str(), "worker");
+        assert!(e.task.is_namespace_init());
         assert_eq!(e.status.signal(), Some(9));
         assert!(e.group_dead);
     }

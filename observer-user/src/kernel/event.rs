@@ -61,6 +61,10 @@ pub struct Task {
     pub tgid: u32,
     /// Parent's process id.
     pub ppid: u32,
+    /// Pid in the task's own pid namespace (1: a container's init) and the namespace's depth
+    /// (0: the host's).
+    pub ns_pid: u32,
+    pub ns_level: u32,
     pub comm: Comm,
     /// cgroup v2 id (inode number of the cgroup's directory on the cgroup2 mount).
     pub cgroup_id: u64,
@@ -69,6 +73,13 @@ pub struct Task {
 /// A wait status as the kernel stores it in `task_struct.exit_code`.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct WaitStatus(pub u32);
+
+impl Task {
+    /// Pid 1 of a pid namespace other than the host's: a container's init.
+    pub fn is_namespace_init(&self) -> bool {
+        self.ns_level > 0 && self.ns_pid == 1
+    }
+}
 
 impl WaitStatus {
     pub fn exited(code: u8) -> Self {

@@ -293,9 +293,10 @@ impl NodeModel {
             return Applied::Late;
         };
         match rec.state {
-            // The first program exec'd inside the container's cgroup is its init (runc execs
-            // `runc init` before joining the cgroup, so that one is never seen here).
             ContainerState::Created | ContainerState::Unknown => {
+                if !is_init_exec(e) {
+                    return Applied::Done;
+                }
                 rec.state = ContainerState::Running;
                 rec.init_pid = Some(e.task.tgid);
                 rec.init_comm = Some(e.task.comm);
@@ -331,9 +332,10 @@ impl NodeModel {
         }
         let is_init = match rec.state {
             ContainerState::Running => rec.init_pid == Some(e.task.tgid),
-            // Died before any exec was seen (runc init failed to exec, or the exec record was
-            // lost): the only process a fresh container has is its init.
-            ContainerState::Created => true,
+            // Died before its exec was seen (the entrypoint could not be exec'd, or the record
+            // was lost). Only pid 1 of the container's namespace counts: the runtime's helpers
+            // (runc init's first stages) also exit here, in the host's namespace.
+            ContainerState::Created => e.task.is_namespace_init(),
             ContainerState::Unknown => false,
             ContainerState::Exited => return Applied::Late,
         };
@@ -372,7 +374,9 @@ impl NodeModel {
             return Applied::Late;
         };
         rec.oom_kills += 1;
-        if rec.init_pid == Some(o.victim.tgid) || rec.state == ContainerState::Created {
+        if rec.init_pid == Some(o.victim.tgid)
+            || (rec.state == ContainerState::Created && o.victim.is_namespace_init())
+        {
             rec.init_oom_killed = true;
         }
         let boxed = Box::new(o.clone());
@@ -555,6 +559,21 @@ impl NodeModel {
     pub fn cgroups_tracked(&self) -> usize {
         self.by_cgroup.len()
     }
+}
+
+/// Whether an exec in a container that has no init yet is the init's.
+///
+/// The init is pid 1 of the container's pid namespace. With runc, `runc init` joins the cgroup
+/// while still in the host's namespace and may re-exec itself from a memfd (`/dev/fd/N`,
+/// `/proc/self/exe`) there before it makes the container's namespace: seen inside the cgroup
+/// under load, and never the init. A container sharing the host's pid namespace (hostPID) has no
+/// pid 1 of its own: there the first exec that is not such a self re-exec is the init.
+fn is_init_exec(e: &Exec) -> bool {
+    if e.task.ns_level > 0 {
+        return e.task.ns_pid == 1;
+    }
+    const SELF_REEXEC: [&str; 4] = ["/proc/self/", "/proc/thread-self/", "/dev/fd/", "memfd:"];
+    !SELF_REEXEC.iter().any(|p| e.filename.starts_with(p))
 }
 
 fn lost_exit(rec: &ContainerRecord) -> ContainerExit {

@@ -69,22 +69,43 @@ fn empty(id: u64, path: &str, at: u64) -> KernelEvent {
     KernelEvent::CgroupEmpty(change(id, path, at))
 }
 
-fn task(pid: u32, cgroup_id: u64, comm: &str) -> Task {
+/// A task inside a container's pid namespace; `ns_pid` 1 is the container's init.
+fn task_ns(pid: u32, ns_pid: u32, ns_level: u32, cgroup_id: u64, comm: &str) -> Task {
     Task {
         pid,
         tgid: pid,
         ppid: 1,
+        ns_pid,
+        ns_level,
         comm: Comm::from(comm),
         cgroup_id,
     }
 }
 
+fn task(pid: u32, cgroup_id: u64, comm: &str) -> Task {
+    task_ns(pid, 1, 1, cgroup_id, comm)
+}
+
+/// The init's exec (pid 1 of the container's namespace).
 fn exec(pid: u32, cgroup_id: u64, comm: &str, at: u64) -> KernelEvent {
+    exec_as(task(pid, cgroup_id, comm), &format!("/bin/{comm}"), at)
+}
+
+/// Any other process exec'ing in the container (`kubectl exec`, a child).
+fn exec_other(pid: u32, cgroup_id: u64, comm: &str, at: u64) -> KernelEvent {
+    exec_as(
+        task_ns(pid, pid % 1000 + 2, 1, cgroup_id, comm),
+        &format!("/bin/{comm}"),
+        at,
+    )
+}
+
+fn exec_as(task: Task, filename: &str, at: u64) -> KernelEvent {
     KernelEvent::Exec(Exec {
         at: BootNs(at),
-        task: task(pid, cgroup_id, comm),
-        old_pid: pid,
-        filename: format!("/bin/{comm}"),
+        task,
+        old_pid: task.pid,
+        filename: filename.to_string(),
     })
 }
 
@@ -135,7 +156,7 @@ fn lifecycle_of_a_container_that_completes() {
     let (mut p, mut rx) = pleg(64);
     setup(&mut p);
     p.handle(exec(100, 11, "app", 3));
-    p.handle(exec(200, 11, "sh", 4)); // kubectl exec: not the init
+    p.handle(exec_other(200, 11, "sh", 4)); // kubectl exec: not the init
     p.handle(exit(200, 11, WaitStatus::exited(1), 5));
     p.handle(exit(100, 11, WaitStatus::exited(0), 6));
     p.handle(empty(11, &ctr_path(UID, 1), 7));
@@ -221,7 +242,7 @@ fn oom_kill_of_a_child_leaves_the_container_running_and_a_later_clean_exit_compl
     let (mut p, mut rx) = pleg(64);
     setup(&mut p);
     p.handle(exec(100, 11, "app", 3));
-    p.handle(exec(101, 11, "worker", 4));
+    p.handle(exec_other(101, 11, "worker", 4));
     p.handle(oom(101, 11, "worker", 5));
     p.handle(exit(101, 11, WaitStatus::signaled(9, false), 6));
     let evs = drain(&mut rx);
@@ -333,6 +354,71 @@ fn start_and_death_within_a_millisecond() {
         [ContainerChanged, ContainerStarted, ContainerDied]
     );
     assert_eq!(evs[2].at.0 - evs[1].at.0, 400);
+}
+
+#[test]
+fn runc_helpers_in_the_host_namespace_are_not_the_init() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    // runc init's first stage joins the cgroup in the host's pid namespace, re-execs itself from
+    // a memfd, forks the container's init and exits.
+    p.handle(exec_as(
+        task_ns(500, 500, 0, 11, "runc:[0:PARENT]"),
+        "/dev/fd/6",
+        3,
+    ));
+    let stage = |pid| {
+        KernelEvent::Exit(Exit {
+            at: BootNs(4),
+            task: task_ns(pid, pid, 0, 11, "runc:[1:CHILD]"),
+            status: WaitStatus::exited(0),
+            group_dead: true,
+        })
+    };
+    p.handle(stage(501));
+    p.handle(stage(500));
+    assert_eq!(
+        p.model().container(&cid(1)).unwrap().state,
+        ContainerState::Created
+    );
+    p.handle(exec(502, 11, "app", 6));
+    p.handle(exit(502, 11, WaitStatus::exited(4), 7));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
+    assert!(matches!(evs[1].data, PlegData::Started { pid: 502, .. }));
+    assert_eq!(evs[2].exit().unwrap().exit_code(), 4);
+}
+
+#[test]
+fn host_pid_namespace_container_takes_its_first_real_exec() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec_as(
+        task_ns(500, 500, 0, 11, "runc"),
+        "/proc/self/exe",
+        3,
+    ));
+    p.handle(exec_as(task_ns(600, 600, 0, 11, "app"), "/usr/bin/app", 4));
+    let host = |pid, code, at| {
+        KernelEvent::Exit(Exit {
+            at: BootNs(at),
+            task: task_ns(pid, pid, 0, 11, "x"),
+            status: WaitStatus::exited(code),
+            group_dead: true,
+        })
+    };
+    p.handle(host(500, 0, 5));
+    p.handle(host(600, 9, 6));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
+    assert!(matches!(evs[1].data, PlegData::Started { pid: 600, .. }));
+    assert_eq!(evs[2].exit().unwrap().exit_code(), 9);
 }
 
 #[test]
