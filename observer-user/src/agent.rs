@@ -1,0 +1,174 @@
+//! The agent's pipeline, wired once for every consumer (`observer status`, the tests, later the
+//! status manager): kernel probes → PLEG (with the start-up walk) → reconciler against the CRI.
+use std::{path::PathBuf, time::Duration};
+
+use tokio::task::JoinHandle;
+
+use crate::{
+    cgroup::{
+        cgroup_id, find_kubepods_roots, scan, CgroupIndex, CgroupMounts, HierarchyMount,
+        ScanOptions,
+    },
+    cri::{CriConfig, CriEndpoint, ReconnectingCri},
+    kernel::{EventReader, KernelError, ProbeOptions, Probes, Watch, WatchRoot},
+    pleg::{self, Pleg, PlegStats},
+    reconcile::{ReconcileConfig, ReconcileHandle, Reconciler},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("no cgroup2 hierarchy is mounted: observer attributes events by cgroup2 ids")]
+    NoCgroup2,
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub cri: CriEndpoint,
+    /// Subtrees (relative to the cgroup2 root) holding the pods; empty: kubelet's kubepods roots.
+    pub cgroup_roots: Vec<String>,
+    pub cgroupfs: Option<PathBuf>,
+    pub reconcile: ReconcileConfig,
+}
+
+impl AgentConfig {
+    pub fn new(cri: CriEndpoint) -> Self {
+        Self {
+            cri,
+            cgroup_roots: Vec::new(),
+            cgroupfs: None,
+            reconcile: ReconcileConfig::default(),
+        }
+    }
+}
+
+/// A running pipeline. Dropping it stops everything.
+pub struct Agent {
+    pub reconcile: ReconcileHandle,
+    pub cri: ReconnectingCri,
+    kernel: JoinHandle<PlegStats>,
+    reconciler: JoinHandle<()>,
+    probes: std::sync::Arc<std::sync::Mutex<Probes>>,
+}
+
+impl Agent {
+    /// Loads the probes, walks the pod cgroups once, and starts the PLEG and reconciler tasks.
+    pub async fn start(cfg: AgentConfig) -> Result<Self, AgentError> {
+        let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref())?;
+        let unified = mounts.unified().cloned().ok_or(AgentError::NoCgroup2)?;
+        let roots = if cfg.cgroup_roots.is_empty() {
+            find_kubepods_roots(&unified)
+        } else {
+            cfg.cgroup_roots.clone()
+        };
+        // The kubepods root may not exist yet (no pod ever ran): watch its parent's would-be
+        // children by watching everything until it does... simpler and safe: watch all then.
+        let watch = watch_roots(&unified, &roots)?;
+        let mut probes = Probes::load(&ProbeOptions {
+            watch,
+            ..Default::default()
+        })?;
+        let reader = probes.events()?;
+        let (tx, rx) = pleg::channel(64 * 1024);
+        let mut index = CgroupIndex::new(unified.clone());
+        index.scan();
+        let mut pleg = Pleg::new(index, tx);
+        rescan(&mut pleg, &unified, &roots);
+
+        let cri = ReconnectingCri::new(CriConfig::new(cfg.cri.clone()));
+        let (reconciler, handle) = Reconciler::new(cri.clone(), cfg.reconcile.clone());
+        let reconciler = tokio::spawn(reconciler.run(rx));
+        let kernel = tokio::spawn(kernel_loop(reader, pleg, unified, roots, handle.clone()));
+        Ok(Self {
+            reconcile: handle,
+            cri,
+            kernel,
+            reconciler,
+            probes: std::sync::Arc::new(std::sync::Mutex::new(probes)),
+        })
+    }
+
+    /// Records the kernel dropped so far.
+    pub fn kernel_drops(&self) -> u64 {
+        self.probes
+            .lock()
+            .ok()
+            .and_then(|p| p.counters().ok())
+            .map_or(0, |c| c.ringbuf_drops)
+    }
+
+    /// Waits until the runtime answers (or `timeout`).
+    pub async fn wait_runtime(&self, timeout: Duration) -> bool {
+        self.cri.wait_connected(timeout).await.is_ok()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kernel.abort();
+        self.reconciler.abort();
+    }
+}
+
+fn watch_roots(unified: &HierarchyMount, roots: &[String]) -> Result<Watch, AgentError> {
+    let mut out = Vec::new();
+    for rel in roots {
+        let Some(abs) = unified.to_absolute(rel) else {
+            continue;
+        };
+        if !abs.is_dir() {
+            continue;
+        }
+        out.push(WatchRoot {
+            id: cgroup_id(&abs)?,
+            level: rel.split('/').filter(|c| !c.is_empty()).count() as u32,
+            _pad: 0,
+        });
+    }
+    Ok(if out.is_empty() {
+        Watch::All
+    } else {
+        Watch::Roots(out)
+    })
+}
+
+fn rescan(pleg: &mut Pleg, unified: &HierarchyMount, roots: &[String]) {
+    let roots: Vec<&String> = roots
+        .iter()
+        .filter(|r| unified.to_absolute(r).is_some_and(|p| p.is_dir()))
+        .collect();
+    match scan(unified, &roots, &ScanOptions::default()) {
+        Ok(s) => pleg.resync(&s),
+        Err(e) => tracing::warn!("cgroup walk failed; pods appear at their next event: {e}"),
+    }
+}
+
+async fn kernel_loop(
+    mut reader: EventReader,
+    mut pleg: Pleg,
+    unified: HierarchyMount,
+    roots: Vec<String>,
+    reconcile: ReconcileHandle,
+) -> PlegStats {
+    loop {
+        match reader.next().await {
+            Ok(ev) => {
+                pleg.handle(ev);
+                while let Some(ev) = reader.try_next() {
+                    pleg.handle(ev);
+                }
+                if pleg.needs_resync() {
+                    rescan(&mut pleg, &unified, &roots);
+                    reconcile.request_relist();
+                }
+            }
+            Err(e) => {
+                tracing::error!("kernel event stream failed: {e}");
+                return pleg.stats();
+            }
+        }
+    }
+}

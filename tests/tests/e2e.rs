@@ -1,0 +1,553 @@
+//! End to end against a real containerd and runc: pods created through CRI as kubelet creates
+//! them, the kernel probes and PLEG watching, the reconciler merging both. Each test asserts the
+//! PLEG events and the reconciled state.
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use observer::{
+    agent::{Agent, AgentConfig},
+    pleg::{ExitReason, PlegEventType, PodLifecycleEvent},
+    reconcile::{ContainerPhase, ContainerView, ReconcileStats},
+};
+use observer_tests::{
+    kernel::require_kernel, require_containerd, ContainerSpec, Containerd, PodSpec, Qos, StopSignal,
+};
+use tokio::sync::broadcast;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Env {
+    ctrd: Containerd,
+    agent: Agent,
+    pleg: broadcast::Receiver<PodLifecycleEvent>,
+    seen: Vec<PodLifecycleEvent>,
+}
+
+async fn env() -> Option<Env> {
+    if !require_containerd() || !require_kernel() {
+        return None;
+    }
+    observer_tests::init_tracing();
+    let ctrd = Containerd::start().await.expect("containerd");
+    let agent = Agent::start(AgentConfig::new(ctrd.endpoint()))
+        .await
+        .expect("agent");
+    assert!(
+        agent.wait_runtime(WAIT).await,
+        "agent never reached containerd"
+    );
+    let pleg = agent.reconcile.pleg_events();
+    Some(Env {
+        ctrd,
+        agent,
+        pleg,
+        seen: Vec::new(),
+    })
+}
+
+impl Env {
+    /// Waits until the reconciled view of container `cid` satisfies `pred`.
+    async fn container(
+        &self,
+        uid: &str,
+        cid: &str,
+        pred: impl Fn(&ContainerView) -> bool,
+    ) -> ContainerView {
+        let found = self
+            .agent
+            .reconcile
+            .wait_for(WAIT, |v| {
+                v.get(uid)
+                    .and_then(|p| p.containers.iter().find(|c| c.id == cid))
+                    .is_some_and(&pred)
+            })
+            .await;
+        let view = self.agent.reconcile.pod(uid);
+        assert!(
+            found,
+            "container {cid} never reached the expected state; pod view: {view:#?}"
+        );
+        view.unwrap()
+            .containers
+            .into_iter()
+            .find(|c| c.id == cid)
+            .unwrap()
+    }
+
+    /// PLEG events for `cid`, waiting until `done` holds for them.
+    async fn pleg_until(
+        &mut self,
+        cid: &str,
+        done: impl Fn(&[PlegEventType]) -> bool,
+    ) -> Vec<PodLifecycleEvent> {
+        let of = |seen: &[PodLifecycleEvent]| -> Vec<PodLifecycleEvent> {
+            seen.iter()
+                .filter(|e| e.container_id.is_some_and(|c| c.as_str() == cid))
+                .cloned()
+                .collect()
+        };
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let mine = of(&self.seen);
+            if done(&mine.iter().map(|e| e.kind).collect::<Vec<_>>()) {
+                return mine;
+            }
+            match tokio::time::timeout_at(deadline, self.pleg.recv()).await {
+                Ok(Ok(ev)) => self.seen.push(ev),
+                Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
+                    panic!("test lagged {n} PLEG events")
+                }
+                Ok(Err(e)) => panic!("PLEG stream ended: {e}"),
+                Err(_) => panic!("PLEG events for {cid}: {mine:#?}"),
+            }
+        }
+    }
+
+    fn assert_no_misses(&self) {
+        let s = self.agent.reconcile.stats();
+        assert_eq!(
+            ReconcileStats::get(&s.missed_events),
+            0,
+            "the relist had to repair something"
+        );
+        assert_eq!(self.agent.kernel_drops(), 0);
+    }
+}
+
+fn kinds(evs: &[PodLifecycleEvent]) -> Vec<PlegEventType> {
+    evs.iter().map(|e| e.kind).collect()
+}
+
+fn has(k: PlegEventType) -> impl Fn(&[PlegEventType]) -> bool {
+    move |ks| ks.contains(&k)
+}
+
+async fn run_one(env: &Env, name: &str, spec: ContainerSpec) -> Result<(String, String)> {
+    let pod = env
+        .ctrd
+        .run_pod(PodSpec::new(name).qos(Qos::Burstable).container(spec))
+        .await?;
+    let cid = pod.containers[0].id.clone();
+    Ok((pod.uid, cid))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_0_is_completed() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let (uid, cid) = run_one(&env, "exit0", ContainerSpec::sh("app", "exit 0")).await?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            PlegEventType::ContainerChanged,
+            PlegEventType::ContainerStarted,
+            PlegEventType::ContainerDied
+        ]
+    );
+    let died = evs[2].exit().unwrap();
+    assert_eq!((died.reason, died.exit_code()), (ExitReason::Completed, 0));
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.phase == ContainerPhase::Exited && c.name == "app"
+        })
+        .await;
+    assert_eq!(
+        (v.exit_code, v.reason.as_deref(), v.restart_count),
+        (Some(0), Some("Completed"), 0)
+    );
+    assert!(v.kernel_seen && v.init_pid.is_some());
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_3_is_error_code_3() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let (uid, cid) = run_one(&env, "exit3", ContainerSpec::sh("app", "exit 3")).await?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    let died = evs.last().unwrap().exit().unwrap();
+    assert_eq!(
+        (
+            died.reason,
+            died.exit_code(),
+            died.status.and_then(|s| s.signal())
+        ),
+        (ExitReason::Error, 3, None)
+    );
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.phase == ContainerPhase::Exited && !c.name.is_empty()
+        })
+        .await;
+    assert_eq!(
+        (
+            v.exit_code,
+            v.reason.as_deref(),
+            v.runtime_reason.as_deref()
+        ),
+        (Some(3), Some("Error"), None),
+        "runtime and kernel agree"
+    );
+    let pod = env.agent.reconcile.pod(&uid).unwrap();
+    assert_eq!(
+        (
+            pod.namespace.as_str(),
+            pod.name.as_str(),
+            pod.status().as_str()
+        ),
+        ("default", "exit3", "Error")
+    );
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_is_137_signal_9() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let (uid, cid) = run_one(&env, "killed", ContainerSpec::new("app")).await?;
+    env.pleg_until(&cid, has(PlegEventType::ContainerStarted))
+        .await;
+    let pid = env.ctrd.container_pid(&cid).await?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    let died = evs.last().unwrap().exit().unwrap();
+    assert_eq!(
+        (
+            died.exit_code(),
+            died.status.and_then(|s| s.signal()),
+            died.pid
+        ),
+        (137, Some(9), Some(pid))
+    );
+    let v = env
+        .container(&uid, &cid, |c| c.phase == ContainerPhase::Exited)
+        .await;
+    assert_eq!(
+        (v.exit_code, v.signal, v.reason.as_deref()),
+        (Some(137), Some(9), Some("Error"))
+    );
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    // The shell itself accumulates the data, so the init is the biggest process and the victim.
+    let hog = ContainerSpec::sh("hog", "x=$(head -c 64m /dev/zero | tr '\\0' a); echo ${#x}")
+        .memory_limit_mib(32);
+    let (uid, cid) = run_one(&env, "oom-init", hog).await?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            PlegEventType::ContainerChanged,
+            PlegEventType::ContainerStarted,
+            PlegEventType::OomKill,
+            PlegEventType::ContainerDied
+        ]
+    );
+    let oom = evs[2].oom().unwrap();
+    let died = evs[3].exit().unwrap();
+    assert_eq!(
+        (died.reason, died.exit_code()),
+        (ExitReason::OomKilled, 137)
+    );
+    assert_eq!(Some(oom.victim.tgid), died.pid, "the init was the victim");
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.phase == ContainerPhase::Exited && !c.name.is_empty()
+        })
+        .await;
+    assert_eq!(
+        (v.exit_code, v.reason.as_deref()),
+        (Some(137), Some("OOMKilled"))
+    );
+    let ev = v.last_oom.context("OOM evidence")?;
+    assert!(ev.init);
+    assert_eq!((ev.pid, ev.comm.as_str()), (oom.victim.tgid, "sh"));
+    if let Some(rss) = ev.anon_rss_kb {
+        assert!(rss > 16 << 10, "anon rss {rss} kB at the kill");
+    }
+    assert_eq!(env.agent.reconcile.pod(&uid).unwrap().status(), "OOMKilled");
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_oom_kill_leaves_the_container_running_then_completed() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    // A subshell (a child) is the victim; the init waits for a file, then exits 0.
+    let script = "(x=$(head -c 64m /dev/zero | tr '\\0' a)); while [ ! -e /tmp/go ]; do sleep 0.05; done; exit 0";
+    let (uid, cid) = run_one(
+        &env,
+        "oom-child",
+        ContainerSpec::sh("app", script).memory_limit_mib(32),
+    )
+    .await?;
+    let evs = env.pleg_until(&cid, has(PlegEventType::OomKill)).await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            PlegEventType::ContainerChanged,
+            PlegEventType::ContainerStarted,
+            PlegEventType::OomKill
+        ]
+    );
+    let victim = evs[2].oom().unwrap().victim.tgid;
+    let v = env
+        .container(&uid, &cid, |c| c.oom_kills == 1 && !c.name.is_empty())
+        .await;
+    assert_eq!(
+        v.phase,
+        ContainerPhase::Running,
+        "the container survives its child's OOM kill"
+    );
+    assert_eq!(
+        v.last_oom.as_ref().map(|o| (o.pid, o.init)),
+        Some((victim, false))
+    );
+    assert_ne!(Some(victim), v.init_pid);
+
+    // Let the init exit 0: containerd calls that OOMKilled with exit code 0 (kubernetes#104454);
+    // the truth is Completed, with the child's kill kept as evidence.
+    let pid = env.ctrd.container_pid(&cid).await?;
+    std::fs::write(format!("/proc/{pid}/root/tmp/go"), "")?;
+    env.pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    let runtime = env.ctrd.wait_exited(&cid, WAIT).await?;
+    // The reconciler asks the runtime again until it has caught up with the kernel.
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.phase == ContainerPhase::Exited
+                && (c.runtime_reason.is_some() || runtime.reason != "OOMKilled")
+        })
+        .await;
+    assert_eq!(
+        (v.exit_code, v.reason.as_deref()),
+        (Some(0), Some("Completed"))
+    );
+    assert_eq!(v.last_oom.as_ref().map(|o| o.pid), Some(victim));
+    eprintln!(
+        "containerd says {} / {} for this container",
+        runtime.reason, runtime.exit_code
+    );
+    if runtime.reason == "OOMKilled" {
+        assert_eq!(
+            (v.runtime_reason.as_deref(), v.runtime_exit_code),
+            (Some("OOMKilled"), Some(0)),
+            "the runtime's account kept for audit"
+        );
+        assert!(ReconcileStats::get(&env.agent.reconcile.stats().corrected) >= 1);
+    }
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let mut pod = env
+        .ctrd
+        .run_pod(
+            PodSpec::new("restarts")
+                .qos(Qos::BestEffort)
+                .container(ContainerSpec::sh("app", "exit 1")),
+        )
+        .await?;
+    let first = pod.containers[0].id.clone();
+    env.pleg_until(&first, has(PlegEventType::ContainerDied))
+        .await;
+    // kubelet restarts it as attempt 1.
+    let second = env
+        .ctrd
+        .add_container(&mut pod, ContainerSpec::new("app").restart_count(1))
+        .await?;
+    env.pleg_until(&second, has(PlegEventType::ContainerStarted))
+        .await;
+    let v = env
+        .container(&pod.uid, &second, |c| {
+            c.phase == ContainerPhase::Running && c.restart_count == 1
+        })
+        .await;
+    assert_eq!(v.name, "app");
+    let view = env.agent.reconcile.pod(&pod.uid).unwrap();
+    assert_eq!(
+        (view.restarts(), view.ready(), view.status().as_str()),
+        (1, (1, 1), "Running")
+    );
+
+    // The kernel reported the dead instance's cgroup removed when the runtime deleted its task,
+    // right after the death.
+    let evs = env
+        .pleg_until(&first, has(PlegEventType::ContainerRemoved))
+        .await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            PlegEventType::ContainerChanged,
+            PlegEventType::ContainerStarted,
+            PlegEventType::ContainerDied,
+            PlegEventType::ContainerRemoved
+        ]
+    );
+    assert!(
+        env.agent
+            .reconcile
+            .pod(&pod.uid)
+            .unwrap()
+            .containers
+            .iter()
+            .any(|c| c.id == first),
+        "the runtime still has its record"
+    );
+    // kubelet garbage-collects the record. containerd 1.6 has no event for that (no
+    // GetContainerEvents): the relist, periodic in the agent and asked for here, drops it.
+    env.ctrd.remove_container(&first).await?;
+    env.agent.reconcile.request_relist();
+    let gone = env
+        .agent
+        .reconcile
+        .wait_for(WAIT, |v| {
+            v.get(&pod.uid)
+                .is_some_and(|p| p.containers.iter().all(|c| c.id != first))
+        })
+        .await;
+    assert!(gone, "removed container still in the view");
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_and_removed_sandbox_is_gone() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let pod = env
+        .ctrd
+        .run_pod(PodSpec::new("gone").container(ContainerSpec::new("app")))
+        .await?;
+    let cid = pod.containers[0].id.clone();
+    env.pleg_until(&cid, has(PlegEventType::ContainerStarted))
+        .await;
+    env.container(&pod.uid, &cid, |c| {
+        c.phase == ContainerPhase::Running && !c.name.is_empty()
+    })
+    .await;
+    env.ctrd.stop_pod(&pod).await?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    assert_eq!(
+        evs.last()
+            .unwrap()
+            .exit()
+            .unwrap()
+            .status
+            .and_then(|s| s.signal()),
+        Some(9),
+        "StopPodSandbox kills"
+    );
+    env.ctrd.remove_pod(&pod).await?;
+    env.pleg_until(&cid, has(PlegEventType::ContainerRemoved))
+        .await;
+    let gone = env
+        .agent
+        .reconcile
+        .wait_for(WAIT, |v| !v.contains_key(&pod.uid))
+        .await;
+    assert!(
+        gone,
+        "pod still in the view: {:#?}",
+        env.agent.reconcile.pod(&pod.uid)
+    );
+    env.assert_no_misses();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let (uid, cid) = run_one(
+        &env,
+        "restart",
+        ContainerSpec::sh("app", "while [ ! -e /tmp/go ]; do sleep 0.05; done; exit 5"),
+    )
+    .await?;
+    env.pleg_until(&cid, has(PlegEventType::ContainerStarted))
+        .await;
+    env.container(&uid, &cid, |c| {
+        c.phase == ContainerPhase::Running && !c.name.is_empty()
+    })
+    .await;
+    let pid = env.ctrd.container_pid(&cid).await?;
+
+    // containerd goes away; the container dies meanwhile.
+    env.ctrd.stop(StopSignal::Kill).await?;
+    std::fs::write(format!("/proc/{pid}/root/tmp/go"), "")?;
+    let evs = env
+        .pleg_until(&cid, has(PlegEventType::ContainerDied))
+        .await;
+    assert_eq!(evs.last().unwrap().exit().unwrap().exit_code(), 5);
+    // The view shows the death from the kernel alone, with the runtime down.
+    let v = env
+        .container(&uid, &cid, |c| c.phase == ContainerPhase::Exited)
+        .await;
+    assert_eq!(v.exit_code, Some(5));
+    assert!(!env.agent.cri.is_connected() || env.agent.cri.reconnects() == 0);
+
+    let before = env.agent.cri.reconnects();
+    env.ctrd.resume().await?;
+    let reconnected = tokio::time::timeout(WAIT, async {
+        while env.agent.cri.reconnects() == before || !env.agent.cri.is_connected() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reconnected.is_ok(), "agent never reconnected");
+    // Converged: the runtime agrees on the exit, and nothing had to be repaired.
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.phase == ContainerPhase::Exited
+                && c.exit_code == Some(5)
+                && c.reason.as_deref() == Some("Error")
+        })
+        .await;
+    assert_eq!(
+        v.runtime_exit_code, None,
+        "runtime and kernel agree after the restart"
+    );
+    let runtime = env.ctrd.container_status(&cid).await?;
+    assert_eq!(runtime.exit_code, 5);
+    assert!(
+        ReconcileStats::get(&env.agent.reconcile.stats().relists) >= 2,
+        "a relist followed the reconnect"
+    );
+    env.assert_no_misses();
+    Ok(())
+}
