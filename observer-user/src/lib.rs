@@ -13,5 +13,7 @@ pub mod kernel;
 pub mod pleg;
 pub mod reconcile;
 pub mod status;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 pub use error::{Error, Result};

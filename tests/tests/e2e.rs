@@ -551,3 +551,104 @@ async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Re
     env.assert_no_misses();
     Ok(())
 }
+
+/// `observer status` as a user runs it, against this test's containerd: pods, their state, and the
+/// last OOM kill, which happened before the command started (so it comes from the kernel log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
+    let Some(mut env) = env().await else {
+        return Ok(());
+    };
+    let bin = std::env::current_exe()?
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("observer"))
+        .context("target dir")?;
+    assert!(
+        bin.exists(),
+        "{} not built (cargo test builds it with the observer package)",
+        bin.display()
+    );
+    let (failed_uid, failed) = run_one(&env, "failed", ContainerSpec::sh("app", "exit 3")).await?;
+    let script = "(x=$(head -c 64m /dev/zero | tr '\\0' a)); sleep 3600";
+    let (oom_uid, oomer) = run_one(
+        &env,
+        "oomer",
+        ContainerSpec::sh("worker", script).memory_limit_mib(32),
+    )
+    .await?;
+    env.pleg_until(&failed, has(PlegEventType::ContainerDied))
+        .await;
+    let evs = env.pleg_until(&oomer, has(PlegEventType::OomKill)).await;
+    let victim = evs.iter().find_map(|e| e.oom()).unwrap().victim.tgid;
+    env.ctrd.wait_exited(&failed, WAIT).await?;
+
+    let endpoint = env.ctrd.socket().display().to_string();
+    let out = tokio::process::Command::new(&bin)
+        .args(["status", "-o", "json", "--cri-endpoint", &endpoint])
+        .output()
+        .await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let row = |uid: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["uid"] == uid)
+            .cloned()
+            .unwrap_or_else(|| panic!("{uid} not in {rows:#}"))
+    };
+    let f = row(&failed_uid);
+    assert_eq!(
+        (
+            f["name"].as_str(),
+            f["ready"].as_str(),
+            f["status"].as_str()
+        ),
+        (Some("failed"), Some("0/1"), Some("Error")),
+        "{f:#}"
+    );
+    assert_eq!(f["containers"][0]["exit_code"], 3);
+    assert_eq!(f["containers"][0]["reason"], "Error");
+    let o = row(&oom_uid);
+    assert_eq!(
+        (o["ready"].as_str(), o["status"].as_str()),
+        (Some("1/1"), Some("Running")),
+        "{o:#}"
+    );
+    let oom = &o["last_oom"];
+    assert_eq!(
+        (
+            oom["pid"].as_u64(),
+            oom["comm"].as_str(),
+            oom["container"].as_str()
+        ),
+        (Some(u64::from(victim)), Some("sh"), Some("worker")),
+        "{o:#}"
+    );
+    assert_eq!(oom["source"], "kernel-log", "the kill predates the command");
+    assert!(
+        oom["anon_rss_kb"].as_u64().unwrap_or(0) > 16 << 10,
+        "{oom:#}"
+    );
+
+    let table = tokio::process::Command::new(&bin)
+        .args(["status", "--cri-endpoint", &endpoint])
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("NAMESPACE"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("oomer"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("Running") && line.contains(&format!("sh[{victim}] in worker")),
+        "{line}"
+    );
+    Ok(())
+}

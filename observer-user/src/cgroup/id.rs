@@ -46,7 +46,7 @@ pub fn cgroup_id_and_version(path: &Path) -> Result<(u64, CgroupVersion), Cgroup
 mod tests {
     use super::*;
     use crate::cgroup::mounts::CgroupMounts;
-    use crate::cgroup::testutil::{require_root, TestTree};
+    use crate::testutil::{require_root, TestTree};
 
     /// kernfs file handles carry the node id, which is what the kernel calls the cgroup id: an
     /// independent read of the same number (as `name_to_handle_at(2)` in systemd and cgroupfs

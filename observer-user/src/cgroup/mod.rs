@@ -14,8 +14,6 @@ pub mod index;
 pub mod mounts;
 pub mod path;
 pub mod scan;
-#[cfg(test)]
-pub(crate) mod testutil;
 
 pub use id::{cgroup_id, cgroup_id_and_version};
 pub use index::{CgroupEntry, CgroupIndex};

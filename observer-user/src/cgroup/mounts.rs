@@ -467,12 +467,12 @@ this line is not mountinfo
     /// The real cgroup2 mount, described as a mount from outside our cgroup namespace.
     #[test]
     fn root_outside_namespace_is_checked_on_disk() {
-        if !crate::cgroup::testutil::require_root("root_outside_namespace_is_checked_on_disk") {
+        if !crate::testutil::require_root("root_outside_namespace_is_checked_on_disk") {
             return;
         }
         let real = CgroupMounts::detect(None).unwrap();
         let u = real.unified().expect("cgroup2 is mounted here").clone();
-        let tree = crate::cgroup::testutil::TestTree::new(&u, "mounts");
+        let tree = crate::testutil::TestTree::new(&u, "mounts");
         let child = &tree.abs_root;
         let text = format!(
             "1 0 0:38 /../.. {} rw - cgroup2 cgroup2 rw\n2 0 0:39 /../x {} rw - cgroup2 cgroup2 rw\n",

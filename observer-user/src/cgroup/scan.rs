@@ -350,8 +350,8 @@ mod tests {
     use crate::cgroup::path::{
         container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos, Runtime,
     };
-    use crate::cgroup::testutil::{read_procs, require_root, TestTree};
     use crate::cgroup::{cgroup_id, conmon_cgroup_path};
+    use crate::testutil::{read_procs, require_root, TestTree};
 
     const UID: &str = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
     const ID_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1";

@@ -2,6 +2,7 @@
 //! below works with the library's typed errors.
 mod check;
 mod render;
+mod status;
 mod watch;
 
 use std::process::ExitCode;
@@ -28,12 +29,16 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Check that this node has what observer needs; exits non-zero when something is missing.
     Check(check::CheckArgs),
+    /// This node's pods like `kubectl get pods`, from the runtime corrected by the kernel, with
+    /// each pod's last OOM kill. No Kubernetes API needed.
+    Status(status::StatusArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Watch(args) => watch::run(args).await,
         Command::Check(args) => check::run(args),
+        Command::Status(args) => status::run(args).await,
     }
 }
 

@@ -4,6 +4,7 @@ pub mod btf;
 pub mod clock;
 pub mod decode;
 pub mod event;
+pub mod kmsg;
 mod loader;
 mod reader;
 pub mod tracefs;

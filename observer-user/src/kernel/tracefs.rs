@@ -222,12 +222,10 @@ print fmt: \"pid=%d\", REC->pid
 
     #[test]
     fn this_kernels_tracepoints() {
-        let Some(tracefs) = find() else {
-            eprintln!(
-                "skipping: tracefs not mounted (the agent mounts it; this unit test does not)"
-            );
+        if !crate::testutil::require_root("this_kernels_tracepoints") {
             return;
-        };
+        }
+        let tracefs = find_or_mount().expect("tracefs");
         let oom = oom_offsets(&tracefs).unwrap();
         assert_ne!(oom.pid, FIELD_ABSENT);
         let cg = cgroup_offsets(&tracefs).unwrap();

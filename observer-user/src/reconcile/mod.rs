@@ -71,6 +71,8 @@ pub struct ReconcileStats {
     pub unknown_dropped: AtomicU64,
     /// Containers where the kernel's account replaced the runtime's (reason or exit code).
     pub corrected: AtomicU64,
+    /// Pod requests to the runtime in flight now (a gauge).
+    pub in_flight: AtomicU64,
 }
 
 impl ReconcileStats {
@@ -125,6 +127,19 @@ impl ReconcileHandle {
     /// The PLEG events the reconciler consumed, as they arrive.
     pub fn pleg_events(&self) -> broadcast::Receiver<PodLifecycleEvent> {
         self.pleg.subscribe()
+    }
+
+    /// Waits for the first relist and the pod requests it started to be answered: the view then
+    /// holds every pod the runtime has.
+    pub async fn settled(&self, timeout: Duration) -> bool {
+        let s = Arc::clone(&self.stats);
+        tokio::time::timeout(timeout, async move {
+            while ReconcileStats::get(&s.relists) == 0 || ReconcileStats::get(&s.in_flight) > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .is_ok()
     }
 
     pub fn request_relist(&self) {
@@ -314,6 +329,7 @@ impl Reconciler {
         w.dirty = false;
         w.retry_at = None;
         bump(&self.stats.pod_fetches);
+        bump(&self.stats.in_flight);
         let cri = self.cri.clone();
         let uid = uid.to_string();
         self.fetches.spawn(async move {
@@ -336,6 +352,7 @@ impl Reconciler {
     }
 
     fn on_fetched(&mut self, uid: String, result: Result<PodSnapshot, CriError>) {
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         let w = self.work.entry(uid.clone()).or_default();
         w.in_flight = false;
         let snapshot = match result {
@@ -505,7 +522,6 @@ impl Reconciler {
     /// Lists everything, counts what the event-driven path missed, and fetches the pods that
     /// differ.
     async fn relist(&mut self) {
-        bump(&self.stats.relists);
         let Ok(client) = self.cri.client() else {
             tracing::debug!("relist skipped: runtime not connected (it runs again on reconnect)");
             return;
@@ -622,6 +638,8 @@ impl Reconciler {
         for uid in to_fetch.into_iter().chain(stale) {
             self.schedule(&uid);
         }
+        // Counted once its requests are out, so that `settled` cannot see a relist without them.
+        bump(&self.stats.relists);
     }
 }
 

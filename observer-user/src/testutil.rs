@@ -1,11 +1,12 @@
-//! Private cgroup trees for tests that need the kernel: created under a real hierarchy, removed
+//! Test helpers shared by the library's unit tests: the root check (which fails instead of
+//! skipping under CI=true), and private cgroup trees created under a real hierarchy and removed
 //! (processes killed, directories removed bottom-up) when dropped, also after a failed assert.
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::mounts::HierarchyMount;
+use crate::cgroup::HierarchyMount;
 
 /// Whether a test that writes to cgroupfs may run. Under `CI=true` not being root fails the test
 /// instead of skipping it, so CI cannot go green without running it.
@@ -15,9 +16,9 @@ pub(crate) fn require_root(test: &str) -> bool {
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: needs root to create cgroups, and CI=true does not allow skipping"
+        "{test}: needs root, and CI=true does not allow skipping"
     );
-    eprintln!("skipping {test}: needs root to create cgroups");
+    eprintln!("skipping {test}: needs root");
     false
 }
 

@@ -1,0 +1,402 @@
+//! `observer status`: this node's pods as `kubectl get pods` shows them, from the runtime (CRI)
+//! corrected by the kernel, with the last OOM kill of each pod. No Kubernetes API needed.
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, SystemTime},
+};
+
+use anyhow::bail;
+use serde::Serialize;
+
+use super::render::rfc3339;
+use crate::{
+    agent::{Agent, AgentConfig},
+    cgroup::classify,
+    cri::CriEndpoint,
+    kernel::kmsg::{self, LoggedOomKill},
+    reconcile::{ContainerView, OomEvidence, PodView, ReconcileStats},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub cri_endpoint: Option<CriEndpoint>,
+    /// `table` (like kubectl get pods) or `json` (one document; one per line with --watch).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Keep running and print pods again as they change.
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let endpoint = args
+        .cri_endpoint
+        .clone()
+        .unwrap_or_else(CriEndpoint::detect);
+    let mut cfg = AgentConfig::new(endpoint.clone());
+    cfg.cgroupfs = args.cgroupfs.clone();
+    let agent = Agent::start(cfg).await?;
+    if !agent.wait_runtime(Duration::from_secs(5)).await {
+        bail!(
+            "the container runtime at {endpoint} does not answer: {}",
+            agent.cri.state().last_error.unwrap_or_default()
+        );
+    }
+    if !agent.reconcile.settled(Duration::from_secs(10)).await {
+        tracing::warn!("the runtime is slow to answer; the list may be incomplete");
+    }
+    // Kills from before we started, from the kernel log; the probes report the ones after.
+    let history = kmsg::read_history().unwrap_or_else(|e| {
+        tracing::info!("kernel log unreadable ({e}): OOM kills before now are not shown");
+        Vec::new()
+    });
+
+    let stdout = std::io::stdout();
+    let mut shown: HashMap<String, Row> = HashMap::new();
+    let mut changes = agent.reconcile.changes();
+    let mut first = true;
+    let shutdown = super::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let pods = agent.reconcile.pods();
+        let rows: Vec<Row> = pods.iter().map(|p| Row::of(p, &history)).collect();
+        let mut out = stdout.lock();
+        match args.output {
+            Output::Json if args.watch => {
+                serde_json::to_writer(&mut out, &rows)?;
+                out.write_all(b"\n")?;
+            }
+            Output::Json => {
+                serde_json::to_writer_pretty(&mut out, &rows)?;
+                out.write_all(b"\n")?;
+            }
+            Output::Table => {
+                // The first time everything; then, like `kubectl get -w`, the rows that changed.
+                let changed: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| first || shown.get(&r.uid) != Some(r))
+                    .collect();
+                let gone: Vec<&Row> = shown
+                    .values()
+                    .filter(|r| !rows.iter().any(|n| n.uid == r.uid))
+                    .collect();
+                write_table(&mut out, &changed, &gone, first)?;
+            }
+        }
+        out.flush()?;
+        drop(out);
+        shown = rows.into_iter().map(|r| (r.uid.clone(), r)).collect();
+        first = false;
+        if !args.watch {
+            break;
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            r = changes.changed() => if r.is_err() { break },
+        }
+        // Let a burst of changes land before printing.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = agent.reconcile.stats();
+    tracing::debug!(
+        relists = ReconcileStats::get(&s.relists),
+        missed = ReconcileStats::get(&s.missed_events),
+        corrected = ReconcileStats::get(&s.corrected),
+        "status done"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One pod as printed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+struct Row {
+    namespace: String,
+    name: String,
+    uid: String,
+    ready: String,
+    status: String,
+    restarts: u32,
+    #[serde(skip)]
+    created: Option<SystemTime>,
+    created_at: Option<String>,
+    last_oom: Option<OomRow>,
+    containers: Vec<ContainerRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+struct OomRow {
+    time: String,
+    #[serde(skip)]
+    at: SystemTime,
+    container: String,
+    pid: u32,
+    comm: String,
+    /// The container's init was the victim: the container died of it.
+    init: bool,
+    anon_rss_kb: Option<u64>,
+    total_vm_kb: Option<u64>,
+    oom_score_adj: Option<i16>,
+    /// `kernel-log` for kills before observer started, `probe` for kills it saw.
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+struct ContainerRow {
+    name: String,
+    id: String,
+    state: &'static str,
+    restart_count: u32,
+    exit_code: Option<i32>,
+    signal: Option<u8>,
+    reason: Option<String>,
+    /// What the runtime said where the kernel's account replaced it.
+    runtime_reason: Option<String>,
+    runtime_exit_code: Option<i32>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    init_pid: Option<u32>,
+    oom_kills: u32,
+}
+
+impl Row {
+    fn of(p: &PodView, history: &[LoggedOomKill]) -> Self {
+        let (ready, total) = p.ready();
+        let name_of = |id: &str| {
+            p.containers
+                .iter()
+                .find(|c| c.id == id)
+                .map_or_else(|| short(id).to_string(), |c| c.name.clone())
+        };
+        let probe = p
+            .last_oom
+            .as_ref()
+            .map(|o| oom_row(o, &name_of(&o.container_id)));
+        let logged = history
+            .iter()
+            .filter(|k| {
+                classify(&k.task_memcg)
+                    .pod()
+                    .is_some_and(|pr| pr.uid.as_str() == p.uid)
+            })
+            .max_by_key(|k| k.at_us)
+            .map(|k| {
+                let cid = classify(&k.task_memcg)
+                    .container()
+                    .map(|c| c.id.as_str().to_string())
+                    .unwrap_or_default();
+                OomRow {
+                    at: k.time(),
+                    time: rfc3339(k.time()),
+                    container: name_of(&cid),
+                    pid: k.pid,
+                    comm: k.comm.clone(),
+                    init: false,
+                    anon_rss_kb: k.anon_rss_kb,
+                    total_vm_kb: k.total_vm_kb,
+                    oom_score_adj: k.oom_score_adj,
+                    source: "kernel-log",
+                }
+            });
+        // The probes' account is richer; the log's covers kills from before we started.
+        let last_oom = match (probe, logged) {
+            (Some(p), Some(l)) if l.at > p.at + Duration::from_secs(1) => Some(l),
+            (Some(p), _) => Some(p),
+            (None, l) => l,
+        };
+        Row {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            ready: format!("{ready}/{total}"),
+            status: p.status(),
+            restarts: p.restarts(),
+            created: p.created_at,
+            created_at: p.created_at.map(rfc3339),
+            last_oom,
+            containers: p.containers.iter().map(container_row).collect(),
+        }
+    }
+}
+
+fn oom_row(o: &OomEvidence, container: &str) -> OomRow {
+    OomRow {
+        time: rfc3339(o.time),
+        at: o.time,
+        container: container.to_string(),
+        pid: o.pid,
+        comm: o.comm.clone(),
+        init: o.init,
+        anon_rss_kb: o.anon_rss_kb,
+        total_vm_kb: o.total_vm_kb,
+        oom_score_adj: o.oom_score_adj,
+        source: "probe",
+    }
+}
+
+fn container_row(c: &ContainerView) -> ContainerRow {
+    ContainerRow {
+        name: c.name.clone(),
+        id: c.id.clone(),
+        state: match c.phase {
+            crate::reconcile::ContainerPhase::Created => "created",
+            crate::reconcile::ContainerPhase::Running => "running",
+            crate::reconcile::ContainerPhase::Exited => "exited",
+            crate::reconcile::ContainerPhase::Unknown => "unknown",
+        },
+        restart_count: c.restart_count,
+        exit_code: c.exit_code,
+        signal: c.signal,
+        reason: c.reason.clone(),
+        runtime_reason: c.runtime_reason.clone(),
+        runtime_exit_code: c.runtime_exit_code,
+        started_at: c.started_at.map(rfc3339),
+        finished_at: c.finished_at.map(rfc3339),
+        init_pid: c.init_pid,
+        oom_kills: c.oom_kills,
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// kubectl's AGE: 45s, 12m, 3h, 5d.
+pub fn age(since: Option<SystemTime>, now: SystemTime) -> String {
+    let Some(d) = since.and_then(|s| now.duration_since(s).ok()) else {
+        return "-".into();
+    };
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn oom_text(o: &OomRow, now: SystemTime) -> String {
+    let rss = o
+        .anon_rss_kb
+        .map(|kb| format!(", {:.1} MiB rss", kb as f64 / 1024.0))
+        .unwrap_or_default();
+    format!(
+        "{}[{}] in {}, {} ago{rss}",
+        o.comm,
+        o.pid,
+        o.container,
+        age(Some(o.at), now)
+    )
+}
+
+fn write_table(
+    out: &mut impl Write,
+    rows: &[&Row],
+    gone: &[&Row],
+    header: bool,
+) -> std::io::Result<()> {
+    let now = SystemTime::now();
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.namespace.clone(),
+                r.name.clone(),
+                r.ready.clone(),
+                r.status.clone(),
+                r.restarts.to_string(),
+                age(r.created, now),
+                r.last_oom
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |o| oom_text(o, now)),
+            ]
+        })
+        .chain(gone.iter().map(|r| {
+            [
+                r.namespace.clone(),
+                r.name.clone(),
+                "0/0".into(),
+                "Gone".into(),
+                r.restarts.to_string(),
+                age(r.created, now),
+                "-".into(),
+            ]
+        }))
+        .collect();
+    const HEAD: [&str; 7] = [
+        "NAMESPACE",
+        "NAME",
+        "READY",
+        "STATUS",
+        "RESTARTS",
+        "AGE",
+        "LAST OOM KILL",
+    ];
+    let mut width = HEAD.map(str::len);
+    for c in &cells {
+        for (w, v) in width.iter_mut().zip(c) {
+            *w = (*w).max(v.chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, c: [&str; 7]| -> std::io::Result<()> {
+        for (i, v) in c.iter().enumerate() {
+            if i == 6 {
+                writeln!(out, "{v}")?;
+            } else {
+                write!(out, "{v:<w$}   ", w = width[i])?;
+            }
+        }
+        Ok(())
+    };
+    if header {
+        line(out, HEAD)?;
+    }
+    for c in &cells {
+        line(out, c.each_ref().map(String::as_str))?;
+    }
+    if header && cells.is_empty() {
+        writeln!(out, "No pods found on this node.")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_like_kubectl() {
+        let now = SystemTime::now();
+        let ago = |s| Some(now - Duration::from_secs(s));
+        assert_eq!(age(ago(5), now), "5s");
+        assert_eq!(age(ago(600), now), "10m");
+        assert_eq!(age(ago(3 * 3600), now), "3h");
+        assert_eq!(age(ago(3 * 86_400), now), "3d");
+        assert_eq!(age(None, now), "-");
+    }
+
+    #[test]
+    fn table_aligns_and_says_when_empty() {
+        let mut out = Vec::new();
+        write_table(&mut out, &[], &[], true).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("NAMESPACE   NAME   READY   STATUS   RESTARTS   AGE   LAST OOM KILL"),
+            "{text}"
+        );
+        assert!(text.contains("No pods found"));
+    }
+}

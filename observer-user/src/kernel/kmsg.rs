@@ -1,0 +1,176 @@
+//! OOM kills that happened before the agent started, from the kernel log (`/dev/kmsg`).
+//!
+//! The OOM killer logs two lines per kill: `oom-kill:...,task_memcg=<cgroup>,task=<comm>,pid=<pid>,...`
+//! and `... Killed process <pid> (<comm>) total-vm:..kB, anon-rss:..kB, ...`. Together they name
+//! the victim, its memory cgroup (so its container) and its memory. The log is a ring: old kills
+//! may be gone, which is why this is history, not the live source (the probes are).
+use std::{
+    fs::File,
+    io::{ErrorKind, Read},
+    os::unix::fs::OpenOptionsExt,
+    time::{Duration, SystemTime},
+};
+
+/// One OOM kill from the kernel log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoggedOomKill {
+    /// Microseconds since boot (the log's clock, which does not count suspend).
+    pub at_us: u64,
+    pub pid: u32,
+    pub comm: String,
+    /// The victim's memory cgroup and the cgroup whose limit was hit, relative to the memory
+    /// hierarchy's root (the same path as on cgroup2 for kubelet's layouts).
+    pub task_memcg: String,
+    pub oom_memcg: String,
+    pub total_vm_kb: Option<u64>,
+    pub anon_rss_kb: Option<u64>,
+    pub file_rss_kb: Option<u64>,
+    pub shmem_rss_kb: Option<u64>,
+    pub oom_score_adj: Option<i16>,
+}
+
+impl LoggedOomKill {
+    /// Wall-clock time of the kill (log clock mapped through CLOCK_MONOTONIC).
+    pub fn time(&self) -> SystemTime {
+        let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+            .unwrap_or_default();
+        SystemTime::now() - mono.saturating_sub(Duration::from_micros(self.at_us))
+    }
+}
+
+/// Reads every OOM kill still in the kernel log, without blocking.
+pub fn read_history() -> std::io::Result<Vec<LoggedOomKill>> {
+    let mut f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")?;
+    let mut buf = vec![0u8; 8192];
+    let mut records = Vec::new();
+    loop {
+        // Each read returns exactly one record.
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => records.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            // The ring overwrote records we had not read yet: carry on from the oldest left.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(parse(records.iter().map(String::as_str)))
+}
+
+/// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`).
+pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKill> {
+    let mut out: Vec<LoggedOomKill> = Vec::new();
+    for rec in records {
+        let Some((head, msg)) = rec.split_once(';') else {
+            continue;
+        };
+        let msg = msg.lines().next().unwrap_or("");
+        let at_us = head
+            .split(',')
+            .nth(2)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        if let Some(fields) = msg.strip_prefix("oom-kill:") {
+            let get = |k: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            out.push(LoggedOomKill {
+                at_us,
+                pid: get("pid").parse().unwrap_or(0),
+                comm: get("task"),
+                task_memcg: get("task_memcg"),
+                oom_memcg: get("oom_memcg"),
+                ..Default::default()
+            });
+        } else if let Some(rest) = msg.split_once("Killed process ").map(|(_, r)| r) {
+            let pid: u32 = rest
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            let kb = |k: &str| {
+                rest.split(k)
+                    .nth(1)
+                    .and_then(|v| v.split("kB").next())
+                    .and_then(|v| v.trim().parse().ok())
+            };
+            let adj = rest
+                .split("oom_score_adj:")
+                .nth(1)
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok());
+            // Completes the oom-kill line just before it, when it is the same victim.
+            if let Some(last) = out
+                .last_mut()
+                .filter(|l| l.pid == pid && l.total_vm_kb.is_none())
+            {
+                last.total_vm_kb = kb("total-vm:");
+                last.anon_rss_kb = kb("anon-rss:");
+                last.file_rss_kb = kb("file-rss:");
+                last.shmem_rss_kb = kb("shmem-rss:");
+                last.oom_score_adj = adj;
+            }
+        }
+    }
+    out.retain(|k| k.pid != 0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &[&str] = &[
+        "4,4800,3433176551,-;head invoked oom-killer: gfp_mask=0x500cc2(GFP_HIGHUSER|__GFP_ACCOUNT), order=0, oom_score_adj=500",
+        "6,4801,3433177016,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=ed0f,mems_allowed=0,oom_memcg=/kubepods/burstable/poda441d046-fdb3-435f-8d3e-c227ee893318/ed0f,task_memcg=/kubepods/burstable/poda441d046-fdb3-435f-8d3e-c227ee893318/ed0f,task=sh,pid=28078,uid=0",
+        "3,4802,3433177070,-;Memory cgroup out of memory: Killed process 28078 (sh) total-vm:39136kB, anon-rss:32000kB, file-rss:1424kB, shmem-rss:0kB, UID:0 pgtables:108kB oom_score_adj:500",
+        "6,4803,3433177100,-;something else",
+        "3,4804,3500000000,-;Out of memory: Killed process 999 (java) total-vm:1kB, anon-rss:2kB, file-rss:3kB, shmem-rss:4kB, UID:0 pgtables:5kB oom_score_adj:0",
+    ];
+
+    #[test]
+    fn pairs_the_two_lines_of_a_kill() {
+        let kills = parse(LOG.iter().copied());
+        assert_eq!(kills.len(), 1, "{kills:#?}");
+        let k = &kills[0];
+        assert_eq!((k.pid, k.comm.as_str(), k.at_us), (28078, "sh", 3433177016));
+        assert!(
+            k.task_memcg.ends_with("/ed0f") && k.task_memcg.starts_with("/kubepods/burstable/pod")
+        );
+        assert_eq!(
+            (k.total_vm_kb, k.anon_rss_kb, k.file_rss_kb, k.shmem_rss_kb),
+            (Some(39136), Some(32000), Some(1424), Some(0))
+        );
+        assert_eq!(k.oom_score_adj, Some(500));
+    }
+
+    #[test]
+    fn garbage_is_ignored() {
+        assert!(parse([
+            "",
+            "no semicolon",
+            "1,2,3,-;oom-kill:",
+            "x;Killed process abc"
+        ])
+        .is_empty());
+    }
+
+    #[test]
+    fn reads_this_machines_log() {
+        if !crate::testutil::require_root("reads_this_machines_log") {
+            return;
+        }
+        // Whatever is there parses; every kill found names a pid and a cgroup.
+        for k in read_history().expect("read /dev/kmsg") {
+            assert!(k.pid > 0 && !k.task_memcg.is_empty(), "{k:?}");
+        }
+    }
+}
