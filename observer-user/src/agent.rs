@@ -5,10 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use tokio::task::JoinHandle;
 
 use crate::{
-    cgroup::{
-        cgroup_id, find_kubepods_roots, scan, CgroupIndex, CgroupMounts, HierarchyMount,
-        ScanOptions,
-    },
+    cgroup::{cgroup_id, find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     kernel::{EventReader, KernelError, ProbeOptions, Probes, Watch, WatchRoot},
     pleg::{self, Pleg, PlegStats},
@@ -76,12 +73,12 @@ impl Agent {
         let mut index = CgroupIndex::new(unified.clone());
         index.scan();
         let mut pleg = Pleg::new(index, tx);
-        rescan(&mut pleg, &unified, &roots);
+        rescan(&mut pleg, &roots);
 
         let cri = ReconnectingCri::new(CriConfig::new(cfg.cri.clone()));
         let (reconciler, handle) = Reconciler::new(cri.clone(), cfg.reconcile.clone());
         let reconciler = tokio::spawn(reconciler.run(rx));
-        let kernel = tokio::spawn(kernel_loop(reader, pleg, unified, roots, handle.clone()));
+        let kernel = tokio::spawn(kernel_loop(reader, pleg, roots, handle.clone()));
         Ok(Self {
             reconcile: handle,
             cri,
@@ -135,21 +132,15 @@ fn watch_roots(unified: &HierarchyMount, roots: &[String]) -> Result<Watch, Agen
     })
 }
 
-fn rescan(pleg: &mut Pleg, unified: &HierarchyMount, roots: &[String]) {
-    let roots: Vec<&String> = roots
-        .iter()
-        .filter(|r| unified.to_absolute(r).is_some_and(|p| p.is_dir()))
-        .collect();
-    match scan(unified, &roots, &ScanOptions::default()) {
-        Ok(s) => pleg.resync(&s),
-        Err(e) => tracing::warn!("cgroup walk failed; pods appear at their next event: {e}"),
+fn rescan(pleg: &mut Pleg, roots: &[String]) {
+    if let Err(e) = pleg.rescan(roots) {
+        tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
     }
 }
 
 async fn kernel_loop(
     mut reader: EventReader,
     mut pleg: Pleg,
-    unified: HierarchyMount,
     roots: Vec<String>,
     reconcile: ReconcileHandle,
 ) -> PlegStats {
@@ -161,7 +152,7 @@ async fn kernel_loop(
                     pleg.handle(ev);
                 }
                 if pleg.needs_resync() {
-                    rescan(&mut pleg, &unified, &roots);
+                    rescan(&mut pleg, &roots);
                     reconcile.request_relist();
                 }
             }

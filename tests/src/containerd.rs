@@ -538,6 +538,14 @@ state = "{d}/state"
             return Ok(());
         }
         self.torn_down = true;
+        if std::thread::panicking() {
+            // The runtime's side of a failed test, before its dir goes away.
+            eprintln!(
+                "containerd log ({}), last lines:\n{}",
+                self.dir.display(),
+                self.log_tail(40)
+            );
+        }
         let mut problems = Vec::new();
         let created = std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
         let running = self

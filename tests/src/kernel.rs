@@ -271,16 +271,7 @@ pub fn require_kernel() -> bool {
     if !Path::new(observer::kernel::btf::VMLINUX).exists() {
         missing.push(format!("kernel BTF at {}", observer::kernel::btf::VMLINUX));
     }
-    match crate::prereq::decide("this kernel test", &missing, crate::prereq::in_ci()) {
-        crate::prereq::Decision::Run => true,
-        crate::prereq::Decision::Skip(why) => {
-            eprintln!("SKIPPED: {why}");
-            false
-        }
-        crate::prereq::Decision::Fail(why) => {
-            panic!("prerequisite missing under CI=true (never skipped): {why}")
-        }
-    }
+    crate::prereq::require("this kernel test", &missing)
 }
 
 /// The PLEG on top of [`KernelWatch`], synced with the cgroups under a test root at start.
@@ -301,10 +292,7 @@ impl PlegWatch {
         let mut pleg =
             observer::pleg::Pleg::new(observer::cgroup::CgroupIndex::new(cg.unified.clone()), tx);
         let scan_root = format!("{}/{}", cg.rel, scan_below.trim_start_matches('/'));
-        if cg.abs(&scan_root).is_dir() {
-            let scan = observer::cgroup::scan(&cg.unified, &[&scan_root], &Default::default())?;
-            pleg.resync(&scan);
-        }
+        pleg.rescan(&[&scan_root])?;
         let mut me = Self {
             watch,
             pleg,
@@ -338,12 +326,7 @@ impl PlegWatch {
                     self.watch.seen.push(ev.clone());
                     self.pleg.handle(ev);
                     if self.pleg.needs_resync() {
-                        let scan = observer::cgroup::scan(
-                            self.pleg.cgroups().mount(),
-                            &[&self.scan_root],
-                            &Default::default(),
-                        )?;
-                        self.pleg.resync(&scan);
+                        self.pleg.rescan(&[&self.scan_root])?;
                     }
                     self.drain();
                 }

@@ -426,6 +426,8 @@ async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Resul
     );
     // kubelet garbage-collects the record. containerd 1.6 has no event for that (no
     // GetContainerEvents): the relist, periodic in the agent and asked for here, drops it.
+    // (kubelet removes only what the runtime reports exited; the kernel is faster than that.)
+    env.ctrd.wait_exited(&first, WAIT).await?;
     env.ctrd.remove_container(&first).await?;
     env.agent.reconcile.request_relist();
     let gone = env
@@ -641,6 +643,7 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
         .output()
         .await?;
     let text = String::from_utf8_lossy(&table.stdout);
+    eprintln!("{text}");
     assert!(text.starts_with("NAMESPACE"), "{text}");
     let line = text
         .lines()

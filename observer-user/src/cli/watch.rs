@@ -11,10 +11,7 @@ use super::render::{
     pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, WatchLine,
 };
 use crate::{
-    cgroup::{
-        cgroup_id, scan_kubepods, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
-        ScanOptions,
-    },
+    cgroup::{cgroup_id, find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
     kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
     pleg::{self, Pleg},
 };
@@ -101,17 +98,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         counters.ringbuf_drops,
         reader.malformed()
     );
-    match result {
-        // A closed stdout (`observer watch | head`) is a normal way to stop.
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(e),
-        Ok(()) => Ok(ExitCode::SUCCESS),
-    }
+    finish(result)
 }
 
 struct Printer<W: Write> {
@@ -159,13 +146,10 @@ async fn watch_pods(
 ) -> anyhow::Result<ExitCode> {
     let (tx, mut rx) = pleg::channel(64 * 1024);
     let mut pleg = Pleg::new(cgroups, tx);
-    let rescan = |pleg: &mut Pleg| match scan_kubepods(unified, &ScanOptions::default()) {
-        Ok(scan) => pleg.resync(&scan),
-        Err(CgroupError::NoKubepodsRoot { .. }) => {
-            tracing::info!("no kubepods cgroup yet: no pods to sync")
-        }
-        Err(e) => {
-            tracing::warn!("cgroup walk failed, pods may be missing until their next event: {e}")
+    let roots = find_kubepods_roots(unified);
+    let rescan = |pleg: &mut Pleg| {
+        if let Err(e) = pleg.rescan(&roots) {
+            tracing::warn!("cgroup walk failed, pods may be missing until their next event: {e}");
         }
     };
     rescan(&mut pleg);

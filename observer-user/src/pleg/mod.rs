@@ -14,7 +14,7 @@ pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
 pub use stream::{channel, PlegReceiver, PlegSender};
 
 use crate::{
-    cgroup::{CgroupIndex, Scan},
+    cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},
     kernel::{BootClock, BootNs, KernelEvent},
 };
 
@@ -99,6 +99,20 @@ impl Pleg {
         self.stats.resyncs += 1;
         self.needs_resync = false;
         self.flush();
+    }
+
+    /// Walks the cgroup tree below `roots` (relative to the cgroup2 root; absent ones are
+    /// skipped) and resyncs with what it finds.
+    pub fn rescan<S: AsRef<str>>(&mut self, roots: &[S]) -> Result<(), CgroupError> {
+        let mount = self.cgroups.mount().clone();
+        let present: Vec<&str> = roots
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|r| mount.to_absolute(r).is_some_and(|p| p.is_dir()))
+            .collect();
+        let scan = crate::cgroup::scan(&mount, &present, &ScanOptions::default())?;
+        self.resync(&scan);
+        Ok(())
     }
 
     pub fn handle(&mut self, ev: KernelEvent) {
