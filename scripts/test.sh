@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 # Default members: every crate but the eBPF one, which only builds for the BPF target.
 # Two cores: more test threads only make the containerd tests slower.
-cargo test --release -- --test-threads="${TEST_THREADS:-4}" "$@"
+cargo test --release --no-fail-fast -- --test-threads="${TEST_THREADS:-4}" "$@"

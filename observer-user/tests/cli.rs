@@ -70,6 +70,32 @@ fn a_missing_cgroup_root_is_a_clear_error() {
     );
 }
 
+/// Run as nobody (setpriv drops every capability): the error says what is missing.
+#[test]
+fn unprivileged_watch_says_it_needs_root() {
+    if !root() {
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            BIN,
+            "watch",
+            "--all",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not privileged") && err.contains("root"),
+        "{err}"
+    );
+}
+
 #[test]
 fn status_without_a_runtime_says_so() {
     if !root() {

@@ -287,7 +287,15 @@ impl PlegWatch {
     /// Probes watching `cg`, and a PLEG that first walks `cg.rel + scan_below` (where the test
     /// laid out its kubepods tree) for containers that already run.
     pub fn new(cg: &TestCgroup, scan_below: &str) -> anyhow::Result<Self> {
-        let watch = KernelWatch::roots(&[cg.watch_root()])?;
+        Self::with(cg, scan_below, ProbeOptions::default())
+    }
+
+    /// [`Self::new`] with probe options (the watch roots are set to `cg`).
+    pub fn with(cg: &TestCgroup, scan_below: &str, opts: ProbeOptions) -> anyhow::Result<Self> {
+        let watch = KernelWatch::with(ProbeOptions {
+            watch: Watch::Roots(vec![cg.watch_root()]),
+            ..opts
+        })?;
         let (tx, rx) = observer::pleg::channel(1 << 16);
         let mut pleg =
             observer::pleg::Pleg::new(observer::cgroup::CgroupIndex::new(cg.unified.clone()), tx);

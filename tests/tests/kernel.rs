@@ -358,3 +358,59 @@ async fn program_run_time_is_accounted() {
     assert!(!exit.run_time.is_zero());
     assert_eq!(w.probes.counters().unwrap().ringbuf_drops, 0);
 }
+
+#[tokio::test]
+async fn ring_buffer_overflow_is_counted_and_reported_as_lost() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("overflow").unwrap();
+    // One page of ring buffer holds a few dozen records.
+    let opts = ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        ring_buffer_bytes: Some(4096),
+        ..Default::default()
+    };
+    let mut w = KernelWatch::with(opts).unwrap();
+    // Nobody reads while 2000 processes fork and exit inside the cgroup.
+    assert!(cg
+        .spawn(&workload(), &["spin", "2000"])
+        .unwrap()
+        .wait()
+        .unwrap()
+        .success());
+    let drops = w.probes.counters().unwrap().ringbuf_drops;
+    assert!(drops > 1000, "only {drops} drops");
+    // The reader hands out what fit, then says how much was lost: exactly the kernel's count.
+    let events = w
+        .until(WAIT, |ev| {
+            ev.iter().any(|e| matches!(e, KernelEvent::Lost { .. }))
+        })
+        .await
+        .unwrap();
+    let lost: u64 = events
+        .iter()
+        .map(|e| {
+            if let KernelEvent::Lost { records, .. } = e {
+                *records
+            } else {
+                0
+            }
+        })
+        .sum();
+    assert_eq!(lost, drops);
+    let kept = events
+        .iter()
+        .filter(|e| matches!(e, KernelEvent::Exit(_)))
+        .count() as u64;
+    assert!(kept > 0 && kept + lost >= 2000, "{kept} kept + {lost} lost");
+    // The stream goes on.
+    let mut child = cg.spawn(&workload(), &["exit", "9"]).unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap();
+    assert_eq!(group_exit(events, pid).unwrap().status.code(), Some(9));
+}

@@ -7,6 +7,7 @@ use observer::{
         conmon_cgroup_path, container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId,
         PodUid, Qos, Runtime,
     },
+    kernel::ProbeOptions,
     pleg::{ExitReason, PlegData, PlegEventType::*, PodLifecycleEvent},
 };
 use observer_tests::kernel::{require_kernel, workload, PlegWatch, TestCgroup};
@@ -314,5 +315,91 @@ async fn initial_sync_finds_containers_started_before_the_agent() {
     assert_eq!(
         died.exit().unwrap().status.and_then(|s| s.signal()),
         Some(9)
+    );
+}
+
+/// A container dies while the ring buffer is full and its exit record is lost: the PLEG resyncs
+/// from the cgroup tree and reports the death as ContainerStatusUnknown, never a stale Running.
+#[tokio::test]
+async fn lost_records_resync_and_the_death_is_still_reported() {
+    if !require_kernel() {
+        return;
+    }
+    let (driver, qos) = (CgroupDriver::Systemd, Qos::Burstable);
+    let mut cg = TestCgroup::new("pleg-lost").unwrap();
+    let pod = uid(4);
+    let cid = |k: u32| cid(300 + k);
+    cg.mkdir(&pod_cgroup_path(driver, qos, &pod)).unwrap();
+    let victim = cg
+        .mkdir(&container_cgroup_path(
+            driver,
+            qos,
+            &pod,
+            Runtime::Containerd,
+            &cid(1),
+        ))
+        .unwrap();
+    let storm = cg
+        .mkdir(&container_cgroup_path(
+            driver,
+            qos,
+            &pod,
+            Runtime::Containerd,
+            &cid(2),
+        ))
+        .unwrap();
+    let mut sleeper = cg.spawn_in(&victim, &workload(), &["sleep", "60"]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut w = PlegWatch::with(
+        &cg,
+        "kubepods.slice",
+        ProbeOptions {
+            ring_buffer_bytes: Some(4096),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        of(&w.events, cid(1))
+            .iter()
+            .any(|e| e.kind == ContainerStarted),
+        "initial sync: {:#?}",
+        w.events
+    );
+    // Nobody reads: a storm fills the ring, then the sleeper dies, its exit record lost.
+    assert!(cg
+        .spawn_in(&storm, &workload(), &["spin", "1000"])
+        .unwrap()
+        .wait()
+        .unwrap()
+        .success());
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(w.watch.probes.counters().unwrap().ringbuf_drops > 0);
+
+    let events = w
+        .until(WAIT, |ev| {
+            of(ev, cid(1)).iter().any(|e| e.kind == ContainerDied)
+        })
+        .await
+        .unwrap()
+        .to_vec();
+    let died = of(&events, cid(1))
+        .into_iter()
+        .find(|e| e.kind == ContainerDied)
+        .unwrap()
+        .exit()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (died.reason, died.exit_code(), died.status),
+        (ExitReason::Unknown, 137, None),
+        "{died:?}"
+    );
+    let stats = w.pleg.stats();
+    assert!(stats.lost_records > 0 && stats.resyncs >= 2, "{stats:?}");
+    assert_eq!(
+        w.pleg.model().container(&cid(1)).unwrap().state,
+        observer::pleg::ContainerState::Exited
     );
 }

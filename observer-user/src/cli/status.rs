@@ -34,6 +34,9 @@ pub struct StatusArgs {
     /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    /// Seconds between safety relists of the runtime (with --watch).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub relist_period: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,6 +52,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(CriEndpoint::detect);
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
+    cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
     let agent = Agent::start(cfg).await?;
     if !agent.wait_runtime(Duration::from_secs(5)).await {
         bail!(

@@ -31,6 +31,9 @@ pub struct ProbeOptions {
     pub thread_exits: bool,
     /// Send cgroup events of every hierarchy (v1 controllers too), not only cgroup2's.
     pub all_cgroup_hierarchies: bool,
+    /// Ring buffer size in bytes (a power-of-two multiple of the page size); default
+    /// `observer_common::RING_BUFFER_BYTES`.
+    pub ring_buffer_bytes: Option<u32>,
 }
 
 impl Default for ProbeOptions {
@@ -39,6 +42,7 @@ impl Default for ProbeOptions {
             watch: Watch::All,
             thread_exits: false,
             all_cgroup_hierarchies: false,
+            ring_buffer_bytes: None,
         }
     }
 }
@@ -146,7 +150,11 @@ impl Probes {
             cgroup: tracefs::cgroup_offsets(&tracefs)?,
         };
         tracing::debug!(?config, "probe config");
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(bytes) = opts.ring_buffer_bytes {
+            loader.map_max_entries(names::EVENTS, bytes);
+        }
+        let mut ebpf = loader
             .override_global(names::CONFIG, &config, true)
             .load(OBJECT)
             .map_err(|e| KernelError::LoadObject(e.to_string()))?;
