@@ -58,7 +58,7 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
         // SAFETY: the kernel checks the source address; the destination is our stack buffer.
         let _ = unsafe { bpf_probe_read_kernel_str_bytes(src, &mut pending.comm) };
     }
-    if OOM_PENDING.insert(&(pid as u32), &pending, 0).is_err() {
+    if OOM_PENDING.insert(pid as u32, pending, 0).is_err() {
         count(stat::OOM_PENDING_FULL);
         aya_log_ebpf::warn!(&ctx, "OOM victim {} not tracked: OOM_PENDING full", pid);
     }
@@ -70,10 +70,10 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
 pub fn complete_if_victim(task: *const u8) {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: the value is copied out before any other map operation.
-    let Some(pending) = (unsafe { OOM_PENDING.get(&tid) }).copied() else {
+    let Some(pending) = (unsafe { OOM_PENDING.get(tid) }).copied() else {
         return;
     };
-    let _ = OOM_PENDING.remove(&tid);
+    let _ = OOM_PENDING.remove(tid);
     let Some(mut entry) = EVENTS.reserve::<OomRecord>(0) else {
         count(stat::RINGBUF_DROPS);
         return;
