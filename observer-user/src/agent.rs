@@ -5,10 +5,12 @@ use std::{path::PathBuf, time::Duration};
 use tokio::task::JoinHandle;
 
 use crate::{
-    cgroup::{cgroup_id, find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
+    cgroup::{
+        cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
+    },
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     kernel::{EventReader, KernelError, ProbeOptions, Probes, Watch, WatchRoot},
-    pleg::{self, Pleg, PlegStats},
+    pleg::{self, Pleg, PlegReceiver, PlegStats},
     reconcile::{ReconcileConfig, ReconcileHandle, Reconciler},
 };
 
@@ -17,7 +19,7 @@ pub enum AgentError {
     #[error(transparent)]
     Kernel(#[from] KernelError),
     #[error(transparent)]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] CgroupError),
     #[error("no cgroup2 hierarchy is mounted: observer attributes events by cgroup2 ids")]
     NoCgroup2,
 }
@@ -61,23 +63,31 @@ impl Agent {
         } else {
             cfg.cgroup_roots.clone()
         };
-        // The kubepods root may not exist yet (no pod ever ran): watch its parent's would-be
-        // children by watching everything until it does... simpler and safe: watch all then.
-        let watch = watch_roots(&unified, &roots)?;
-        let mut probes = Probes::load(&ProbeOptions {
-            watch,
-            ..Default::default()
-        })?;
-        let reader = probes.events()?;
-        let (tx, rx) = pleg::channel(64 * 1024);
-        let mut index = CgroupIndex::new(unified.clone());
-        index.scan();
-        let mut pleg = Pleg::new(index, tx);
-        rescan(&mut pleg, &roots);
+        // No kubepods root yet (no pod ever ran here): everything is watched, which stays correct
+        // when kubelet makes it, only busier.
+        let present = watch_roots(&unified, &roots)?;
+        let watch = if present.is_empty() {
+            Watch::All
+        } else {
+            Watch::Roots(present)
+        };
+        let KernelPipeline {
+            probes,
+            reader,
+            pleg,
+            events,
+        } = KernelPipeline::start(
+            &unified,
+            &roots,
+            ProbeOptions {
+                watch,
+                ..Default::default()
+            },
+        )?;
 
         let cri = ReconnectingCri::new(CriConfig::new(cfg.cri.clone()));
         let (reconciler, handle) = Reconciler::new(cri.clone(), cfg.reconcile.clone());
-        let reconciler = tokio::spawn(reconciler.run(rx));
+        let reconciler = tokio::spawn(reconciler.run(events));
         let kernel = tokio::spawn(kernel_loop(reader, pleg, roots, handle.clone()));
         Ok(Self {
             reconcile: handle,
@@ -110,26 +120,57 @@ impl Drop for Agent {
     }
 }
 
-fn watch_roots(unified: &HierarchyMount, roots: &[String]) -> Result<Watch, AgentError> {
+/// The kernel half of the pipeline: probes loaded and attached, and a PLEG that knows every
+/// cgroup (one walk of the whole hierarchy for paths, one of `roots` for pods and containers).
+pub struct KernelPipeline {
+    pub probes: Probes,
+    pub reader: EventReader,
+    pub pleg: Pleg,
+    pub events: PlegReceiver,
+}
+
+impl KernelPipeline {
+    pub fn start<S: AsRef<str>>(
+        unified: &HierarchyMount,
+        roots: &[S],
+        opts: ProbeOptions,
+    ) -> Result<Self, AgentError> {
+        let mut probes = Probes::load(&opts)?;
+        let reader = probes.events()?;
+        let (tx, events) = pleg::channel(64 * 1024);
+        let mut index = CgroupIndex::new(unified.clone());
+        index.scan();
+        let mut pleg = Pleg::new(index, tx);
+        if let Err(e) = pleg.rescan(roots) {
+            tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
+        }
+        Ok(Self {
+            probes,
+            reader,
+            pleg,
+            events,
+        })
+    }
+}
+
+/// The `WatchRoot`s (cgroup id and depth) of those of `roots` that exist, relative to the cgroup2
+/// root, for the kernel's filter.
+pub fn watch_roots<S: AsRef<str>>(
+    unified: &HierarchyMount,
+    roots: &[S],
+) -> Result<Vec<WatchRoot>, CgroupError> {
     let mut out = Vec::new();
-    for rel in roots {
-        let Some(abs) = unified.to_absolute(rel) else {
+    for rel in roots.iter().map(AsRef::as_ref) {
+        let Some(abs) = unified.to_absolute(rel).filter(|p| p.is_dir()) else {
             continue;
         };
-        if !abs.is_dir() {
-            continue;
-        }
         out.push(WatchRoot {
             id: cgroup_id(&abs)?,
             level: rel.split('/').filter(|c| !c.is_empty()).count() as u32,
             _pad: 0,
         });
     }
-    Ok(if out.is_empty() {
-        Watch::All
-    } else {
-        Watch::Roots(out)
-    })
+    Ok(out)
 }
 
 fn rescan(pleg: &mut Pleg, roots: &[String]) {

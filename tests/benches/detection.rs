@@ -23,9 +23,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use observer::{
-    cgroup::{cgroup_id, scan_kubepods, CgroupIndex, CgroupMounts, HierarchyMount, ScanOptions},
+    agent::{watch_roots, KernelPipeline},
+    cgroup::CgroupMounts,
     cri::{api, CriClient},
-    kernel::{BootClock, BootNs, EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
+    kernel::{BootClock, BootNs, EventReader, KernelEvent, ProbeOptions, Watch},
     pleg::{self, Pleg, PlegEventType, PlegStats},
 };
 use observer_tests::{
@@ -186,35 +187,29 @@ async fn run(deaths: usize) -> Result<()> {
         .unified()
         .cloned()
         .context("no cgroup2 hierarchy mounted")?;
-    let kubepods = unified
-        .to_absolute(KUBEPODS)
-        .context("kubepods outside the cgroup2 mount")?;
-    let root = WatchRoot {
-        id: cgroup_id(&kubepods).with_context(|| format!("{}", kubepods.display()))?,
-        level: 1,
-        _pad: 0,
-    };
-    let mut probes = Probes::load(&ProbeOptions {
-        watch: Watch::Roots(vec![root]),
-        ..Default::default()
-    })?;
-    let reader = probes.events()?;
-    let (tx, rx) = pleg::channel(64 * 1024);
-    let mut index = CgroupIndex::new(unified.clone());
-    index.scan();
-    let mut pleg = Pleg::new(index, tx);
-    pleg.resync(&scan_kubepods(&unified, &ScanOptions::default())?);
+    let roots = watch_roots(&unified, &[KUBEPODS])?;
+    anyhow::ensure!(
+        roots.len() == 1,
+        "{KUBEPODS} does not exist after the sandboxes started"
+    );
+    let KernelPipeline {
+        probes,
+        reader,
+        pleg,
+        events: rx,
+    } = KernelPipeline::start(
+        &unified,
+        &[KUBEPODS],
+        ProbeOptions {
+            watch: Watch::Roots(roots),
+            ..Default::default()
+        },
+    )?;
 
     let shared = Arc::new(Shared::default());
     let (stop_tx, stop) = watch::channel(false);
     let exits = ctrd.subscribe_task_exits().await?;
-    let pleg_task = tokio::spawn(drive_pleg(
-        reader,
-        pleg,
-        unified,
-        Arc::clone(&shared),
-        stop.clone(),
-    ));
+    let pleg_task = tokio::spawn(drive_pleg(reader, pleg, Arc::clone(&shared), stop.clone()));
     let pleg_consumer = tokio::spawn(consume_pleg(rx, Arc::clone(&shared), stop.clone()));
     let exit_consumer = tokio::spawn(consume_task_exits(exits, Arc::clone(&shared), stop.clone()));
     let relister = tokio::spawn(relist(ctrd.cri()?, Arc::clone(&shared), stop.clone()));
@@ -320,7 +315,6 @@ async fn drive_pod(
 async fn drive_pleg(
     mut reader: EventReader,
     mut pleg: Pleg,
-    unified: HierarchyMount,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<PlegStats> {
@@ -347,7 +341,7 @@ async fn drive_pleg(
             ev = reader.try_next();
         }
         if pleg.needs_resync() {
-            pleg.resync(&scan_kubepods(&unified, &ScanOptions::default())?);
+            pleg.rescan(&[KUBEPODS])?;
         }
     }
 }

@@ -11,9 +11,10 @@ use super::render::{
     pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, WatchLine,
 };
 use crate::{
-    cgroup::{cgroup_id, find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
-    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
-    pleg::{self, Pleg},
+    agent::{watch_roots, KernelPipeline},
+    cgroup::{find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
+    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch},
+    pleg::Pleg,
 };
 
 #[derive(Debug, clap::Args)]
@@ -41,9 +42,6 @@ pub struct WatchArgs {
     pub cgroupfs: Option<PathBuf>,
 }
 
-/// kubelet's cgroup roots for the cgroupfs and systemd drivers.
-const KUBEPODS: [&str; 2] = ["/kubepods.slice", "/kubepods"];
-
 pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let mounts = CgroupMounts::detect(args.cgroupfs.as_deref()).context("reading cgroup mounts")?;
     let Some(unified) = mounts.unified().cloned() else {
@@ -55,14 +53,16 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         thread_exits: args.threads,
         ..Default::default()
     };
+    if args.pods {
+        let pipeline = KernelPipeline::start(&unified, &find_kubepods_roots(&unified), opts)?;
+        tracing::info!("watching pods; Ctrl-C to stop");
+        return watch_pods(args.format, pipeline).await;
+    }
     let mut probes = Probes::load(&opts)?;
     let mut reader = probes.events()?;
     let mut cgroups = CgroupIndex::new(unified.clone());
     cgroups.scan();
     tracing::info!(cgroups = cgroups.len(), "watching; Ctrl-C to stop");
-    if args.pods {
-        return watch_pods(args.format, &unified, cgroups, probes, reader).await;
-    }
 
     let stdout = std::io::stdout();
     let mut printer = Printer {
@@ -137,22 +137,19 @@ impl<W: Write> Printer<W> {
 }
 
 /// `--pods`: kernel events through the PLEG.
-async fn watch_pods(
-    format: Format,
-    unified: &HierarchyMount,
-    cgroups: CgroupIndex,
-    probes: Probes,
-    mut reader: EventReader,
-) -> anyhow::Result<ExitCode> {
-    let (tx, mut rx) = pleg::channel(64 * 1024);
-    let mut pleg = Pleg::new(cgroups, tx);
-    let roots = find_kubepods_roots(unified);
+async fn watch_pods(format: Format, pipeline: KernelPipeline) -> anyhow::Result<ExitCode> {
+    let KernelPipeline {
+        probes,
+        mut reader,
+        mut pleg,
+        events: mut rx,
+    } = pipeline;
+    let roots = find_kubepods_roots(pleg.cgroups().mount());
     let rescan = |pleg: &mut Pleg| {
         if let Err(e) = pleg.rescan(&roots) {
             tracing::warn!("cgroup walk failed, pods may be missing until their next event: {e}");
         }
     };
-    rescan(&mut pleg);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let shutdown = super::shutdown_signal();
@@ -213,39 +210,33 @@ fn resolve_watch(args: &WatchArgs, unified: &HierarchyMount) -> anyhow::Result<W
     if args.all {
         return Ok(Watch::All);
     }
-    let explicit = !args.cgroup_roots.is_empty();
-    let candidates: Vec<&str> = if explicit {
-        args.cgroup_roots.iter().map(String::as_str).collect()
+    let roots = if args.cgroup_roots.is_empty() {
+        // kubelet's root, whichever driver made it (and wherever it sits).
+        find_kubepods_roots(unified)
     } else {
-        KUBEPODS.to_vec()
-    };
-    let mut roots = Vec::new();
-    for rel in candidates {
-        let abs = unified.to_absolute(rel).with_context(|| {
-            format!(
-                "{rel} is not inside the cgroup2 mount {}",
-                unified.mount_point.display()
-            )
-        })?;
-        if !abs.is_dir() {
-            if explicit {
+        for rel in &args.cgroup_roots {
+            let abs = unified.to_absolute(rel).with_context(|| {
+                format!(
+                    "{rel} is not inside the cgroup2 mount {}",
+                    unified.mount_point.display()
+                )
+            })?;
+            if !abs.is_dir() {
                 bail!(
                     "cgroup root {rel} does not exist ({} is not a directory)",
                     abs.display()
                 );
             }
-            continue;
         }
-        let id = cgroup_id(&abs).with_context(|| format!("cgroup id of {}", abs.display()))?;
-        let level = rel.split('/').filter(|c| !c.is_empty()).count() as u32;
-        roots.push(WatchRoot { id, level, _pad: 0 });
-        tracing::info!(root = rel, id, level, "watching cgroup subtree");
-    }
-    if roots.is_empty() {
+        args.cgroup_roots.clone()
+    };
+    let found = watch_roots(unified, &roots)?;
+    tracing::info!(?roots, found = found.len(), "cgroup subtrees to watch");
+    if found.is_empty() {
         tracing::info!(
             "no kubepods cgroup on this node: watching every process (use --cgroup-root to narrow)"
         );
         return Ok(Watch::All);
     }
-    Ok(Watch::Roots(roots))
+    Ok(Watch::Roots(found))
 }

@@ -120,6 +120,18 @@ pub struct PodLifecycleEvent {
 }
 
 impl PodLifecycleEvent {
+    /// "Re-read this pod".
+    pub fn pod_sync(pod_uid: PodUid, at: BootNs) -> Self {
+        Self {
+            pod_uid,
+            kind: PlegEventType::PodSync,
+            container_id: None,
+            runtime: None,
+            at,
+            data: PlegData::None,
+        }
+    }
+
     pub fn exit(&self) -> Option<&ContainerExit> {
         match &self.data {
             PlegData::Died(e) => Some(e),

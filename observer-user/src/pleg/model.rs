@@ -159,7 +159,7 @@ impl NodeModel {
             KernelEvent::Lost { at, .. } => {
                 // Whatever the lost records said is unknown: every pod must be re-read.
                 for uid in self.pods.keys() {
-                    out.push(pod_sync(*uid, *at));
+                    out.push(PodLifecycleEvent::pod_sync(*uid, *at));
                 }
                 Applied::Done
             }
@@ -450,7 +450,7 @@ impl NodeModel {
                         }
                     }
                 }
-                out.push(pod_sync(uid, c.at));
+                out.push(PodLifecycleEvent::pod_sync(uid, c.at));
                 Applied::Done
             }
             Some(Owner::Other) => Applied::NotAContainer,
@@ -604,16 +604,5 @@ fn event(
         runtime: rec.runtime,
         at,
         data,
-    }
-}
-
-fn pod_sync(uid: PodUid, at: BootNs) -> PodLifecycleEvent {
-    PodLifecycleEvent {
-        pod_uid: uid,
-        kind: PlegEventType::PodSync,
-        container_id: None,
-        runtime: None,
-        at,
-        data: PlegData::None,
     }
 }

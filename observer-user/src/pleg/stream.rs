@@ -12,7 +12,7 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::event::{PlegData, PlegEventType, PodLifecycleEvent};
+use super::event::PodLifecycleEvent;
 use crate::{cgroup::PodUid, kernel::BootNs};
 
 struct Inner {
@@ -120,14 +120,7 @@ impl PlegReceiver {
         }
         let (uid, at) = inner.coalesced.pop_front()?;
         inner.coalesced_set.remove(&uid);
-        Some(PodLifecycleEvent {
-            pod_uid: uid,
-            kind: PlegEventType::PodSync,
-            container_id: None,
-            runtime: None,
-            at,
-            data: PlegData::None,
-        })
+        Some(PodLifecycleEvent::pod_sync(uid, at))
     }
 
     /// Events folded into PodSyncs so far because this receiver lagged.
@@ -148,6 +141,7 @@ impl PlegReceiver {
 mod tests {
     use super::*;
     use crate::cgroup::ContainerId;
+    use crate::pleg::{PlegData, PlegEventType};
 
     fn uid(n: u8) -> PodUid {
         PodUid::parse(&format!("{:08x}-0000-0000-0000-000000000000", n)).unwrap()
