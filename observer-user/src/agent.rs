@@ -50,7 +50,9 @@ pub struct Agent {
     pub cri: ReconnectingCri,
     kernel: JoinHandle<PlegStats>,
     reconciler: JoinHandle<()>,
-    probes: std::sync::Arc<std::sync::Mutex<Probes>>,
+    /// Kept for their lifetime (dropping them detaches the programs) and their counters; the
+    /// mutex makes the agent shareable across tasks.
+    probes: std::sync::Mutex<Probes>,
 }
 
 impl Agent {
@@ -94,7 +96,7 @@ impl Agent {
             cri,
             kernel,
             reconciler,
-            probes: std::sync::Arc::new(std::sync::Mutex::new(probes)),
+            probes: std::sync::Mutex::new(probes),
         })
     }
 
