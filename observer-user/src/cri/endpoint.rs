@@ -264,6 +264,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, CriError::Connect { .. }), "{err}");
+        // The report names the OS error, not only tonic's "transport error".
+        let chain = err.chain();
+        assert!(chain.starts_with("connecting to CRI socket"), "{chain}");
+        assert!(chain.contains("refused"), "{chain}");
     }
 
     #[tokio::test]
