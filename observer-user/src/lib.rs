@@ -12,6 +12,7 @@ pub mod error;
 pub mod kernel;
 pub mod pleg;
 pub mod reconcile;
+pub mod runner;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod testutil;

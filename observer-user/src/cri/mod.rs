@@ -6,9 +6,8 @@
 //! - [`CriEndpoint`]: where the runtime listens (a path or `unix:///path`).
 //! - [`CriClient`]: one connection; every call is bounded by a timeout.
 //! - [`ReconnectingCri`]: keeps a [`CriClient`] connected across runtime restarts, with bounded
-//!   exponential backoff, and publishes a generation counter so the agent relists after a reconnect.
+//!   jittered back-off ([`crate::runner::Backoff`]), and publishes a generation counter so the agent relists after a reconnect.
 //! - [`KubeletLabels`]: kubelet's labels and annotations on sandboxes and containers, typed.
-mod backoff;
 mod client;
 mod endpoint;
 mod labels;
@@ -17,7 +16,6 @@ mod reconnect;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use backoff::Backoff;
 pub use client::{ContainerEventStream, CriClient, CriConfig};
 pub use endpoint::{unix_channel, CriEndpoint, CONTAINERD_SOCKET, CRIO_SOCKET};
 pub use k8s_cri::v1 as api;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use k8s_cri::v1 as api;
 use tokio::sync::{watch, Notify};
 
-use super::{Backoff, ContainerEventStream, CriClient, CriConfig, CriError};
+use super::{ContainerEventStream, CriClient, CriConfig, CriError};
+use crate::runner::Backoff;
 
 /// What [`ReconnectingCri`] publishes on every change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

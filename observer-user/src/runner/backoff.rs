@@ -1,4 +1,5 @@
-//! Bounded exponential backoff with jitter, for reconnecting to the runtime.
+//! Bounded exponential back-off with jitter: the runtime connection's reconnects and the
+//! [`super::Runner`]'s retries.
 use std::time::Duration;
 
 /// Delays double from `initial` up to `max`; each delay is drawn from [d/2, d] ("equal jitter")
