@@ -1,4 +1,5 @@
-//! Developer tasks: `cargo xtask <task>`.
+//! Developer tasks: `cargo xtask <task>`. One module per task that is more than a command line.
+mod rootfs;
 use std::{path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
