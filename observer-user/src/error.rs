@@ -10,6 +10,11 @@ pub enum Error {
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
+    #[error(transparent)]
+    Pipeline(#[from] crate::pipeline::PipelineError),
+    /// A part of the agent stopped running.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,18 +2,21 @@
 //!
 //! Layers, bottom up: [`kernel`] loads the eBPF programs and turns ring-buffer records into typed
 //! [`kernel::KernelEvent`]s; [`cgroup`] tells which pod and container a cgroup path belongs to;
-//! [`pleg`] keeps the node model and emits pod lifecycle events; [`cri`] talks to the container
-//! runtime and reconciles; [`cli`] holds the subcommands of the `observer` binary.
+//! [`pleg`] keeps the node model and emits pod lifecycle events; [`pipeline`] wires those three
+//! once; [`cri`] talks to the container runtime; [`reconcile`] merges the runtime's account with
+//! the kernel's; [`runner`] is the per-key job runner the reconciler (and the status manager)
+//! schedule work with; [`agent`] starts it all; [`cli`] holds the subcommands of the `observer`
+//! binary. ARCHITECTURE.md at the repository's root says how the pieces fit.
 pub mod agent;
 pub mod cgroup;
 pub mod cli;
 pub mod cri;
 pub mod error;
 pub mod kernel;
+pub mod pipeline;
 pub mod pleg;
 pub mod reconcile;
 pub mod runner;
-pub mod status;
 #[cfg(test)]
 pub(crate) mod testutil;
 

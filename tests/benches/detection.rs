@@ -23,11 +23,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use observer::{
-    agent::{watch_roots, KernelPipeline},
-    cgroup::CgroupMounts,
     cri::{api, CriClient},
-    kernel::{BootClock, BootNs, EventReader, KernelEvent, ProbeOptions, Watch},
-    pleg::{self, Pleg, PlegEventType, PlegStats},
+    kernel::{BootNs, KernelEvent, ProbeOptions, Watch},
+    pipeline::{unified_mount, watch_roots, KernelPipeline, PipelineConfig, DEFAULT_QUEUE},
+    pleg::{self, PlegEventType, PlegStats},
 };
 use observer_tests::{
     kernel::require_kernel, require_containerd, ContainerSpec, Containerd, Pod, PodSpec, Qos,
@@ -182,35 +181,28 @@ async fn run(deaths: usize) -> Result<()> {
     }
 
     // The sandboxes made /kubepods exist: watch exactly that subtree, as the agent does.
-    let mounts = CgroupMounts::detect(None)?;
-    let unified = mounts
-        .unified()
-        .cloned()
-        .context("no cgroup2 hierarchy mounted")?;
+    let unified = unified_mount(None)?;
     let roots = watch_roots(&unified, &[KUBEPODS])?;
     anyhow::ensure!(
         roots.len() == 1,
         "{KUBEPODS} does not exist after the sandboxes started"
     );
-    let KernelPipeline {
-        probes,
-        reader,
-        pleg,
-        events: rx,
-    } = KernelPipeline::start(
-        &unified,
-        &[KUBEPODS],
-        ProbeOptions {
+    let (pipeline, rx) = KernelPipeline::start(PipelineConfig {
+        unified,
+        scan_roots: vec![KUBEPODS.into()],
+        probes: ProbeOptions {
             watch: Watch::Roots(roots),
             ..Default::default()
         },
-    )?;
+        queue: DEFAULT_QUEUE,
+    })?;
 
     let shared = Arc::new(Shared::default());
     let (stop_tx, stop) = watch::channel(false);
     let exits = ctrd.subscribe_task_exits().await?;
-    let pleg_task = tokio::spawn(drive_pleg(reader, pleg, Arc::clone(&shared), stop.clone()));
-    let pleg_consumer = tokio::spawn(consume_pleg(rx, Arc::clone(&shared), stop.clone()));
+    let clock = pipeline.clock();
+    let pleg_task = tokio::spawn(drive_pleg(pipeline, Arc::clone(&shared), stop.clone()));
+    let pleg_consumer = tokio::spawn(consume_pleg(rx, clock, Arc::clone(&shared), stop.clone()));
     let exit_consumer = tokio::spawn(consume_task_exits(exits, Arc::clone(&shared), stop.clone()));
     let relister = tokio::spawn(relist(ctrd.cri()?, Arc::clone(&shared), stop.clone()));
 
@@ -237,12 +229,10 @@ async fn run(deaths: usize) -> Result<()> {
         .map(|((b0, t0), (b1, t1))| (b1 - b0) as f64 / (t1 - t0).max(1) as f64);
     tokio::time::sleep(DRAIN).await;
     stop_tx.send(true)?;
-    let pleg_stats = pleg_task.await??;
+    let (pleg_stats, kernel) = pleg_task.await??;
     let lagged = pleg_consumer.await??;
     exit_consumer.await??;
     let relists = relister.await??;
-    let kernel = probes.counters()?;
-    drop(probes);
     // Before teardown, so a teardown problem cannot cost the figures.
     report(&Report {
         planned: &planned,
@@ -311,23 +301,17 @@ async fn drive_pod(
     }
 }
 
-/// The agent's loop: woken by the ring buffer (epoll), never by a timer.
+/// The agent's pipeline, woken by the ring buffer (epoll), never by a timer; its tap records
+/// every whole-process exit with the time this process read it.
 async fn drive_pleg(
-    mut reader: EventReader,
-    mut pleg: Pleg,
+    mut pipeline: KernelPipeline,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
-) -> Result<PlegStats> {
-    let mut clock = BootClock::new();
+) -> Result<(PlegStats, observer::kernel::KernelCounters)> {
+    let clock = pipeline.clock();
     loop {
-        let first = tokio::select! {
-            _ = stop.changed() => return Ok(pleg.stats()),
-            ev = reader.next() => ev?,
-        };
-        clock.refresh();
-        let mut ev = Some(first);
-        while let Some(e) = ev {
-            if let KernelEvent::Exit(x) = &e {
+        let tap = |e: &KernelEvent| {
+            if let KernelEvent::Exit(x) = e {
                 if x.group_dead {
                     let raw = RawExit {
                         at: x.at,
@@ -337,11 +321,10 @@ async fn drive_pleg(
                     shared.raw_exits.lock().unwrap().insert(x.task.tgid, raw);
                 }
             }
-            pleg.handle(e);
-            ev = reader.try_next();
-        }
-        if pleg.needs_resync() {
-            pleg.rescan(&[KUBEPODS])?;
+        };
+        tokio::select! {
+            _ = stop.changed() => return Ok((pipeline.stats().pleg, pipeline.kernel_counters()?)),
+            batch = pipeline.next_batch(tap) => { batch?; }
         }
     }
 }
@@ -349,10 +332,10 @@ async fn drive_pleg(
 /// (a): stamps each ContainerDied as it comes out of the PLEG stream.
 async fn consume_pleg(
     mut rx: pleg::PlegReceiver,
+    clock: observer::kernel::BootClock,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<u64> {
-    let mut clock = BootClock::new();
     loop {
         let ev = tokio::select! {
             biased;
@@ -365,13 +348,12 @@ async fn consume_pleg(
             },
         };
         let received = SystemTime::now();
-        if ev.kind != PlegEventType::ContainerDied {
+        if ev.kind() != PlegEventType::ContainerDied {
             continue;
         }
-        let (Some(id), Some(exit)) = (ev.container_id, ev.exit()) else {
+        let (Some(id), Some(exit)) = (ev.container_id(), ev.exit()) else {
             continue;
         };
-        clock.refresh();
         let seen = PlegSeen {
             at: ev.at,
             pid: exit.pid,

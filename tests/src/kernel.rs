@@ -5,13 +5,15 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{anyhow, bail, Context};
 use observer::{
     cgroup::{cgroup_id, CgroupMounts, HierarchyMount},
     kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
+    pipeline::{KernelPipeline, PipelineConfig},
+    pleg::{PlegReceiver, PodLifecycleEvent},
 };
 
 /// The `observer-workload` binary built with this crate.
@@ -30,45 +32,55 @@ pub fn workload() -> PathBuf {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// A cgroup of our own on the cgroup2 hierarchy (and, when the memory controller lives on a v1
-/// hierarchy as on hybrid hosts, a twin on the v1 memory hierarchy for limits). Removed on drop,
-/// after killing whatever is left inside.
+/// The one cgroup fixture: a cgroup of our own, on the cgroup2 hierarchy by default or on any
+/// hierarchy given (and, for memory limits where the memory controller lives on a v1 hierarchy as
+/// on hybrid hosts, a twin on the v1 memory hierarchy). Removed on drop, after killing whatever is
+/// left inside, also when the test panicked.
 pub struct TestCgroup {
-    /// Relative to the cgroup2 root, e.g. `/observer-test-123-4`.
+    /// Relative to the hierarchy's root, e.g. `/observer-test-123-4-name`.
     pub rel: String,
-    pub v2: PathBuf,
+    /// Absolute path of this cgroup's directory.
+    pub dir: PathBuf,
+    pub mount: HierarchyMount,
     v1_memory: Option<PathBuf>,
-    pub unified: HierarchyMount,
-    /// Directories created below `v2` (and their v1 twins), removed deepest first.
+    /// Directories created below `dir`, removed deepest first.
     created: Vec<PathBuf>,
 }
 
 impl TestCgroup {
-    /// A fresh top-level cgroup `/observer-test-<pid>-<seq>-<name>`.
+    /// A fresh top-level cgroup `/observer-test-<pid>-<seq>-<name>` on the cgroup2 hierarchy.
     pub fn new(name: &str) -> anyhow::Result<Self> {
         let mounts = CgroupMounts::detect(None)?;
         let unified = mounts
             .unified()
             .cloned()
             .ok_or_else(|| anyhow!("no cgroup2 mount"))?;
+        Self::in_hierarchy(&unified, name)
+    }
+
+    /// A fresh cgroup below the root of `mount` (any hierarchy, v1 or v2).
+    pub fn in_hierarchy(mount: &HierarchyMount, name: &str) -> anyhow::Result<Self> {
         let rel = format!(
-            "/observer-test-{}-{}-{name}",
+            "{}/observer-test-{}-{}-{name}",
+            mount.root.trim_end_matches('/'),
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let v2 = unified.to_absolute(&rel).expect("inside the mount");
-        fs::create_dir(&v2).with_context(|| format!("mkdir {}", v2.display()))?;
+        let dir = mount
+            .to_absolute(&rel)
+            .ok_or_else(|| anyhow!("{rel} is outside {}", mount.mount_point.display()))?;
+        fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
         Ok(Self {
             rel,
-            v2,
+            dir,
+            mount: mount.clone(),
             v1_memory: None,
-            unified,
             created: Vec::new(),
         })
     }
 
     pub fn id(&self) -> u64 {
-        cgroup_id(&self.v2).expect("cgroup id")
+        cgroup_id(&self.dir).expect("cgroup id")
     }
 
     /// Nesting depth below the hierarchy root, as `bpf_get_current_ancestor_cgroup_id` counts it.
@@ -84,9 +96,9 @@ impl TestCgroup {
         }
     }
 
-    /// Creates `sub` (may contain '/') below this cgroup; returns its relative path.
+    /// Creates `sub` (may contain '/') below this cgroup; returns its hierarchy-relative path.
     pub fn mkdir(&mut self, sub: &str) -> anyhow::Result<String> {
-        let mut path = self.v2.clone();
+        let mut path = self.dir.clone();
         for part in sub.split('/').filter(|c| !c.is_empty()) {
             path.push(part);
             if !path.exists() {
@@ -94,25 +106,30 @@ impl TestCgroup {
                 self.created.push(path.clone());
             }
         }
-        Ok(self.unified.to_relative(&path).expect("inside the mount"))
+        Ok(self.mount.to_relative(&path).expect("inside the mount"))
+    }
+
+    /// `sub` below this cgroup, hierarchy-relative.
+    pub fn rel(&self, sub: &str) -> String {
+        format!("{}/{}", self.rel, sub.trim_start_matches('/'))
     }
 
     pub fn abs(&self, rel: &str) -> PathBuf {
-        self.unified.to_absolute(rel).expect("inside the mount")
+        self.mount.to_absolute(rel).expect("inside the mount")
     }
 
     /// Limits memory: cgroup2 `memory.max` where the controller is on cgroup2, else the v1
     /// memory hierarchy's `memory.limit_in_bytes` on a twin cgroup.
     pub fn limit_memory(&mut self, bytes: u64) -> anyhow::Result<()> {
-        let controllers = fs::read_to_string(self.unified.mount_point.join("cgroup.controllers"))
+        let controllers = fs::read_to_string(self.mount.mount_point.join("cgroup.controllers"))
             .unwrap_or_default();
         if controllers.split_whitespace().any(|c| c == "memory") {
             fs::write(
-                self.unified.mount_point.join("cgroup.subtree_control"),
+                self.mount.mount_point.join("cgroup.subtree_control"),
                 "+memory",
             )
             .context("enable memory controller")?;
-            fs::write(self.v2.join("memory.max"), bytes.to_string()).context("memory.max")?;
+            fs::write(self.dir.join("memory.max"), bytes.to_string()).context("memory.max")?;
             return Ok(());
         }
         let mounts = CgroupMounts::detect(None)?;
@@ -134,24 +151,32 @@ impl TestCgroup {
 
     /// Starts `program args` inside `rel` (this cgroup or one made by [`Self::mkdir`]): a shell
     /// moves itself into the cgroup, then execs the program, so the program's exec is the first
-    /// event inside the cgroup, as with runc.
+    /// event inside the cgroup, as with runc. Returns once the process is in the cgroup.
     pub fn spawn_in(&self, rel: &str, program: &Path, args: &[&str]) -> anyhow::Result<Child> {
         let mut procs = vec![self.abs(rel).join("cgroup.procs")];
         if let Some(v1) = &self.v1_memory {
             procs.push(v1.join("cgroup.procs"));
         }
         let list: Vec<String> = procs.iter().map(|p| p.display().to_string()).collect();
-        Command::new("/bin/sh")
+        let child = Command::new("/bin/sh")
             .arg("-c")
             .arg(r#"for p in $OBSERVER_TEST_PROCS; do echo $$ > "$p" || exit 125; done; exec "$@""#)
             .arg("sh")
             .arg(program)
             .args(args)
             .env("OBSERVER_TEST_PROCS", list.join(" "))
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .context("spawn")
+            .context("spawn")?;
+        let pid = child.id();
+        // Joined, or already done (a zombie is no longer listed in cgroup.procs).
+        let joined = crate::wait::eventually(Duration::from_secs(10), || {
+            read_procs(&procs[0]).contains(&pid) || exited(pid)
+        });
+        anyhow::ensure!(joined, "process {pid} never joined {rel}");
+        Ok(child)
     }
 
     pub fn spawn(&self, program: &Path, args: &[&str]) -> anyhow::Result<Child> {
@@ -159,31 +184,28 @@ impl TestCgroup {
     }
 
     fn kill_all(dir: &Path) {
-        for _ in 0..50 {
-            let pids = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            if pids.trim().is_empty() {
-                return;
-            }
-            for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+        crate::wait::eventually(Duration::from_secs(1), || {
+            let pids = read_procs(&dir.join("cgroup.procs"));
+            for &pid in &pids {
                 let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
+                    nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            pids.is_empty()
+        });
     }
 
     fn remove(dir: &Path) {
         Self::kill_all(dir);
-        for _ in 0..50 {
-            match fs::remove_dir(dir) {
-                Ok(()) => return,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
+        let removed =
+            crate::wait::eventually(Duration::from_secs(1), || match fs::remove_dir(dir) {
+                Ok(()) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            });
+        if !removed {
+            eprintln!("warning: could not remove test cgroup {}", dir.display());
         }
-        eprintln!("warning: could not remove test cgroup {}", dir.display());
     }
 }
 
@@ -192,11 +214,29 @@ impl Drop for TestCgroup {
         for dir in self.created.iter().rev() {
             Self::remove(dir);
         }
-        Self::remove(&self.v2);
+        Self::remove(&self.dir);
         if let Some(v1) = &self.v1_memory {
             Self::remove(v1);
         }
     }
+}
+
+/// The process is a zombie or gone.
+fn exited(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X")
+    })
+}
+
+/// Pids listed in a `cgroup.procs` file (empty when it is gone).
+pub fn read_procs(path: &Path) -> Vec<u32> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 /// Probes loaded for one test, with the events they saw so far.
@@ -232,10 +272,9 @@ impl KernelWatch {
         timeout: Duration,
         mut done: impl FnMut(&[KernelEvent]) -> bool,
     ) -> anyhow::Result<&[KernelEvent]> {
-        let deadline = Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         while !done(&self.seen) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.reader.next()).await {
+            match tokio::time::timeout_at(deadline, self.reader.next()).await {
                 Ok(ev) => self.seen.push(ev?),
                 Err(_) => bail!(
                     "timed out after {timeout:?}; events seen:\n{:#?}",
@@ -248,13 +287,8 @@ impl KernelWatch {
 
     /// Collects whatever arrives for `window` (to show that something did NOT happen).
     pub async fn settle(&mut self, window: Duration) -> anyhow::Result<&[KernelEvent]> {
-        let deadline = Instant::now() + window;
-        while let Ok(ev) = tokio::time::timeout(
-            deadline.saturating_duration_since(Instant::now()),
-            self.reader.next(),
-        )
-        .await
-        {
+        let deadline = tokio::time::Instant::now() + window;
+        while let Ok(ev) = tokio::time::timeout_at(deadline, self.reader.next()).await {
             self.seen.push(ev?);
         }
         Ok(&self.seen)
@@ -274,39 +308,38 @@ pub fn require_kernel() -> bool {
     crate::prereq::require("this kernel test", &missing)
 }
 
-/// The PLEG on top of [`KernelWatch`], synced with the cgroups under a test root at start.
+/// The production kernel pipeline ([`KernelPipeline`]) watching one test cgroup: probes filtered
+/// to `cg`, the start-up walk of `cg.rel + scan_below` (where the test laid out its kubepods tree).
 pub struct PlegWatch {
-    pub watch: KernelWatch,
-    pub pleg: observer::pleg::Pleg,
-    pub rx: observer::pleg::PlegReceiver,
-    pub events: Vec<observer::pleg::PodLifecycleEvent>,
-    scan_root: String,
+    pub pipeline: KernelPipeline,
+    pub rx: PlegReceiver,
+    /// Lifecycle events so far.
+    pub events: Vec<PodLifecycleEvent>,
+    /// Kernel events so far (shown when a wait times out).
+    pub kernel: Vec<KernelEvent>,
 }
 
 impl PlegWatch {
-    /// Probes watching `cg`, and a PLEG that first walks `cg.rel + scan_below` (where the test
-    /// laid out its kubepods tree) for containers that already run.
     pub fn new(cg: &TestCgroup, scan_below: &str) -> anyhow::Result<Self> {
         Self::with(cg, scan_below, ProbeOptions::default())
     }
 
     /// [`Self::new`] with probe options (the watch roots are set to `cg`).
     pub fn with(cg: &TestCgroup, scan_below: &str, opts: ProbeOptions) -> anyhow::Result<Self> {
-        let watch = KernelWatch::with(ProbeOptions {
-            watch: Watch::Roots(vec![cg.watch_root()]),
-            ..opts
+        let (pipeline, rx) = KernelPipeline::start(PipelineConfig {
+            unified: cg.mount.clone(),
+            scan_roots: vec![cg.rel(scan_below)],
+            probes: ProbeOptions {
+                watch: Watch::Roots(vec![cg.watch_root()]),
+                ..opts
+            },
+            queue: 1 << 16,
         })?;
-        let (tx, rx) = observer::pleg::channel(1 << 16);
-        let mut pleg =
-            observer::pleg::Pleg::new(observer::cgroup::CgroupIndex::new(cg.unified.clone()), tx);
-        let scan_root = format!("{}/{}", cg.rel, scan_below.trim_start_matches('/'));
-        pleg.rescan(&[&scan_root])?;
         let mut me = Self {
-            watch,
-            pleg,
+            pipeline,
             rx,
             events: Vec::new(),
-            scan_root,
+            kernel: Vec::new(),
         };
         me.drain();
         Ok(me)
@@ -318,30 +351,27 @@ impl PlegWatch {
         }
     }
 
-    /// Feeds kernel events to the PLEG until `done(lifecycle events so far)`.
+    /// Runs the pipeline until `done(lifecycle events so far)`, or fails after `timeout` with
+    /// both the lifecycle and the kernel events seen.
     pub async fn until(
         &mut self,
         timeout: Duration,
-        mut done: impl FnMut(&[observer::pleg::PodLifecycleEvent]) -> bool,
-    ) -> anyhow::Result<&[observer::pleg::PodLifecycleEvent]> {
-        let deadline = Instant::now() + timeout;
+        mut done: impl FnMut(&[PodLifecycleEvent]) -> bool,
+    ) -> anyhow::Result<&[PodLifecycleEvent]> {
+        let deadline = tokio::time::Instant::now() + timeout;
         self.drain();
         while !done(&self.events) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.watch.reader.next()).await {
-                Ok(ev) => {
-                    let ev = ev?;
-                    self.watch.seen.push(ev.clone());
-                    self.pleg.handle(ev);
-                    if self.pleg.needs_resync() {
-                        self.pleg.rescan(&[&self.scan_root])?;
-                    }
+            let kernel = &mut self.kernel;
+            let batch = self.pipeline.next_batch(|ev| kernel.push(ev.clone()));
+            match tokio::time::timeout_at(deadline, batch).await {
+                Ok(b) => {
+                    b?;
                     self.drain();
                 }
                 Err(_) => bail!(
                     "timed out after {timeout:?}; lifecycle events:\n{:#?}\nkernel events:\n{:#?}",
                     self.events,
-                    self.watch.seen
+                    self.kernel
                 ),
             }
         }

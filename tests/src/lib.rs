@@ -18,6 +18,7 @@
 //! assert_eq!(status.exit_code, 3);
 //! # Ok(()) }
 //! ```
+pub mod agent;
 pub mod containerd;
 pub mod events;
 pub mod image;
@@ -25,11 +26,13 @@ pub mod kernel;
 pub mod pod;
 pub mod prereq;
 mod sys;
+pub mod wait;
 
 pub use containerd::{Containerd, StopSignal};
 pub use events::{TaskExit, TaskExitStream};
 pub use pod::{Container, ContainerSpec, Pod, PodSpec, Qos};
 pub use prereq::{require_containerd, require_root};
+pub use wait::{eventually, eventually_async, poll_until, poll_until_async};
 
 /// Installs a tracing subscriber once (RUST_LOG, default `info`), writing through the test
 /// harness's capture so logs show only for failing tests.

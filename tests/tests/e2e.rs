@@ -5,128 +5,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use observer::{
-    agent::{Agent, AgentConfig},
-    pleg::{ExitReason, PlegEventType, PodLifecycleEvent},
-    reconcile::{ContainerPhase, ContainerView, ReconcileStats},
+    pleg::{ExitReason, PlegEventType},
+    reconcile::{ContainerPhase, ReconcileStats, Source},
 };
 use observer_tests::{
-    kernel::require_kernel, require_containerd, ContainerSpec, Containerd, PodSpec, Qos, StopSignal,
+    agent::{has, kinds, AgentEnv, WAIT},
+    eventually_async, ContainerSpec, PodSpec, Qos, StopSignal,
 };
-use tokio::sync::broadcast;
-
-const WAIT: Duration = Duration::from_secs(15);
-
-struct Env {
-    ctrd: Containerd,
-    agent: Agent,
-    pleg: broadcast::Receiver<PodLifecycleEvent>,
-    seen: Vec<PodLifecycleEvent>,
-}
-
-async fn env() -> Option<Env> {
-    if !require_containerd() || !require_kernel() {
-        return None;
-    }
-    observer_tests::init_tracing();
-    let ctrd = Containerd::start().await.expect("containerd");
-    let agent = Agent::start(AgentConfig::new(ctrd.endpoint()))
-        .await
-        .expect("agent");
-    assert!(
-        agent.wait_runtime(WAIT).await,
-        "agent never reached containerd"
-    );
-    let pleg = agent.reconcile.pleg_events();
-    Some(Env {
-        ctrd,
-        agent,
-        pleg,
-        seen: Vec::new(),
-    })
-}
-
-impl Env {
-    /// Waits until the reconciled view of container `cid` satisfies `pred`.
-    async fn container(
-        &self,
-        uid: &str,
-        cid: &str,
-        pred: impl Fn(&ContainerView) -> bool,
-    ) -> ContainerView {
-        let found = self
-            .agent
-            .reconcile
-            .wait_for(WAIT, |v| {
-                v.get(uid)
-                    .and_then(|p| p.containers.iter().find(|c| c.id == cid))
-                    .is_some_and(&pred)
-            })
-            .await;
-        let view = self.agent.reconcile.pod(uid);
-        assert!(
-            found,
-            "container {cid} never reached the expected state; pod view: {view:#?}"
-        );
-        view.unwrap()
-            .containers
-            .into_iter()
-            .find(|c| c.id == cid)
-            .unwrap()
-    }
-
-    /// PLEG events for `cid`, waiting until `done` holds for them.
-    async fn pleg_until(
-        &mut self,
-        cid: &str,
-        done: impl Fn(&[PlegEventType]) -> bool,
-    ) -> Vec<PodLifecycleEvent> {
-        let of = |seen: &[PodLifecycleEvent]| -> Vec<PodLifecycleEvent> {
-            seen.iter()
-                .filter(|e| e.container_id.is_some_and(|c| c.as_str() == cid))
-                .cloned()
-                .collect()
-        };
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let mine = of(&self.seen);
-            if done(&mine.iter().map(|e| e.kind).collect::<Vec<_>>()) {
-                return mine;
-            }
-            match tokio::time::timeout_at(deadline, self.pleg.recv()).await {
-                Ok(Ok(ev)) => self.seen.push(ev),
-                Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
-                    panic!("test lagged {n} PLEG events")
-                }
-                Ok(Err(e)) => panic!("PLEG stream ended: {e}"),
-                Err(_) => panic!("PLEG events for {cid}: {mine:#?}"),
-            }
-        }
-    }
-
-    /// The OOM kills of `cid` (victim pids in order), after `quiet` without new events: the
-    /// kernel may need more than one victim before the first one's memory is reaped.
-    async fn oom_victims(&mut self, cid: &str, quiet: Duration) -> Vec<(u32, String)> {
-        while let Ok(Ok(ev)) = tokio::time::timeout(quiet, self.pleg.recv()).await {
-            self.seen.push(ev);
-        }
-        self.seen
-            .iter()
-            .filter(|e| e.container_id.is_some_and(|c| c.as_str() == cid))
-            .filter_map(|e| e.oom())
-            .map(|o| (o.victim.tgid, o.victim_comm.to_string()))
-            .collect()
-    }
-
-    fn assert_no_misses(&self) {
-        let s = self.agent.reconcile.stats();
-        assert_eq!(
-            ReconcileStats::get(&s.missed_events),
-            0,
-            "the relist had to repair something"
-        );
-        assert_eq!(self.agent.kernel_drops(), 0);
-    }
-}
 
 /// A subshell that allocates past a 32 MiB limit. It raises its own oom_score_adj (its children
 /// inherit it), so that when the kernel needs a second victim before the first one's memory is
@@ -137,15 +22,7 @@ macro_rules! child_hog {
     };
 }
 
-fn kinds(evs: &[PodLifecycleEvent]) -> Vec<PlegEventType> {
-    evs.iter().map(|e| e.kind).collect()
-}
-
-fn has(k: PlegEventType) -> impl Fn(&[PlegEventType]) -> bool {
-    move |ks| ks.contains(&k)
-}
-
-async fn run_one(env: &Env, name: &str, spec: ContainerSpec) -> Result<(String, String)> {
+async fn run_one(env: &AgentEnv, name: &str, spec: ContainerSpec) -> Result<(String, String)> {
     let pod = env
         .ctrd
         .run_pod(PodSpec::new(name).qos(Qos::Burstable).container(spec))
@@ -156,7 +33,7 @@ async fn run_one(env: &Env, name: &str, spec: ContainerSpec) -> Result<(String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_0_is_completed() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let (uid, cid) = run_one(&env, "exit0", ContainerSpec::sh("app", "exit 0")).await?;
@@ -189,7 +66,7 @@ async fn exit_0_is_completed() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_3_is_error_code_3() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let (uid, cid) = run_one(&env, "exit3", ContainerSpec::sh("app", "exit 3")).await?;
@@ -219,7 +96,7 @@ async fn exit_3_is_error_code_3() -> Result<()> {
         (Some(3), Some("Error"), None),
         "runtime and kernel agree"
     );
-    let pod = env.agent.reconcile.pod(&uid).unwrap();
+    let pod = env.pod(&uid).unwrap();
     assert_eq!(
         (
             pod.namespace.as_str(),
@@ -234,7 +111,7 @@ async fn exit_3_is_error_code_3() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_is_137_signal_9() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let (uid, cid) = run_one(&env, "killed", ContainerSpec::new("app")).await?;
@@ -270,7 +147,7 @@ async fn sigkill_is_137_signal_9() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     // The shell itself accumulates the data, so the init is the biggest process and the victim.
@@ -306,19 +183,19 @@ async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
         (Some(137), Some("OOMKilled"))
     );
     let ev = v.last_oom.context("OOM evidence")?;
-    assert!(ev.init);
+    assert_eq!((ev.init, ev.source), (Some(true), Source::Kernel));
     assert_eq!((ev.pid, ev.comm.as_str()), (oom.victim.tgid, "sh"));
     if let Some(rss) = ev.anon_rss_kb {
         assert!(rss > 16 << 10, "anon rss {rss} kB at the kill");
     }
-    assert_eq!(env.agent.reconcile.pod(&uid).unwrap().status(), "OOMKilled");
+    assert_eq!(env.pod(&uid).unwrap().status(), "OOMKilled");
     env.assert_no_misses();
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_oom_kill_leaves_the_container_running_then_completed() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     // A subshell (a child) is the victim; the init waits for a file, then exits 0.
@@ -355,7 +232,7 @@ async fn child_oom_kill_leaves_the_container_running_then_completed() -> Result<
     );
     assert_eq!(
         v.last_oom.as_ref().map(|o| (o.pid, o.init)),
-        Some((victim, false))
+        Some((victim, Some(false)))
     );
     assert!(
         victims.iter().all(|(pid, _)| Some(*pid) != v.init_pid),
@@ -399,7 +276,7 @@ async fn child_oom_kill_leaves_the_container_running_then_completed() -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let mut pod = env
@@ -426,7 +303,7 @@ async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Resul
         })
         .await;
     assert_eq!(v.name, "app");
-    let view = env.agent.reconcile.pod(&pod.uid).unwrap();
+    let view = env.pod(&pod.uid).unwrap();
     assert_eq!(
         (view.restarts(), view.ready(), view.status().as_str()),
         (1, (1, 1), "Running")
@@ -447,13 +324,11 @@ async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Resul
         ]
     );
     assert!(
-        env.agent
-            .reconcile
-            .pod(&pod.uid)
+        env.pod(&pod.uid)
             .unwrap()
             .containers
             .iter()
-            .any(|c| c.id == first),
+            .any(|c| c.id.as_str() == first),
         "the runtime still has its record"
     );
     // kubelet garbage-collects the record. containerd 1.6 has no event for that (no
@@ -462,22 +337,17 @@ async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Resul
     env.ctrd.wait_exited(&first, WAIT).await?;
     env.ctrd.remove_container(&first).await?;
     env.agent.reconcile.request_relist();
-    let gone = env
-        .agent
-        .reconcile
-        .wait_for(WAIT, |v| {
-            v.get(&pod.uid)
-                .is_some_and(|p| p.containers.iter().all(|c| c.id != first))
-        })
-        .await;
-    assert!(gone, "removed container still in the view");
+    env.pod_until(&pod.uid, |p| {
+        p.containers.iter().all(|c| c.id.as_str() != first)
+    })
+    .await;
     env.assert_no_misses();
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_and_removed_sandbox_is_gone() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let pod = env
@@ -508,23 +378,20 @@ async fn stopped_and_removed_sandbox_is_gone() -> Result<()> {
     env.ctrd.remove_pod(&pod).await?;
     env.pleg_until(&cid, has(PlegEventType::ContainerRemoved))
         .await;
+    let u = observer_tests::agent::uid(&pod.uid);
     let gone = env
         .agent
         .reconcile
-        .wait_for(WAIT, |v| !v.contains_key(&pod.uid))
+        .wait_for(WAIT, |v| !v.contains_key(&u))
         .await;
-    assert!(
-        gone,
-        "pod still in the view: {:#?}",
-        env.agent.reconcile.pod(&pod.uid)
-    );
+    assert!(gone, "pod still in the view: {:#?}", env.pod(&pod.uid));
     env.assert_no_misses();
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let (uid, cid) = run_one(
@@ -552,18 +419,23 @@ async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Re
     let v = env
         .container(&uid, &cid, |c| c.phase == ContainerPhase::Exited)
         .await;
-    assert_eq!(v.exit_code, Some(5));
-    assert!(!env.agent.cri.is_connected() || env.agent.cri.reconnects() == 0);
+    assert_eq!(
+        (v.exit_code, v.exit_source),
+        (Some(5), Some(Source::Kernel))
+    );
+    // The agent noticed the runtime went away (the death above was seen without it).
+    let cri = env.agent.cri.clone();
+    assert!(
+        eventually_async(WAIT, || !cri.is_connected()).await,
+        "the agent never noticed containerd was gone"
+    );
 
     let before = env.agent.cri.reconnects();
     env.ctrd.resume().await?;
-    let reconnected = tokio::time::timeout(WAIT, async {
-        while env.agent.cri.reconnects() == before || !env.agent.cri.is_connected() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(reconnected.is_ok(), "agent never reconnected");
+    assert!(
+        eventually_async(WAIT, || cri.reconnects() > before && cri.is_connected()).await,
+        "agent never reconnected"
+    );
     // Converged: the runtime agrees on the exit, and nothing had to be repaired.
     let v = env
         .container(&uid, &cid, |c| {
@@ -581,13 +453,11 @@ async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Re
     // The relist that follows the reconnect (the kernel had already given the exit, so the view
     // did not wait for it) re-reads the pod and finds nothing to repair.
     let stats = env.agent.reconcile.stats();
-    let relisted = tokio::time::timeout(WAIT, async {
-        while ReconcileStats::get(&stats.relists) < 2 || ReconcileStats::get(&stats.in_flight) > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(relisted.is_ok(), "no relist after the reconnect");
+    assert!(
+        eventually_async(WAIT, || ReconcileStats::get(&stats.relists) >= 2).await,
+        "no relist after the reconnect"
+    );
+    assert!(env.agent.reconcile.settled(WAIT).await);
     env.assert_no_misses();
     Ok(())
 }
@@ -596,7 +466,7 @@ async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Re
 /// last OOM kill, which happened before the command started (so it comes from the kernel log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
-    let Some(mut env) = env().await else {
+    let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
     let bin = std::env::current_exe()?

@@ -8,9 +8,12 @@ use observer::{
         PodUid, Qos, Runtime,
     },
     kernel::ProbeOptions,
-    pleg::{ExitReason, PlegData, PlegEventType::*, PodLifecycleEvent},
+    pleg::{ExitReason, PlegEvent, PlegEventType::*, PodLifecycleEvent},
 };
-use observer_tests::kernel::{require_kernel, workload, PlegWatch, TestCgroup};
+use observer_tests::{
+    eventually,
+    kernel::{require_kernel, workload, PlegWatch, TestCgroup},
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -22,10 +25,14 @@ fn cid(n: u32) -> ContainerId {
     ContainerId::parse(&format!("{:064x}", 0xc0ffee00u64 + u64::from(n))).unwrap()
 }
 
+fn comm_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default()
+}
+
 fn of(events: &[PodLifecycleEvent], id: ContainerId) -> Vec<&PodLifecycleEvent> {
     events
         .iter()
-        .filter(|e| e.container_id == Some(id))
+        .filter(|e| e.container_id() == Some(id))
         .collect()
 }
 
@@ -60,7 +67,7 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
     let (pa, pb) = (ca.id(), cb.id());
     ca.wait().unwrap();
     w.until(WAIT, |ev| {
-        of(ev, cid(2)).iter().any(|e| e.kind == ContainerStarted)
+        of(ev, cid(2)).iter().any(|e| e.kind() == ContainerStarted)
     })
     .await
     .unwrap();
@@ -71,8 +78,8 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
     cb.kill().unwrap();
     cb.wait().unwrap();
     w.until(WAIT, |ev| {
-        of(ev, cid(1)).iter().any(|e| e.kind == ContainerDied)
-            && of(ev, cid(2)).iter().any(|e| e.kind == ContainerDied)
+        of(ev, cid(1)).iter().any(|e| e.kind() == ContainerDied)
+            && of(ev, cid(2)).iter().any(|e| e.kind() == ContainerDied)
     })
     .await
     .unwrap();
@@ -80,7 +87,7 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
         std::fs::remove_dir(cg.abs(rel)).unwrap();
     }
     let removed =
-        |ev: &[PodLifecycleEvent], id| of(ev, id).iter().any(|e| e.kind == ContainerRemoved);
+        |ev: &[PodLifecycleEvent], id| of(ev, id).iter().any(|e| e.kind() == ContainerRemoved);
     let events = w
         .until(WAIT, |ev| removed(ev, cid(1)) && removed(ev, cid(2)))
         .await
@@ -89,7 +96,7 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
 
     for (id, pid, code, signal) in [(cid(1), pa, 3, None), (cid(2), pb, 137, Some(9))] {
         let evs = of(&events, id);
-        let kinds: Vec<_> = evs.iter().map(|e| e.kind).collect();
+        let kinds: Vec<_> = evs.iter().map(|e| e.kind()).collect();
         assert_eq!(
             kinds,
             [
@@ -111,7 +118,7 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
             "{evs:#?}"
         );
         assert!(
-            matches!(evs[1].data, PlegData::Started { pid: p, .. } if p == pid),
+            matches!(evs[1].event, PlegEvent::ContainerStarted { pid: p, .. } if p == pid),
             "{:?}",
             evs[1]
         );
@@ -130,7 +137,7 @@ async fn lifecycle(n: u32, driver: CgroupDriver, runtime: Runtime, qos: Qos) {
             "ordered per container: {evs:#?}"
         );
     }
-    assert_eq!(w.pleg.stats().unattributed, 0);
+    assert_eq!(w.pipeline.stats().pleg.unattributed, 0);
     drop(pod_rel);
 }
 
@@ -206,13 +213,13 @@ async fn oom_kill_of_init_and_of_a_child() {
     assert!(out.status.success());
     let events = w
         .until(WAIT, |ev| {
-            of(ev, cid(1)).iter().any(|e| e.kind == ContainerDied)
-                && of(ev, cid(2)).iter().any(|e| e.kind == ContainerDied)
+            of(ev, cid(1)).iter().any(|e| e.kind() == ContainerDied)
+                && of(ev, cid(2)).iter().any(|e| e.kind() == ContainerDied)
         })
         .await
         .unwrap()
         .to_vec();
-    let one: Vec<_> = of(&events, cid(1)).iter().map(|e| e.kind).collect();
+    let one: Vec<_> = of(&events, cid(1)).iter().map(|e| e.kind()).collect();
     assert_eq!(
         one,
         [ContainerChanged, ContainerStarted, OomKill, ContainerDied]
@@ -224,7 +231,7 @@ async fn oom_kill_of_init_and_of_a_child() {
     );
 
     let two = of(&events, cid(2));
-    let kinds: Vec<_> = two.iter().map(|e| e.kind).collect();
+    let kinds: Vec<_> = two.iter().map(|e| e.kind()).collect();
     assert_eq!(
         kinds,
         [ContainerChanged, ContainerStarted, OomKill, ContainerDied]
@@ -239,7 +246,7 @@ async fn oom_kill_of_init_and_of_a_child() {
         (died.reason, died.exit_code(), died.pid),
         (ExitReason::Completed, 0, Some(p2))
     );
-    let rec = w.pleg.model().container(&cid(2)).unwrap();
+    let rec = w.pipeline.pleg().model().container(&cid(2)).unwrap();
     assert_eq!(rec.oom_kills, 1);
     assert_eq!(rec.last_oom.as_ref().unwrap().victim.pid, oom.victim.pid);
 }
@@ -279,27 +286,27 @@ async fn initial_sync_finds_containers_started_before_the_agent() {
         .unwrap()
         .wait()
         .unwrap();
-    // Let the sleeper exec, so its comm is the workload's.
-    std::thread::sleep(Duration::from_millis(100));
+    // The walk names the init by its comm: wait until the sleeper exec'd the workload.
+    assert!(eventually(WAIT, || comm_of(before.id()).starts_with("observer-work")));
 
     // The agent starts now.
     let mut w = PlegWatch::new(&cg, "kubepods").unwrap();
     let started: Vec<_> = w
         .events
         .iter()
-        .filter(|e| e.kind == ContainerStarted)
+        .filter(|e| e.kind() == ContainerStarted)
         .collect();
     assert_eq!(started.len(), 1, "{:#?}", w.events);
-    assert_eq!(started[0].container_id, Some(cid(1)));
+    assert_eq!(started[0].container_id(), Some(cid(1)));
     assert!(
-        matches!(started[0].data, PlegData::Started { pid, .. } if pid == before.id()),
+        matches!(started[0].event, PlegEvent::ContainerStarted { pid, ref comm, .. } if pid == before.id() && comm.to_string().starts_with("observer-work")),
         "{:?}",
         started[0]
     );
-    let rec = w.pleg.model().container(&cid(1)).unwrap();
+    let rec = w.pipeline.pleg().model().container(&cid(1)).unwrap();
     assert_eq!(rec.init_pid, Some(before.id()));
     assert_eq!(
-        w.pleg.model().container(&cid(2)).unwrap().state,
+        w.pipeline.pleg().model().container(&cid(2)).unwrap().state,
         observer::pleg::ContainerState::Unknown
     );
 
@@ -307,11 +314,11 @@ async fn initial_sync_finds_containers_started_before_the_agent() {
     before.kill().unwrap();
     before.wait().unwrap();
     let events = w
-        .until(WAIT, |ev| ev.iter().any(|e| e.kind == ContainerDied))
+        .until(WAIT, |ev| ev.iter().any(|e| e.kind() == ContainerDied))
         .await
         .unwrap();
-    let died = events.iter().find(|e| e.kind == ContainerDied).unwrap();
-    assert_eq!(died.container_id, Some(cid(1)));
+    let died = events.iter().find(|e| e.kind() == ContainerDied).unwrap();
+    assert_eq!(died.container_id(), Some(cid(1)));
     assert_eq!(
         died.exit().unwrap().status.and_then(|s| s.signal()),
         Some(9)
@@ -349,7 +356,7 @@ async fn lost_records_resync_and_the_death_is_still_reported() {
         ))
         .unwrap();
     let mut sleeper = cg.spawn_in(&victim, &workload(), &["sleep", "60"]).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(eventually(WAIT, || comm_of(sleeper.id()).starts_with("observer-work")));
     let mut w = PlegWatch::with(
         &cg,
         "kubepods.slice",
@@ -362,7 +369,7 @@ async fn lost_records_resync_and_the_death_is_still_reported() {
     assert!(
         of(&w.events, cid(1))
             .iter()
-            .any(|e| e.kind == ContainerStarted),
+            .any(|e| e.kind() == ContainerStarted),
         "initial sync: {:#?}",
         w.events
     );
@@ -375,18 +382,18 @@ async fn lost_records_resync_and_the_death_is_still_reported() {
         .success());
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
-    assert!(w.watch.probes.counters().unwrap().ringbuf_drops > 0);
+    assert!(w.pipeline.kernel_counters().unwrap().ringbuf_drops > 0);
 
     let events = w
         .until(WAIT, |ev| {
-            of(ev, cid(1)).iter().any(|e| e.kind == ContainerDied)
+            of(ev, cid(1)).iter().any(|e| e.kind() == ContainerDied)
         })
         .await
         .unwrap()
         .to_vec();
     let died = of(&events, cid(1))
         .into_iter()
-        .find(|e| e.kind == ContainerDied)
+        .find(|e| e.kind() == ContainerDied)
         .unwrap()
         .exit()
         .unwrap()
@@ -396,10 +403,10 @@ async fn lost_records_resync_and_the_death_is_still_reported() {
         (ExitReason::Unknown, 137, None),
         "{died:?}"
     );
-    let stats = w.pleg.stats();
+    let stats = w.pipeline.stats().pleg;
     assert!(stats.lost_records > 0 && stats.resyncs >= 2, "{stats:?}");
     assert_eq!(
-        w.pleg.model().container(&cid(1)).unwrap().state,
+        w.pipeline.pleg().model().container(&cid(1)).unwrap().state,
         observer::pleg::ContainerState::Exited
     );
 }

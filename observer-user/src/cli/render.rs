@@ -239,29 +239,31 @@ pub struct PlegLine {
 }
 
 pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegLine {
-    use crate::pleg::PlegData;
+    use crate::pleg::PlegEvent;
     let mut line = PlegLine {
-        event: ev.kind.as_str(),
+        event: ev.kind().as_str(),
         time: rfc3339(time),
         pod_uid: ev.pod_uid.as_str().to_string(),
-        container_id: ev.container_id.map(|c| c.as_str().to_string()),
+        container_id: ev.container_id().map(|c| c.as_str().to_string()),
         runtime: ev.runtime.map(|r| r.as_str()),
         ..Default::default()
     };
-    match &ev.data {
-        PlegData::None => {}
-        PlegData::Started { pid, comm } => {
+    match &ev.event {
+        PlegEvent::ContainerRemoved { .. }
+        | PlegEvent::ContainerChanged { .. }
+        | PlegEvent::PodSync => {}
+        PlegEvent::ContainerStarted { pid, comm, .. } => {
             line.pid = Some(*pid);
             line.comm = Some(comm.to_string());
         }
-        PlegData::Died(x) => {
+        PlegEvent::ContainerDied { exit: x, .. } => {
             line.exit_code = Some(x.exit_code());
             line.signal = Some(x.status.and_then(|s| s.signal()));
             line.reason = Some(x.reason.as_str());
             line.pid = x.pid;
             line.comm = x.comm.map(|c| c.to_string());
         }
-        PlegData::Oom(o) => {
+        PlegEvent::OomKill { kill: o, .. } => {
             line.reason = Some("OOMKilled");
             line.pid = Some(o.victim.tgid);
             line.comm = Some(o.victim_comm.to_string());

@@ -14,10 +14,8 @@ use serde::Serialize;
 use super::render::rfc3339;
 use crate::{
     agent::{Agent, AgentConfig},
-    cgroup::classify,
     cri::CriEndpoint,
-    kernel::kmsg::{self, LoggedOomKill},
-    reconcile::{ContainerView, OomEvidence, PodView, ReconcileStats},
+    reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, ReconcileStats},
 };
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +51,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
     cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
-    let agent = Agent::start(cfg).await?;
+    let mut agent = Agent::start(cfg).await?;
     if !agent.wait_runtime(Duration::from_secs(5)).await {
         bail!(
             "the container runtime at {endpoint} does not answer: {}",
@@ -63,12 +61,6 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !agent.reconcile.settled(Duration::from_secs(10)).await {
         tracing::warn!("the runtime is slow to answer; the list may be incomplete");
     }
-    // Kills from before we started, from the kernel log; the probes report the ones after.
-    let history = kmsg::read_history().unwrap_or_else(|e| {
-        tracing::info!("kernel log unreadable ({e}): OOM kills before now are not shown");
-        Vec::new()
-    });
-
     let stdout = std::io::stdout();
     let mut shown: HashMap<String, Row> = HashMap::new();
     let mut changes = agent.reconcile.changes();
@@ -77,7 +69,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     tokio::pin!(shutdown);
     loop {
         let pods = agent.reconcile.pods();
-        let rows: Vec<Row> = pods.iter().map(|p| Row::of(p, &history)).collect();
+        let rows: Vec<Row> = pods.iter().map(Row::of).collect();
         let mut out = stdout.lock();
         match args.output {
             Output::Json if args.watch => {
@@ -110,6 +102,8 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         tokio::select! {
             _ = &mut shutdown => break,
+            // The kernel reader or the reconciler died: what we would print from now on is stale.
+            e = agent.failed() => return Err(e.into()),
             r = changes.changed() => if r.is_err() { break },
         }
         // Let a burst of changes land before printing.
@@ -149,12 +143,14 @@ struct OomRow {
     container: String,
     pid: u32,
     comm: String,
-    /// The container's init was the victim: the container died of it.
-    init: bool,
+    /// The container's init was the victim (the container died of it); null when not known.
+    init: Option<bool>,
     anon_rss_kb: Option<u64>,
     total_vm_kb: Option<u64>,
     oom_score_adj: Option<i16>,
-    /// `kernel-log` for kills before observer started, `probe` for kills it saw.
+    /// The memory cgroup whose limit was hit, where it is not the victim's own (a pod limit).
+    oom_cgroup: Option<String>,
+    /// `probe` for kills the agent saw, `kernel-log` for kills from before it started.
     source: &'static str,
 }
 
@@ -167,70 +163,41 @@ struct ContainerRow {
     exit_code: Option<i32>,
     signal: Option<u8>,
     reason: Option<String>,
-    /// What the runtime said where the kernel's account replaced it.
+    /// How the exit code and reason are known: `kernel` (watched), `kernel-log` (the log named
+    /// the victim), `runtime` (only the runtime's account).
+    exit_source: Option<&'static str>,
+    /// What the runtime said where the agent's account replaced it.
     runtime_reason: Option<String>,
     runtime_exit_code: Option<i32>,
     started_at: Option<String>,
     finished_at: Option<String>,
     init_pid: Option<u32>,
     oom_kills: u32,
+    last_oom: Option<OomRow>,
 }
 
 impl Row {
-    fn of(p: &PodView, history: &[LoggedOomKill]) -> Self {
+    fn of(p: &PodView) -> Self {
         let (ready, total) = p.ready();
-        let name_of = |id: &str| {
+        let name_of = |id: &crate::cgroup::ContainerId| {
             p.containers
                 .iter()
-                .find(|c| c.id == id)
-                .map_or_else(|| short(id).to_string(), |c| c.name.clone())
-        };
-        let probe = p
-            .last_oom
-            .as_ref()
-            .map(|o| oom_row(o, &name_of(&o.container_id)));
-        let logged = history
-            .iter()
-            .filter(|k| {
-                classify(&k.task_memcg)
-                    .pod()
-                    .is_some_and(|pr| pr.uid.as_str() == p.uid)
-            })
-            .max_by_key(|k| k.at_us)
-            .map(|k| {
-                let cid = classify(&k.task_memcg)
-                    .container()
-                    .map(|c| c.id.as_str().to_string())
-                    .unwrap_or_default();
-                OomRow {
-                    at: k.time(),
-                    time: rfc3339(k.time()),
-                    container: name_of(&cid),
-                    pid: k.pid,
-                    comm: k.comm.clone(),
-                    init: false,
-                    anon_rss_kb: k.anon_rss_kb,
-                    total_vm_kb: k.total_vm_kb,
-                    oom_score_adj: k.oom_score_adj,
-                    source: "kernel-log",
-                }
-            });
-        // The probes' account is richer; the log's covers kills from before we started.
-        let last_oom = match (probe, logged) {
-            (Some(p), Some(l)) if l.at > p.at + Duration::from_secs(1) => Some(l),
-            (Some(p), _) => Some(p),
-            (None, l) => l,
+                .find(|c| c.id == *id)
+                .map_or_else(|| short(id.as_str()).to_string(), |c| c.name.clone())
         };
         Row {
             namespace: p.namespace.clone(),
             name: p.name.clone(),
-            uid: p.uid.clone(),
+            uid: p.uid.to_string(),
             ready: format!("{ready}/{total}"),
             status: p.status(),
             restarts: p.restarts(),
             created: p.created_at,
             created_at: p.created_at.map(rfc3339),
-            last_oom,
+            last_oom: p
+                .last_oom
+                .as_ref()
+                .map(|o| oom_row(o, &name_of(&o.container_id))),
             containers: p.containers.iter().map(container_row).collect(),
         }
     }
@@ -247,30 +214,36 @@ fn oom_row(o: &OomEvidence, container: &str) -> OomRow {
         anon_rss_kb: o.anon_rss_kb,
         total_vm_kb: o.total_vm_kb,
         oom_score_adj: o.oom_score_adj,
-        source: "probe",
+        oom_cgroup: o.oom_cgroup.clone(),
+        source: match o.source {
+            crate::reconcile::Source::Kernel => "probe",
+            s => s.as_str(),
+        },
     }
 }
 
 fn container_row(c: &ContainerView) -> ContainerRow {
     ContainerRow {
         name: c.name.clone(),
-        id: c.id.clone(),
+        id: c.id.to_string(),
         state: match c.phase {
-            crate::reconcile::ContainerPhase::Created => "created",
-            crate::reconcile::ContainerPhase::Running => "running",
-            crate::reconcile::ContainerPhase::Exited => "exited",
-            crate::reconcile::ContainerPhase::Unknown => "unknown",
+            ContainerPhase::Created => "created",
+            ContainerPhase::Running => "running",
+            ContainerPhase::Exited => "exited",
+            ContainerPhase::Unknown => "unknown",
         },
         restart_count: c.restart_count,
         exit_code: c.exit_code,
         signal: c.signal,
         reason: c.reason.clone(),
+        exit_source: c.exit_source.map(|s| s.as_str()),
         runtime_reason: c.runtime_reason.clone(),
         runtime_exit_code: c.runtime_exit_code,
         started_at: c.started_at.map(rfc3339),
         finished_at: c.finished_at.map(rfc3339),
         init_pid: c.init_pid,
         oom_kills: c.oom_kills,
+        last_oom: c.last_oom.as_ref().map(|o| oom_row(o, &c.name)),
     }
 }
 

@@ -11,10 +11,10 @@ use super::render::{
     pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, WatchLine,
 };
 use crate::{
-    agent::{watch_roots, KernelPipeline},
-    cgroup::{find_kubepods_roots, CgroupIndex, CgroupMounts, HierarchyMount},
+    cgroup::{find_kubepods_roots, CgroupIndex, HierarchyMount},
     kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch},
-    pleg::Pleg,
+    pipeline::{unified_mount, watch_roots, KernelPipeline, PipelineConfig, DEFAULT_QUEUE},
+    pleg::PlegReceiver,
 };
 
 #[derive(Debug, clap::Args)]
@@ -43,10 +43,7 @@ pub struct WatchArgs {
 }
 
 pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let mounts = CgroupMounts::detect(args.cgroupfs.as_deref()).context("reading cgroup mounts")?;
-    let Some(unified) = mounts.unified().cloned() else {
-        bail!("no cgroup2 hierarchy is mounted: observer attributes events by cgroup2 ids (hybrid or unified cgroups needed)");
-    };
+    let unified = unified_mount(args.cgroupfs.as_deref())?;
     let watch = resolve_watch(&args, &unified)?;
     let opts = ProbeOptions {
         watch,
@@ -54,9 +51,14 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     if args.pods {
-        let pipeline = KernelPipeline::start(&unified, &find_kubepods_roots(&unified), opts)?;
+        let (pipeline, events) = KernelPipeline::start(PipelineConfig {
+            scan_roots: find_kubepods_roots(&unified),
+            unified,
+            probes: opts,
+            queue: DEFAULT_QUEUE,
+        })?;
         tracing::info!("watching pods; Ctrl-C to stop");
-        return watch_pods(args.format, pipeline).await;
+        return watch_pods(args.format, pipeline, events).await;
     }
     let mut probes = Probes::load(&opts)?;
     let mut reader = probes.events()?;
@@ -79,6 +81,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 ev = reader.next() => {
+                    // Follows NTP steps in the printed times.
                     reader.refresh_clock();
                     printer.emit(ev?, &reader)?;
                     while let Some(ev) = reader.try_next() {
@@ -137,19 +140,12 @@ impl<W: Write> Printer<W> {
 }
 
 /// `--pods`: kernel events through the PLEG.
-async fn watch_pods(format: Format, pipeline: KernelPipeline) -> anyhow::Result<ExitCode> {
-    let KernelPipeline {
-        probes,
-        mut reader,
-        mut pleg,
-        events: mut rx,
-    } = pipeline;
-    let roots = find_kubepods_roots(pleg.cgroups().mount());
-    let rescan = |pleg: &mut Pleg| {
-        if let Err(e) = pleg.rescan(&roots) {
-            tracing::warn!("cgroup walk failed, pods may be missing until their next event: {e}");
-        }
-    };
+async fn watch_pods(
+    format: Format,
+    mut pipeline: KernelPipeline,
+    mut rx: PlegReceiver,
+) -> anyhow::Result<ExitCode> {
+    let clock = pipeline.clock();
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let shutdown = super::shutdown_signal();
@@ -157,7 +153,7 @@ async fn watch_pods(format: Format, pipeline: KernelPipeline) -> anyhow::Result<
     let result: anyhow::Result<()> = async {
         loop {
             while let Some(ev) = rx.try_recv() {
-                let line = pleg_line(&ev, reader.clock().to_system_time(ev.at));
+                let line = pleg_line(&ev, clock.to_system_time(ev.at));
                 match format {
                     Format::Json => serde_json::to_writer(&mut out, &line)
                         .map_err(std::io::Error::from)
@@ -169,25 +165,16 @@ async fn watch_pods(format: Format, pipeline: KernelPipeline) -> anyhow::Result<
             tokio::select! {
                 biased;
                 _ = &mut shutdown => return Ok(()),
-                ev = reader.next() => {
-                    reader.refresh_clock();
-                    pleg.handle(ev?);
-                    while let Some(ev) = reader.try_next() {
-                        pleg.handle(ev);
-                    }
-                    if pleg.needs_resync() {
-                        rescan(&mut pleg);
-                    }
-                }
+                batch = pipeline.next_batch(|_| {}) => { batch?; }
             }
         }
     }
     .await;
     drop(out);
-    let s = pleg.stats();
+    let s = pipeline.stats().pleg;
     eprintln!(
         "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
-        probes.counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
+        pipeline.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
     );
     finish(result)
 }

@@ -187,6 +187,23 @@ impl CriClient {
             .ok_or_else(|| missing("ContainerStatus", "status"))
     }
 
+    /// The host pid of the container's init as the runtime reports it in its verbose status
+    /// (containerd and CRI-O put `{"pid": N, ...}` under `info`); `None` where the runtime does
+    /// not say. containerd keeps the pid after the container exited.
+    pub async fn container_pid(&self, id: &str) -> Result<Option<u32>, CriError> {
+        let mut rt = self.runtime();
+        let resp = self
+            .timed(
+                "ContainerStatus",
+                rt.container_status(api::ContainerStatusRequest {
+                    container_id: id.to_string(),
+                    verbose: true,
+                }),
+            )
+            .await?;
+        Ok(verbose_pid(&resp.info))
+    }
+
     /// Subscribes to the runtime's container event stream (what kubelet's Evented PLEG consumes).
     /// containerd 1.6 does not offer it: that is [`CriError::Unimplemented`], check
     /// [`CriError::is_unimplemented`] and fall back.
@@ -200,6 +217,15 @@ impl CriClient {
             .await?;
         Ok(ContainerEventStream { inner: stream })
     }
+}
+
+/// The `pid` of a verbose status's `info` JSON; 0 (not started) is none.
+fn verbose_pid(info: &std::collections::HashMap<String, String>) -> Option<u32> {
+    let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    v.get("pid")?
+        .as_u64()
+        .filter(|&p| p > 0)
+        .and_then(|p| u32::try_from(p).ok())
 }
 
 fn missing(call: &'static str, field: &str) -> CriError {
@@ -232,6 +258,18 @@ impl ContainerEventStream {
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    #[test]
+    fn verbose_pid_of_containerd_and_crio_info() {
+        let info = |s: &str| [("info".to_string(), s.to_string())].into_iter().collect();
+        assert_eq!(
+            verbose_pid(&info(r#"{"sandboxID":"x","pid":4242,"removing":false}"#)),
+            Some(4242)
+        );
+        assert_eq!(verbose_pid(&info(r#"{"pid":0}"#)), None, "not started");
+        assert_eq!(verbose_pid(&info("not json")), None);
+        assert_eq!(verbose_pid(&Default::default()), None);
+    }
 
     /// A runtime that accepts connections and never answers: calls must time out, not hang.
     #[tokio::test]

@@ -142,6 +142,10 @@ impl ReconnectingCri {
         self.client()?.container_status(id).await
     }
 
+    pub async fn container_pid(&self, id: &str) -> Result<Option<u32>, CriError> {
+        self.client()?.container_pid(id).await
+    }
+
     pub async fn get_container_events(&self) -> Result<ContainerEventStream, CriError> {
         self.client()?.get_container_events().await
     }

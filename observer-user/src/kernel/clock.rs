@@ -1,27 +1,36 @@
 //! Boot time (the kernel side's `bpf_ktime_get_boot_ns`) to wall clock.
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc,
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use nix::time::{clock_gettime, ClockId};
 
 use super::event::BootNs;
 
 /// Maps boot-time stamps to wall-clock time. The offset is re-read on [`BootClock::refresh`] so a
-/// long-running agent follows NTP steps.
-#[derive(Clone, Copy, Debug)]
+/// long-running agent follows NTP steps; clones share the offset, so the pipeline's refreshes
+/// reach every consumer (reconciler, status manager) that holds a clone.
+#[derive(Clone, Debug)]
 pub struct BootClock {
-    /// Wall-clock nanoseconds since the epoch at boot.
-    boot_epoch_ns: i128,
+    /// Wall-clock nanoseconds since the epoch at boot (fits an i64 until 2262).
+    boot_epoch_ns: Arc<AtomicI64>,
 }
 
 impl BootClock {
     pub fn new() -> Self {
-        let mut c = Self { boot_epoch_ns: 0 };
+        let c = Self {
+            boot_epoch_ns: Arc::default(),
+        };
         c.refresh();
         c
     }
 
-    /// Re-reads the offset; cheap (two vDSO clock reads).
-    pub fn refresh(&mut self) {
+    /// Re-reads the offset; cheap (three vDSO clock reads).
+    pub fn refresh(&self) {
         let ns = |id| {
             clock_gettime(id)
                 .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
@@ -31,7 +40,8 @@ impl BootClock {
         let r1 = ns(ClockId::CLOCK_REALTIME);
         let b = ns(ClockId::CLOCK_BOOTTIME);
         let r2 = ns(ClockId::CLOCK_REALTIME);
-        self.boot_epoch_ns = (r1 + r2) / 2 - b;
+        let offset = ((r1 + r2) / 2 - b).clamp(0, i64::MAX as i128) as i64;
+        self.boot_epoch_ns.store(offset, Ordering::Relaxed);
     }
 
     pub fn now() -> BootNs {
@@ -40,7 +50,7 @@ impl BootClock {
     }
 
     pub fn to_system_time(&self, t: BootNs) -> SystemTime {
-        let ns = self.boot_epoch_ns + t.0 as i128;
+        let ns = self.boot_epoch_ns.load(Ordering::Relaxed) as i128 + t.0 as i128;
         UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
     }
 }
@@ -63,5 +73,25 @@ mod tests {
             .duration_since(wall)
             .unwrap_or_else(|e| e.duration());
         assert!(diff < Duration::from_millis(50), "{diff:?}");
+    }
+
+    #[test]
+    fn clones_share_refreshes() {
+        let a = BootClock::new();
+        let b = a.clone();
+        a.boot_epoch_ns.store(0, Ordering::Relaxed);
+        assert_eq!(
+            b.to_system_time(BootNs(5)),
+            UNIX_EPOCH + Duration::from_nanos(5)
+        );
+        a.refresh();
+        let wall = b.to_system_time(BootClock::now());
+        assert!(
+            SystemTime::now()
+                .duration_since(wall)
+                .unwrap_or_else(|e| e.duration())
+                < Duration::from_millis(50),
+            "b sees a's refresh"
+        );
     }
 }

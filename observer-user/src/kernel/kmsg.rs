@@ -12,10 +12,12 @@ use std::{
 };
 
 /// One OOM kill from the kernel log.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedOomKill {
     /// Microseconds since boot (the log's clock, which does not count suspend).
     pub at_us: u64,
+    /// `at_us` on the wall clock, mapped when the log was read.
+    pub time: SystemTime,
     pub pid: u32,
     pub comm: String,
     /// The victim's memory cgroup and the cgroup whose limit was hit, relative to the memory
@@ -29,18 +31,42 @@ pub struct LoggedOomKill {
     pub oom_score_adj: Option<i16>,
 }
 
-impl LoggedOomKill {
-    /// Wall-clock time of the kill (log clock mapped through CLOCK_MONOTONIC).
-    pub fn time(&self) -> SystemTime {
-        let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
-            .unwrap_or_default();
-        SystemTime::now() - mono.saturating_sub(Duration::from_micros(self.at_us))
+impl Default for LoggedOomKill {
+    fn default() -> Self {
+        Self {
+            at_us: 0,
+            time: SystemTime::UNIX_EPOCH,
+            pid: 0,
+            comm: String::new(),
+            task_memcg: String::new(),
+            oom_memcg: String::new(),
+            total_vm_kb: None,
+            anon_rss_kb: None,
+            file_rss_kb: None,
+            shmem_rss_kb: None,
+            oom_score_adj: None,
+        }
     }
 }
 
+/// What the kernel log still holds.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub kills: Vec<LoggedOomKill>,
+    /// Wall time of the oldest record left: the log is a ring, so kills before this are gone.
+    pub since: Option<SystemTime>,
+}
+
+/// The log's clock (CLOCK_MONOTONIC microseconds) on the wall clock.
+fn mono_to_wall(at_us: u64) -> SystemTime {
+    let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+        .unwrap_or_default();
+    SystemTime::now() - mono.saturating_sub(Duration::from_micros(at_us))
+}
+
 /// Reads every OOM kill still in the kernel log, without blocking.
-pub fn read_history() -> std::io::Result<Vec<LoggedOomKill>> {
+pub fn read_history() -> std::io::Result<History> {
     let mut f = File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -58,7 +84,14 @@ pub fn read_history() -> std::io::Result<Vec<LoggedOomKill>> {
             Err(e) => return Err(e),
         }
     }
-    Ok(parse(records.iter().map(String::as_str)))
+    let since = records
+        .first()
+        .and_then(|r| r.split(';').next()?.split(',').nth(2)?.parse().ok())
+        .map(mono_to_wall);
+    Ok(History {
+        kills: parse(records.iter().map(String::as_str)),
+        since,
+    })
 }
 
 /// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`).
@@ -84,6 +117,7 @@ pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKil
             };
             out.push(LoggedOomKill {
                 at_us,
+                time: mono_to_wall(at_us),
                 pid: get("pid").parse().unwrap_or(0),
                 comm: get("task"),
                 task_memcg: get("task_memcg"),
@@ -168,9 +202,15 @@ mod tests {
         if !crate::testutil::require_root("reads_this_machines_log") {
             return;
         }
-        // Whatever is there parses; every kill found names a pid and a cgroup.
-        for k in read_history().expect("read /dev/kmsg") {
+        // A record of our own makes the log non-empty, so `since` must be known and not after it.
+        let before = SystemTime::now();
+        std::fs::write("/dev/kmsg", "observer: kmsg test record\n").expect("write /dev/kmsg");
+        let h = read_history().expect("read /dev/kmsg");
+        let since = h.since.expect("a non-empty log has an oldest record");
+        assert!(since <= before + Duration::from_secs(1), "{since:?}");
+        for k in &h.kills {
             assert!(k.pid > 0 && !k.task_memcg.is_empty(), "{k:?}");
+            assert!(k.time >= since, "{k:?} older than the log's oldest record");
         }
     }
 }

@@ -89,11 +89,12 @@ impl EventReader {
         self.clock.to_system_time(ev.at())
     }
 
+    /// The clock this reader maps kernel times with; clones share its refreshes.
     pub fn clock(&self) -> BootClock {
-        self.clock
+        self.clock.clone()
     }
 
-    pub fn refresh_clock(&mut self) {
+    pub fn refresh_clock(&self) {
         self.clock.refresh();
     }
 

@@ -94,29 +94,44 @@ impl ContainerExit {
     }
 }
 
+/// What happened, with the data each kind carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PlegData {
-    None,
-    /// The init: its pid and command name.
-    Started {
+pub enum PlegEvent {
+    /// The container's init started: its pid and command name.
+    ContainerStarted {
+        id: ContainerId,
         pid: u32,
         comm: Comm,
     },
-    Died(ContainerExit),
-    Oom(Box<OomKill>),
+    ContainerDied {
+        id: ContainerId,
+        exit: ContainerExit,
+    },
+    ContainerRemoved {
+        id: ContainerId,
+    },
+    /// See [`PlegEventType::ContainerChanged`].
+    ContainerChanged {
+        id: ContainerId,
+    },
+    /// Re-read the whole pod.
+    PodSync,
+    /// A process of the container was OOM-killed (the container may well still run).
+    OomKill {
+        id: ContainerId,
+        kill: Box<OomKill>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodLifecycleEvent {
     pub pod_uid: PodUid,
-    pub kind: PlegEventType,
-    /// `None` for [`PlegEventType::PodSync`].
-    pub container_id: Option<ContainerId>,
-    /// `None` where the cgroup name does not tell (containerd and docker share `<pod>/<id>`).
+    /// `None` where the cgroup name does not tell (containerd and docker share `<pod>/<id>`), and
+    /// for [`PlegEvent::PodSync`].
     pub runtime: Option<Runtime>,
     /// Kernel time of what caused the event.
     pub at: BootNs,
-    pub data: PlegData,
+    pub event: PlegEvent,
 }
 
 impl PodLifecycleEvent {
@@ -124,24 +139,45 @@ impl PodLifecycleEvent {
     pub fn pod_sync(pod_uid: PodUid, at: BootNs) -> Self {
         Self {
             pod_uid,
-            kind: PlegEventType::PodSync,
-            container_id: None,
             runtime: None,
             at,
-            data: PlegData::None,
+            event: PlegEvent::PodSync,
+        }
+    }
+
+    pub fn kind(&self) -> PlegEventType {
+        match &self.event {
+            PlegEvent::ContainerStarted { .. } => PlegEventType::ContainerStarted,
+            PlegEvent::ContainerDied { .. } => PlegEventType::ContainerDied,
+            PlegEvent::ContainerRemoved { .. } => PlegEventType::ContainerRemoved,
+            PlegEvent::ContainerChanged { .. } => PlegEventType::ContainerChanged,
+            PlegEvent::PodSync => PlegEventType::PodSync,
+            PlegEvent::OomKill { .. } => PlegEventType::OomKill,
+        }
+    }
+
+    /// The container, for every kind but PodSync.
+    pub fn container_id(&self) -> Option<ContainerId> {
+        match &self.event {
+            PlegEvent::ContainerStarted { id, .. }
+            | PlegEvent::ContainerDied { id, .. }
+            | PlegEvent::ContainerRemoved { id }
+            | PlegEvent::ContainerChanged { id }
+            | PlegEvent::OomKill { id, .. } => Some(*id),
+            PlegEvent::PodSync => None,
         }
     }
 
     pub fn exit(&self) -> Option<&ContainerExit> {
-        match &self.data {
-            PlegData::Died(e) => Some(e),
+        match &self.event {
+            PlegEvent::ContainerDied { exit, .. } => Some(exit),
             _ => None,
         }
     }
 
     pub fn oom(&self) -> Option<&OomKill> {
-        match &self.data {
-            PlegData::Oom(o) => Some(o),
+        match &self.event {
+            PlegEvent::OomKill { kill, .. } => Some(kill),
             _ => None,
         }
     }

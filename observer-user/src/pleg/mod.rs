@@ -9,9 +9,9 @@ pub mod stream;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-pub use event::{ContainerExit, ExitReason, PlegData, PlegEventType, PodLifecycleEvent};
+pub use event::{ContainerExit, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
 pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
-pub use stream::{channel, PlegReceiver, PlegSender};
+pub use stream::{channel, LagCounter, PlegReceiver, PlegSender};
 
 use crate::{
     cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},

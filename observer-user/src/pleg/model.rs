@@ -5,7 +5,7 @@
 //! It does no I/O; cgroup ids it has never seen are resolved through the caller's function.
 use std::{collections::HashMap, sync::Arc};
 
-use super::event::{ContainerExit, ExitReason, PlegData, PlegEventType, PodLifecycleEvent};
+use super::event::{ContainerExit, ExitReason, PlegEvent, PodLifecycleEvent};
 use crate::{
     cgroup::{
         CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, PodRef, PodUid, Qos,
@@ -273,9 +273,8 @@ impl NodeModel {
         };
         out.push(event(
             &rec,
-            PlegEventType::ContainerChanged,
             at.unwrap_or_default(),
-            PlegData::None,
+            PlegEvent::ContainerChanged { id: c.id },
         ));
         self.containers.insert(c.id, rec);
     }
@@ -303,9 +302,9 @@ impl NodeModel {
                 rec.started_at = Some(e.at);
                 out.push(event(
                     rec,
-                    PlegEventType::ContainerStarted,
                     e.at,
-                    PlegData::Started {
+                    PlegEvent::ContainerStarted {
+                        id,
                         pid: e.task.tgid,
                         comm: e.task.comm,
                     },
@@ -363,9 +362,8 @@ impl NodeModel {
         rec.exit = Some(exit.clone());
         out.push(event(
             rec,
-            PlegEventType::ContainerDied,
             at,
-            PlegData::Died(exit),
+            PlegEvent::ContainerDied { id: rec.id, exit },
         ));
     }
 
@@ -383,9 +381,11 @@ impl NodeModel {
         rec.last_oom = Some(boxed.clone());
         out.push(event(
             rec,
-            PlegEventType::OomKill,
             o.at,
-            PlegData::Oom(boxed.clone()),
+            PlegEvent::OomKill {
+                id,
+                kill: boxed.clone(),
+            },
         ));
         let pod = rec.pod;
         if let Some(p) = self.pods.get_mut(&pod) {
@@ -428,12 +428,7 @@ impl NodeModel {
                 for n in &rec.nested {
                     self.by_cgroup.remove(n);
                 }
-                out.push(event(
-                    &rec,
-                    PlegEventType::ContainerRemoved,
-                    c.at,
-                    PlegData::None,
-                ));
+                out.push(event(&rec, c.at, PlegEvent::ContainerRemoved { id }));
                 if let Some(p) = self.pods.get_mut(&rec.pod) {
                     p.containers.retain(|x| *x != id);
                 }
@@ -499,9 +494,12 @@ impl NodeModel {
                     let comm = rec.init_comm.unwrap_or_default();
                     out.push(event(
                         rec,
-                        PlegEventType::ContainerStarted,
                         at,
-                        PlegData::Started { pid: *pid, comm },
+                        PlegEvent::ContainerStarted {
+                            id: *id,
+                            pid: *pid,
+                            comm,
+                        },
                     ));
                 }
                 (ContainerState::Running, None) => Self::died(rec, lost_exit(rec), at, out),
@@ -591,18 +589,11 @@ fn comm_of(pid: u32) -> Option<Comm> {
         .map(|c| Comm::from(c.trim_end()))
 }
 
-fn event(
-    rec: &ContainerRecord,
-    kind: PlegEventType,
-    at: BootNs,
-    data: PlegData,
-) -> PodLifecycleEvent {
+fn event(rec: &ContainerRecord, at: BootNs, event: PlegEvent) -> PodLifecycleEvent {
     PodLifecycleEvent {
         pod_uid: rec.pod,
-        kind,
-        container_id: Some(rec.id),
         runtime: rec.runtime,
         at,
-        data,
+        event,
     }
 }

@@ -87,6 +87,21 @@ impl PlegSender {
     pub fn lagged(&self) -> u64 {
         self.0.lagged.load(Ordering::Relaxed)
     }
+
+    /// A handle on the lag count that neither sends nor keeps the stream open.
+    pub fn lag_counter(&self) -> LagCounter {
+        LagCounter(Arc::clone(&self.0))
+    }
+}
+
+/// Reads how many events were folded into PodSyncs because the consumer lagged.
+#[derive(Clone)]
+pub struct LagCounter(Arc<Shared>);
+
+impl LagCounter {
+    pub fn get(&self) -> u64 {
+        self.0.lagged.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for PlegSender {
@@ -141,7 +156,7 @@ impl PlegReceiver {
 mod tests {
     use super::*;
     use crate::cgroup::ContainerId;
-    use crate::pleg::{PlegData, PlegEventType};
+    use crate::pleg::{PlegEvent, PlegEventType};
 
     fn uid(n: u8) -> PodUid {
         PodUid::parse(&format!("{:08x}-0000-0000-0000-000000000000", n)).unwrap()
@@ -149,13 +164,29 @@ mod tests {
 
     fn ev(pod: u8, kind: PlegEventType, at: u64) -> PodLifecycleEvent {
         let id = ContainerId::parse(&format!("{:064x}", pod)).unwrap();
+        let event = match kind {
+            PlegEventType::ContainerStarted => PlegEvent::ContainerStarted {
+                id,
+                pid: 1,
+                comm: Default::default(),
+            },
+            PlegEventType::ContainerRemoved => PlegEvent::ContainerRemoved { id },
+            PlegEventType::ContainerDied => PlegEvent::ContainerDied {
+                id,
+                exit: crate::pleg::ContainerExit {
+                    status: None,
+                    reason: crate::pleg::ExitReason::Unknown,
+                    pid: None,
+                    comm: None,
+                },
+            },
+            _ => PlegEvent::ContainerChanged { id },
+        };
         PodLifecycleEvent {
             pod_uid: uid(pod),
-            kind,
-            container_id: Some(id),
             runtime: None,
             at: BootNs(at),
-            data: PlegData::None,
+            event,
         }
     }
 
@@ -164,8 +195,11 @@ mod tests {
         let (tx, mut rx) = channel(8);
         tx.send(ev(1, PlegEventType::ContainerStarted, 1));
         tx.send(ev(1, PlegEventType::ContainerDied, 2));
-        assert_eq!(rx.try_recv().unwrap().kind, PlegEventType::ContainerStarted);
-        assert_eq!(rx.try_recv().unwrap().kind, PlegEventType::ContainerDied);
+        assert_eq!(
+            rx.try_recv().unwrap().kind(),
+            PlegEventType::ContainerStarted
+        );
+        assert_eq!(rx.try_recv().unwrap().kind(), PlegEventType::ContainerDied);
         assert!(rx.try_recv().is_none());
         assert_eq!(rx.lagged(), 0);
     }
@@ -182,14 +216,14 @@ mod tests {
         assert_eq!(tx.lagged(), 3);
         let a = rx.try_recv().unwrap();
         assert_eq!(
-            (a.pod_uid, a.kind),
+            (a.pod_uid, a.kind()),
             (uid(1), PlegEventType::ContainerStarted)
         );
         // Room again, but pod 1 is behind: its new events wait behind its sync.
         tx.send(ev(1, PlegEventType::ContainerStarted, 6));
         tx.send(ev(2, PlegEventType::ContainerDied, 7));
         let got: Vec<_> = std::iter::from_fn(|| rx.try_recv())
-            .map(|e| (e.pod_uid, e.kind, e.at))
+            .map(|e| (e.pod_uid, e.kind(), e.at))
             .collect();
         assert_eq!(
             got,
@@ -212,7 +246,7 @@ mod tests {
             tx2.send(ev(1, PlegEventType::ContainerStarted, 1));
         });
         assert_eq!(
-            rx.recv().await.unwrap().kind,
+            rx.recv().await.unwrap().kind(),
             PlegEventType::ContainerStarted
         );
         task.await.unwrap();

@@ -140,7 +140,7 @@ fn drain(rx: &mut PlegReceiver) -> Vec<PodLifecycleEvent> {
 }
 
 fn kinds(evs: &[PodLifecycleEvent]) -> Vec<PlegEventType> {
-    evs.iter().map(|e| e.kind).collect()
+    evs.iter().map(PodLifecycleEvent::kind).collect()
 }
 
 use PlegEventType::*;
@@ -173,10 +173,11 @@ fn lifecycle_of_a_container_that_completes() {
     );
     assert!(evs
         .iter()
-        .all(|e| e.pod_uid.as_str() == UID && e.container_id == Some(cid(1))));
+        .all(|e| e.pod_uid.as_str() == UID && e.container_id() == Some(cid(1))));
     assert_eq!(
-        evs[1].data,
-        PlegData::Started {
+        evs[1].event,
+        PlegEvent::ContainerStarted {
+            id: cid(1),
             pid: 100,
             comm: Comm::from("app")
         }
@@ -331,8 +332,8 @@ fn pid_reuse_across_containers() {
     let evs = drain(&mut rx);
     let deaths: Vec<_> = evs
         .iter()
-        .filter(|e| e.kind == ContainerDied)
-        .map(|e| (e.container_id.unwrap(), e.exit().unwrap().exit_code()))
+        .filter(|e| e.kind() == ContainerDied)
+        .map(|e| (e.container_id().unwrap(), e.exit().unwrap().exit_code()))
         .collect();
     assert_eq!(deaths, [(cid(1), 1), (cid(2), 0)]);
     assert_eq!(
@@ -388,7 +389,10 @@ fn runc_helpers_in_the_host_namespace_are_not_the_init() {
         kinds(&evs),
         [ContainerChanged, ContainerStarted, ContainerDied]
     );
-    assert!(matches!(evs[1].data, PlegData::Started { pid: 502, .. }));
+    assert!(matches!(
+        evs[1].event,
+        PlegEvent::ContainerStarted { pid: 502, .. }
+    ));
     assert_eq!(evs[2].exit().unwrap().exit_code(), 4);
 }
 
@@ -417,7 +421,10 @@ fn host_pid_namespace_container_takes_its_first_real_exec() {
         kinds(&evs),
         [ContainerChanged, ContainerStarted, ContainerDied]
     );
-    assert!(matches!(evs[1].data, PlegData::Started { pid: 600, .. }));
+    assert!(matches!(
+        evs[1].event,
+        PlegEvent::ContainerStarted { pid: 600, .. }
+    ));
     assert_eq!(evs[2].exit().unwrap().exit_code(), 9);
 }
 
@@ -463,8 +470,8 @@ fn lost_exit_is_reported_when_the_cgroup_empties_or_vanishes() {
         .skip(4)
         .map(|e| {
             (
-                e.container_id.unwrap(),
-                e.kind,
+                e.container_id().unwrap(),
+                e.kind(),
                 e.exit().map(|x| (x.reason, x.exit_code())),
             )
         })
@@ -580,8 +587,8 @@ fn initial_sync_then_resync_after_loss() {
     let evs = drain(&mut rx);
     let started: Vec<_> = evs
         .iter()
-        .filter(|e| e.kind == ContainerStarted)
-        .map(|e| e.container_id.unwrap())
+        .filter(|e| e.kind() == ContainerStarted)
+        .map(|e| e.container_id().unwrap())
         .collect();
     assert_eq!(started.len(), 2);
     assert!(started.contains(&cid(1)) && started.contains(&cid(3)));
@@ -609,7 +616,7 @@ fn initial_sync_then_resync_after_loss() {
         scanned(12, &ctr_path(UID, 2), &[200], Some(200)),
     ]));
     let evs = drain(&mut rx);
-    let got: Vec<_> = evs.iter().map(|e| (e.kind, e.container_id)).collect();
+    let got: Vec<_> = evs.iter().map(|e| (e.kind(), e.container_id())).collect();
     assert!(got.contains(&(ContainerStarted, Some(cid(2)))), "{got:?}");
     assert!(got.contains(&(ContainerDied, Some(cid(3)))), "{got:?}");
     assert!(got.contains(&(ContainerRemoved, Some(cid(3)))), "{got:?}");
@@ -637,7 +644,7 @@ fn a_lagging_consumer_gets_pod_syncs_not_loss() {
         4,
         "3 queued events and one PodSync for the pod that overflowed"
     );
-    assert_eq!(evs[3].kind, PodSync);
+    assert_eq!(evs[3].kind(), PodSync);
     assert_eq!(evs[3].pod_uid.as_str(), UID2);
     assert_eq!(rx.lagged(), 100 - 2);
 }

@@ -1,42 +1,52 @@
 //! What the kernel said about each container, gathered from the PLEG's events.
 use crate::{
     kernel::{BootNs, Comm, OomKill},
-    pleg::{ContainerExit, PlegData, PlegEventType, PodLifecycleEvent},
+    pleg::{ContainerExit, PlegEvent, PodLifecycleEvent},
 };
+
+/// Victims remembered per container, to tell the kernel log's kills the probes already saw.
+const VICTIMS_KEPT: usize = 32;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KernelEvidence {
     pub created: Option<BootNs>,
+    /// When the init started, its pid and name.
     pub started: Option<(BootNs, u32, Comm)>,
     pub exit: Option<(BootNs, ContainerExit)>,
     pub oom_kills: u32,
     pub last_oom: Option<Box<OomKill>>,
+    /// (pid, time) of the most recent victims.
+    pub oom_victims: Vec<(u32, BootNs)>,
     pub removed: Option<BootNs>,
 }
 
 impl KernelEvidence {
     /// Folds one lifecycle event in. Returns false for events that say nothing about a container.
     pub fn apply(&mut self, ev: &PodLifecycleEvent) -> bool {
-        match (ev.kind, &ev.data) {
-            (PlegEventType::ContainerChanged, _) => {
+        match &ev.event {
+            PlegEvent::ContainerChanged { .. } => {
                 self.created.get_or_insert(ev.at);
             }
-            (PlegEventType::ContainerStarted, PlegData::Started { pid, comm }) => {
+            PlegEvent::ContainerStarted { pid, comm, .. } => {
                 self.started = Some((ev.at, *pid, *comm));
             }
-            (PlegEventType::ContainerDied, PlegData::Died(exit)) => {
+            PlegEvent::ContainerDied { exit, .. } => {
                 // A lost-exit report never replaces an exact one.
                 let keep = matches!(&self.exit, Some((_, e)) if e.status.is_some() && exit.status.is_none());
                 if !keep {
                     self.exit = Some((ev.at, exit.clone()));
                 }
             }
-            (PlegEventType::OomKill, PlegData::Oom(o)) => {
+            PlegEvent::OomKill { kill, .. } => {
                 self.oom_kills += 1;
-                self.last_oom = Some(o.clone());
+                if self.oom_victims.len() == VICTIMS_KEPT {
+                    self.oom_victims.remove(0);
+                }
+                self.oom_victims.push((kill.victim.tgid, kill.at));
+                self.last_oom = Some(kill.clone());
             }
-            (PlegEventType::ContainerRemoved, _) => self.removed = Some(ev.at),
-            _ => return false,
+            PlegEvent::ContainerRemoved { .. } => self.removed = Some(ev.at),
+            PlegEvent::PodSync => return false,
         }
         true
     }

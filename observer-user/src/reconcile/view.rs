@@ -11,26 +11,54 @@ pub enum ContainerPhase {
     Unknown,
 }
 
+/// How the agent knows what it shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The probes saw it happen.
+    Kernel,
+    /// The kernel's log of OOM kills, read at start-up (kills from before the agent ran).
+    KernelLog,
+    /// Only the runtime's account: the agent did not watch, and the kernel log does not (or no
+    /// longer) say.
+    Runtime,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::KernelLog => "kernel-log",
+            Self::Runtime => "runtime",
+        }
+    }
+}
+
 /// An OOM kill as the kernel saw it: the truth kubelet does not have.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OomEvidence {
     pub time: SystemTime,
-    pub container_id: ContainerIdStr,
+    pub container_id: ContainerId,
     pub pid: u32,
     pub comm: String,
-    /// The container's init was the victim (the container died of it).
-    pub init: bool,
+    /// The container's init was the victim (the container died of it). `None` when the init's pid
+    /// is not known (a kill from the kernel log in a container the agent never saw run, whose
+    /// runtime does not report the pid).
+    pub init: Option<bool>,
     pub anon_rss_kb: Option<u64>,
     pub total_vm_kb: Option<u64>,
     pub oom_score_adj: Option<i16>,
+    /// The memory cgroup whose limit was hit, where it is not the victim's own (a pod-level
+    /// limit), hierarchy-relative.
+    pub oom_cgroup: Option<String>,
+    /// That cgroup's limit at the kill, in bytes, where known.
+    pub limit_bytes: Option<u64>,
+    /// The probes (`Kernel`) or the kernel log (`KernelLog`).
+    pub source: Source,
 }
-
-/// Container ids serialize as their hex string.
-pub type ContainerIdStr = String;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerView {
-    pub id: ContainerIdStr,
+    pub id: ContainerId,
     /// The name in the pod spec.
     pub name: String,
     /// kubelet's restart count for this instance (its `restartCount` annotation, else the attempt).
@@ -44,10 +72,12 @@ pub struct ContainerView {
     pub signal: Option<u8>,
     /// Completed, Error, OOMKilled, ContainerStatusUnknown, or the runtime's own reason.
     pub reason: Option<String>,
+    /// How the termination shown (exit code and reason) is known; `None` while it runs.
+    pub exit_source: Option<Source>,
     /// What the runtime said, where it disagrees with the kernel (kept for audit).
     pub runtime_reason: Option<String>,
     pub runtime_exit_code: Option<i32>,
-    /// The init's pid on the host, where the kernel saw it start.
+    /// The init's pid on the host: where the kernel saw it start, else the runtime's.
     pub init_pid: Option<u32>,
     pub oom_kills: u32,
     pub last_oom: Option<OomEvidence>,
@@ -57,10 +87,10 @@ pub struct ContainerView {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodView {
-    pub uid: String,
+    pub uid: PodUid,
     pub namespace: String,
     pub name: String,
-    pub sandbox_id: String,
+    pub sandbox_id: ContainerId,
     pub sandbox_ready: bool,
     pub created_at: Option<SystemTime>,
     /// Every container instance the runtime still has, newest attempt last per name.
@@ -141,13 +171,4 @@ impl PodView {
 
 fn newer(a: &ContainerView, b: &ContainerView) -> bool {
     (a.restart_count, a.created_at) > (b.restart_count, b.created_at)
-}
-
-/// Identifies a container view; parsed ids are kept apart from the strings the view shows.
-pub fn id_str(id: &ContainerId) -> ContainerIdStr {
-    id.as_str().to_string()
-}
-
-pub fn uid_str(uid: &PodUid) -> String {
-    uid.as_str().to_string()
 }

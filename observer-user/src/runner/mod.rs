@@ -107,7 +107,8 @@ pub struct RunnerStats {
     pub superseded: u64,
 }
 
-type Job<K, V, R> = Arc<dyn Fn(K, V) -> Pin<Box<dyn Future<Output = Step<R>> + Send>> + Send + Sync>;
+type Job<K, V, R> =
+    Arc<dyn Fn(K, V) -> Pin<Box<dyn Future<Output = Step<R>> + Send>> + Send + Sync>;
 
 struct Slot<V> {
     /// The newest state no job has taken yet.
@@ -166,6 +167,16 @@ where
     /// Sets the key's newest state. It runs as soon as the key has no job in flight, is not
     /// waiting out a back-off, and a concurrency slot is free.
     pub fn schedule(&mut self, key: K, state: V) {
+        self.schedule_after(key, state, None);
+    }
+
+    /// [`Self::schedule`], but not before `delay` (a requeue: "ask again shortly"). A key that is
+    /// already busy keeps its own timing.
+    pub fn schedule_in(&mut self, key: K, state: V, delay: Duration) {
+        self.schedule_after(key, state, Some(delay));
+    }
+
+    fn schedule_after(&mut self, key: K, state: V, delay: Option<Duration>) {
         let backoff = self.new_backoff();
         let slot = self.slots.entry(key.clone()).or_insert_with(|| Slot {
             pending: None,
@@ -182,8 +193,13 @@ where
         }
         slot.forget = false;
         if !slot.in_flight && !slot.queued && slot.delayed.is_none() {
-            slot.queued = true;
-            self.ready.push_back(key);
+            match delay {
+                Some(d) => slot.delayed = Some(self.delays.insert(key, d)),
+                None => {
+                    slot.queued = true;
+                    self.ready.push_back(key);
+                }
+            }
         }
         self.start_ready();
     }
@@ -264,6 +280,11 @@ where
 
     pub fn in_flight(&self) -> usize {
         self.running.len()
+    }
+
+    /// Jobs running or ready to run now (not waiting out a delay).
+    pub fn active(&self) -> usize {
+        self.running.len() + self.ready.len()
     }
 
     /// Keys with work pending, in flight or waiting to retry.
@@ -370,7 +391,7 @@ where
     }
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

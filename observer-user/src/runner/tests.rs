@@ -225,7 +225,11 @@ async fn a_panicking_job_is_reported_then_retried_and_its_key_is_free() {
         of3[0].output
     );
     assert_eq!(of3[0].failures, 1);
-    assert_eq!(of3[1].output.as_ref().ok(), Some(&30), "retried with its state");
+    assert_eq!(
+        of3[1].output.as_ref().ok(),
+        Some(&30),
+        "retried with its state"
+    );
     assert_eq!(r.stats().panics, 1);
     assert!(r.is_idle());
     // The key takes new work after the panic.
@@ -242,7 +246,10 @@ async fn forget_drops_pending_work_and_the_running_job_is_not_retried() {
     r.forget(&1);
     let f = r.next().await;
     assert_eq!(f.output.unwrap(), 1);
-    assert!(r.is_idle(), "neither retried nor followed by the forgotten state");
+    assert!(
+        r.is_idle(),
+        "neither retried nor followed by the forgotten state"
+    );
     assert_eq!(s.lock().unwrap().starts.len(), 1);
     // A state scheduled after forget, while nothing runs, runs normally.
     r.schedule(1, 3);
@@ -284,4 +291,28 @@ async fn next_is_cancel_safe() {
     }
     assert_eq!(r.next().await.output.unwrap(), 1);
     assert!(r.is_idle());
+}
+
+#[tokio::test(start_paused = true)]
+async fn schedule_in_waits_unless_the_key_is_busy() {
+    let s = script(&[]);
+    let mut r = runner(cfg(1), &s);
+    let t = Instant::now();
+    r.schedule_in(1, 1, Duration::from_millis(300));
+    assert_eq!(r.active(), 0, "waiting out its delay");
+    assert_eq!(r.next().await.output.unwrap(), 1);
+    let started = s.lock().unwrap().starts[0].2;
+    assert_eq!(started - t, Duration::from_millis(300));
+    // Busy (queued behind a running key): the requeue joins the pending state, no extra delay.
+    r.schedule(2, 20);
+    r.schedule(3, 30);
+    r.schedule_in(3, 31, Duration::from_secs(60));
+    let done = drain(&mut r).await;
+    assert_eq!(
+        done.iter()
+            .map(|f| *f.output.as_ref().unwrap())
+            .collect::<Vec<_>>(),
+        [20, 31]
+    );
+    assert!(Instant::now() - t < Duration::from_secs(1));
 }

@@ -1,0 +1,229 @@
+//! The kernel half of the agent, wired once: probes → ring-buffer reader → PLEG, with the
+//! start-up walk of the cgroup tree and a rescan whenever the kernel dropped records. Every
+//! consumer uses this one type: the agent ([`KernelPipeline::spawn`]), `observer watch --pods`,
+//! the kernel tests and the benches ([`KernelPipeline::next_batch`]).
+mod task;
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex},
+};
+
+pub use task::{PipelineHealth, PipelineTask};
+
+use crate::{
+    cgroup::{
+        cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
+    },
+    kernel::{
+        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, ProbeOptions, Probes,
+        Watch, WatchRoot,
+    },
+    pleg::{self, Pleg, PlegReceiver, PlegStats},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("no cgroup2 hierarchy is mounted: observer attributes events by cgroup2 ids; boot the node with the unified (cgroup v2) or hybrid hierarchy")]
+    NoCgroup2,
+    #[error("the kernel pipeline task panicked: {0}")]
+    Panicked(String),
+}
+
+/// Capacity of the PLEG stream before a lagging consumer's events are coalesced per pod.
+pub const DEFAULT_QUEUE: usize = 64 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// The cgroup2 hierarchy events are attributed in.
+    pub unified: HierarchyMount,
+    /// Where pods live, relative to the cgroup2 root: walked at start and after lost records.
+    /// Absent ones are skipped (kubelet may make them later).
+    pub scan_roots: Vec<String>,
+    pub probes: ProbeOptions,
+    pub queue: usize,
+}
+
+impl PipelineConfig {
+    /// kubelet's pods: the kubepods roots of the host's cgroup2 hierarchy (mounted under
+    /// `cgroupfs` when the agent runs in a container) are walked and are the kernel's filter; with
+    /// none (no pod ever ran here), every process is watched, which stays correct when kubelet
+    /// makes them, only busier.
+    pub fn kubepods(cgroupfs: Option<&Path>) -> Result<Self, PipelineError> {
+        let unified = unified_mount(cgroupfs)?;
+        let roots = find_kubepods_roots(&unified);
+        let watch = watch_of(&unified, &roots)?;
+        Ok(Self {
+            scan_roots: roots,
+            probes: ProbeOptions {
+                watch,
+                ..Default::default()
+            },
+            unified,
+            queue: DEFAULT_QUEUE,
+        })
+    }
+}
+
+/// The cgroup2 hierarchy, under `cgroupfs` when given.
+pub fn unified_mount(cgroupfs: Option<&Path>) -> Result<HierarchyMount, PipelineError> {
+    CgroupMounts::detect(cgroupfs)?
+        .unified()
+        .cloned()
+        .ok_or(PipelineError::NoCgroup2)
+}
+
+/// The kernel filter for `roots` (relative to the cgroup2 root): those that exist, or every
+/// process when none does.
+pub fn watch_of<S: AsRef<str>>(
+    unified: &HierarchyMount,
+    roots: &[S],
+) -> Result<Watch, CgroupError> {
+    let present = watch_roots(unified, roots)?;
+    Ok(if present.is_empty() {
+        Watch::All
+    } else {
+        Watch::Roots(present)
+    })
+}
+
+/// The `WatchRoot`s (cgroup id and depth) of those of `roots` that exist.
+pub fn watch_roots<S: AsRef<str>>(
+    unified: &HierarchyMount,
+    roots: &[S],
+) -> Result<Vec<WatchRoot>, CgroupError> {
+    let mut out = Vec::new();
+    for rel in roots.iter().map(AsRef::as_ref) {
+        let Some(abs) = unified.to_absolute(rel).filter(|p| p.is_dir()) else {
+            continue;
+        };
+        out.push(WatchRoot {
+            id: cgroup_id(&abs)?,
+            level: rel.split('/').filter(|c| !c.is_empty()).count() as u32,
+            _pad: 0,
+        });
+    }
+    Ok(out)
+}
+
+/// What one [`KernelPipeline::next_batch`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Kernel events read and handed to the PLEG.
+    pub events: usize,
+    /// The kernel had dropped records: the cgroup tree was walked again and the PLEG resynced.
+    /// Whoever mirrors the runtime should relist it now.
+    pub resynced: bool,
+}
+
+/// Counters of the whole pipeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipelineStats {
+    pub pleg: PlegStats,
+    /// Lifecycle events folded into a PodSync because the consumer lagged.
+    pub stream_lagged: u64,
+    /// Ring-buffer records that did not decode (counted, logged once, skipped).
+    pub malformed: u64,
+}
+
+/// Probes, reader and PLEG, started.
+pub struct KernelPipeline {
+    probes: Arc<Mutex<Probes>>,
+    reader: EventReader,
+    pleg: Pleg,
+    scan_roots: Vec<String>,
+    lagged: pleg::LagCounter,
+}
+
+impl KernelPipeline {
+    /// Loads and attaches the probes, indexes the whole cgroup2 hierarchy, and walks the scan
+    /// roots so that containers started before us are known with their init. Returns the
+    /// pipeline and the PLEG stream it feeds.
+    pub fn start(cfg: PipelineConfig) -> Result<(Self, PlegReceiver), PipelineError> {
+        let mut probes = Probes::load(&cfg.probes)?;
+        let reader = probes.events()?;
+        let (tx, events) = pleg::channel(cfg.queue);
+        let lagged = tx.lag_counter();
+        let mut index = CgroupIndex::new(cfg.unified.clone());
+        index.scan();
+        let mut me = Self {
+            probes: Arc::new(Mutex::new(probes)),
+            reader,
+            pleg: Pleg::new(index, tx),
+            scan_roots: cfg.scan_roots,
+            lagged,
+        };
+        me.rescan();
+        Ok((me, events))
+    }
+
+    /// Waits for the kernel's next records, hands every one already in the ring buffer to the
+    /// PLEG (each shown to `tap` first), and walks the cgroup tree again if records were lost.
+    /// Cancel-safe: records not read yet stay in the ring buffer.
+    pub async fn next_batch(
+        &mut self,
+        mut tap: impl FnMut(&KernelEvent),
+    ) -> Result<Batch, KernelError> {
+        let first = self.reader.next().await?;
+        // Keeps the wall clock of every consumer in step with NTP.
+        self.reader.refresh_clock();
+        let mut batch = Batch::default();
+        let mut next = Some(first);
+        while let Some(ev) = next {
+            tap(&ev);
+            self.pleg.handle(ev);
+            batch.events += 1;
+            next = self.reader.try_next();
+        }
+        if self.pleg.needs_resync() {
+            self.rescan();
+            batch.resynced = true;
+        }
+        Ok(batch)
+    }
+
+    fn rescan(&mut self) {
+        if let Err(e) = self.pleg.rescan(&self.scan_roots) {
+            tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
+        }
+    }
+
+    pub fn pleg(&self) -> &Pleg {
+        &self.pleg
+    }
+
+    /// The clock kernel times are mapped with; refreshed at every batch, shared by its clones.
+    pub fn clock(&self) -> BootClock {
+        self.reader.clock()
+    }
+
+    pub fn stats(&self) -> PipelineStats {
+        PipelineStats {
+            pleg: self.pleg.stats(),
+            stream_lagged: self.lagged.get(),
+            malformed: self.reader.malformed(),
+        }
+    }
+
+    /// The probes, shared: their kernel counters and per-program run time stay readable while
+    /// the pipeline runs on its task.
+    pub fn probes(&self) -> Arc<Mutex<Probes>> {
+        Arc::clone(&self.probes)
+    }
+
+    /// The kernel's own counters (ring-buffer drops, ...). A failed read is an error, never 0.
+    pub fn kernel_counters(&self) -> Result<KernelCounters, KernelError> {
+        counters(&self.probes)
+    }
+}
+
+fn counters(probes: &Mutex<Probes>) -> Result<KernelCounters, KernelError> {
+    probes
+        .lock()
+        .map_err(|_| KernelError::Map("STATS", "probes lock poisoned".into()))?
+        .counters()
+}

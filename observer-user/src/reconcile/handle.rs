@@ -1,0 +1,157 @@
+//! The reconciler's outside: read the view, wait for changes or for the first full picture, ask
+//! for a relist, tap the PLEG events it consumed.
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, RwLock, RwLockReadGuard,
+    },
+    time::Duration,
+};
+
+use tokio::sync::{broadcast, watch, Notify};
+
+use super::view::PodView;
+use crate::{cgroup::PodUid, pleg::PodLifecycleEvent};
+
+/// The node as reconciled, by pod uid.
+pub type NodeView = HashMap<PodUid, PodView>;
+
+/// Counters, readable while the reconciler runs.
+#[derive(Debug, Default)]
+pub struct ReconcileStats {
+    pub pleg_events: AtomicU64,
+    pub pod_fetches: AtomicU64,
+    pub fetch_errors: AtomicU64,
+    pub relists: AtomicU64,
+    /// Differences a relist had to repair: events the event-driven path missed.
+    pub missed_events: AtomicU64,
+    /// Pods the runtime knew and the kernel never reported (not at start).
+    pub adopted: AtomicU64,
+    /// Containers the kernel reported that the runtime never came to know.
+    pub unknown_dropped: AtomicU64,
+    /// Containers where the agent's account replaced the runtime's (reason or exit code).
+    pub corrected: AtomicU64,
+    /// Ids from the runtime that are not of the shape kubelet and the runtimes use (skipped).
+    pub unparsable: AtomicU64,
+    /// The runtime's init pid compared with the kernel's, and how often they disagreed.
+    pub init_checks: AtomicU64,
+    pub init_disagreements: AtomicU64,
+}
+
+impl ReconcileStats {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) fn bump(c: &AtomicU64) {
+    add(c, 1);
+}
+
+pub(super) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// What the reconciler shares with its handles.
+pub(super) struct Shared {
+    pub view: RwLock<NodeView>,
+    pub stats: ReconcileStats,
+    pub relist: Notify,
+    pub generation: watch::Sender<u64>,
+    /// True once the first relist ran and every pod request it started was answered.
+    pub settled: watch::Sender<bool>,
+    pub pleg: broadcast::Sender<PodLifecycleEvent>,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Self {
+            view: RwLock::default(),
+            stats: ReconcileStats::default(),
+            relist: Notify::new(),
+            generation: watch::Sender::new(0),
+            settled: watch::Sender::new(false),
+            pleg: broadcast::Sender::new(4096),
+        }
+    }
+
+    pub fn view(&self) -> RwLockReadGuard<'_, NodeView> {
+        // A panic while holding the lock leaves the view as it was: still the best we know.
+        self.view.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn changed(&self) {
+        self.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ReconcileHandle(pub(super) Arc<Shared>);
+
+impl ReconcileHandle {
+    /// Every pod, sorted by namespace and name.
+    pub fn pods(&self) -> Vec<PodView> {
+        let mut pods: Vec<PodView> = self.0.view().values().cloned().collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        pods
+    }
+
+    pub fn pod(&self, uid: &PodUid) -> Option<PodView> {
+        self.0.view().get(uid).cloned()
+    }
+
+    pub fn stats(&self) -> &ReconcileStats {
+        &self.0.stats
+    }
+
+    /// Bumped on every change of the view.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.0.generation.subscribe()
+    }
+
+    /// The PLEG events the reconciler consumed, as they arrive.
+    pub fn pleg_events(&self) -> broadcast::Receiver<PodLifecycleEvent> {
+        self.0.pleg.subscribe()
+    }
+
+    /// Whether the first relist ran and the pod requests it started were answered: the view then
+    /// holds every pod the runtime has.
+    pub fn is_settled(&self) -> bool {
+        *self.0.settled.borrow()
+    }
+
+    /// Waits until [`Self::is_settled`], up to `timeout`.
+    pub async fn settled(&self, timeout: Duration) -> bool {
+        let mut rx = self.0.settled.subscribe();
+        let settled = tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await;
+        matches!(settled, Ok(Ok(_)))
+    }
+
+    pub fn request_relist(&self) {
+        self.0.relist.notify_one();
+    }
+
+    /// Waits until `pred` holds for the view (checked at every change), up to `timeout`.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&NodeView) -> bool,
+    ) -> bool {
+        let mut rx = self.changes();
+        tokio::time::timeout(timeout, async {
+            loop {
+                if pred(&self.0.view()) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    // The reconciler is gone: the view will not change again.
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+}

@@ -1,0 +1,101 @@
+//! The kernel log's OOM kills (from before the agent started), attributed to containers by the
+//! victim's memory cgroup. Part of the reconciled evidence: every consumer of the view sees them,
+//! not only `observer status`.
+use std::{collections::HashMap, time::SystemTime};
+
+use crate::{
+    cgroup::{classify, ContainerId},
+    kernel::kmsg::{self, History, LoggedOomKill},
+};
+
+#[derive(Debug, Default)]
+pub struct OomHistory {
+    by_container: HashMap<ContainerId, Vec<LoggedOomKill>>,
+    since: Option<SystemTime>,
+    /// Kills in no container (a system service, a malformed path).
+    pub outside: usize,
+}
+
+impl OomHistory {
+    /// Reads the kernel log. Unreadable (no CAP_SYSLOG, no /dev/kmsg): said once, empty history.
+    pub fn read() -> Self {
+        match kmsg::read_history() {
+            Ok(h) => Self::from_history(h),
+            Err(e) => {
+                tracing::info!(
+                    "kernel log unreadable ({e}): OOM kills from before start-up are not known"
+                );
+                Self::default()
+            }
+        }
+    }
+
+    pub fn from_history(h: History) -> Self {
+        let mut me = Self {
+            since: h.since,
+            ..Self::default()
+        };
+        for k in h.kills {
+            // The victim's own cgroup, or one nested in its container.
+            match classify(&k.task_memcg).container().map(|c| c.id) {
+                Some(id) => me.by_container.entry(id).or_default().push(k),
+                None => me.outside += 1,
+            }
+        }
+        me
+    }
+
+    pub fn kills_of(&self, id: &ContainerId) -> &[LoggedOomKill] {
+        self.by_container
+            .get(id)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The oldest time the log still covers.
+    pub fn since(&self) -> Option<SystemTime> {
+        self.since
+    }
+
+    /// Forgets a container's kills (its record is gone).
+    pub fn forget(&mut self, id: &ContainerId) {
+        self.by_container.remove(id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_container.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_container.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kills_are_attributed_by_the_victims_cgroup() {
+        let id = "ab".repeat(32);
+        let kill = |memcg: &str, pid| LoggedOomKill {
+            pid,
+            task_memcg: memcg.into(),
+            ..Default::default()
+        };
+        let h = OomHistory::from_history(History {
+            kills: vec![
+                kill(&format!("/kubepods/burstable/pod0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0/{id}"), 1),
+                kill(&format!("/kubepods.slice/kubepods-pod0b1c2d3e_4f50_6172_8394_a5b6c7d8e9f0.slice/cri-containerd-{id}.scope/sub"), 2),
+                kill("/system.slice/foo.service", 3),
+            ],
+            since: None,
+        });
+        let id = ContainerId::parse(&id).unwrap();
+        assert_eq!(
+            h.kills_of(&id).iter().map(|k| k.pid).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!((h.outside, h.len()), (1, 2));
+    }
+}

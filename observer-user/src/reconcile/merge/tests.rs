@@ -1,0 +1,549 @@
+//! The merge rules, one case per situation the kernel and the runtime can leave us in: watched
+//! live (probes), or not (the agent started after, or restarted mid-way: only the runtime and the
+//! kernel log).
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::{
+    kernel::{BootNs, Comm, OomMemory, Task, WaitStatus},
+    pleg::ContainerExit,
+};
+
+const INIT: u32 = 100;
+const CHILD: u32 = 101;
+
+fn id() -> ContainerId {
+    ContainerId::parse(&"c0ffee".repeat(11)[..64]).unwrap()
+}
+
+fn status(state: api::ContainerState, exit_code: i32, reason: &str) -> api::ContainerStatus {
+    let mut s = api::ContainerStatus {
+        id: id().to_string(),
+        metadata: Some(api::ContainerMetadata {
+            name: "app".into(),
+            attempt: 2,
+        }),
+        state: state as i32,
+        // Started a minute ago, finished a second ago (when exited).
+        created_at: ns_ago(61),
+        started_at: ns_ago(60),
+        finished_at: if state == api::ContainerState::ContainerExited {
+            ns_ago(1)
+        } else {
+            0
+        },
+        exit_code,
+        reason: reason.into(),
+        ..Default::default()
+    };
+    s.labels
+        .insert("io.kubernetes.container.name".into(), "app".into());
+    s.annotations
+        .insert("io.kubernetes.container.restartCount".into(), "2".into());
+    s
+}
+
+fn ns_ago(secs: u64) -> i64 {
+    (SystemTime::now() - Duration::from_secs(secs))
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+fn exited(code: i32, reason: &str) -> api::ContainerStatus {
+    status(api::ContainerState::ContainerExited, code, reason)
+}
+
+fn running() -> api::ContainerStatus {
+    status(api::ContainerState::ContainerRunning, 0, "")
+}
+
+fn oom(pid: u32) -> Box<OomKill> {
+    let task = Task {
+        pid,
+        tgid: pid,
+        ppid: 1,
+        ns_pid: 1,
+        ns_level: 1,
+        comm: Comm::from("hog"),
+        cgroup_id: 9,
+    };
+    Box::new(OomKill {
+        at: BootClock::now(),
+        marked_at: BootClock::now(),
+        victim: task,
+        victim_comm: Comm::from("hog"),
+        memory: OomMemory {
+            anon_rss_kb: Some(31_000),
+            ..Default::default()
+        },
+        oom_score_adj: Some(999),
+        trigger_pid: pid,
+        trigger_tgid: pid,
+        trigger_cgroup_id: 9,
+    })
+}
+
+fn died(status: Option<WaitStatus>, reason: ExitReason) -> Option<(BootNs, ContainerExit)> {
+    Some((
+        BootClock::now(),
+        ContainerExit {
+            status,
+            reason,
+            pid: Some(INIT),
+            comm: Some(Comm::from("app")),
+        },
+    ))
+}
+
+fn kernel(exit: Option<(BootNs, ContainerExit)>, oom: Option<Box<OomKill>>) -> KernelEvidence {
+    KernelEvidence {
+        created: Some(BootNs(1)),
+        started: Some((BootNs(2), INIT, Comm::from("app"))),
+        oom_kills: u32::from(oom.is_some()),
+        oom_victims: oom.iter().map(|o| (o.victim.tgid, o.at)).collect(),
+        last_oom: oom,
+        exit,
+        removed: None,
+    }
+}
+
+/// A kill in the kernel log, `secs_ago` seconds ago.
+fn logged(pid: u32, secs_ago: u64) -> LoggedOomKill {
+    LoggedOomKill {
+        at_us: 1,
+        time: SystemTime::now() - Duration::from_secs(secs_ago),
+        pid,
+        comm: "hog".into(),
+        task_memcg: "/kubepods/burstable/podx/c".into(),
+        oom_memcg: "/kubepods/burstable/podx".into(),
+        anon_rss_kb: Some(20_000),
+        ..Default::default()
+    }
+}
+
+fn log_from(secs_ago: u64) -> Option<SystemTime> {
+    Some(SystemTime::now() - Duration::from_secs(secs_ago))
+}
+
+fn view(i: Inputs<'_>) -> ContainerView {
+    merge(i, &BootClock::new())
+}
+
+fn summary(v: &ContainerView) -> (ContainerPhase, Option<i32>, Option<&str>, Option<Source>) {
+    (v.phase, v.exit_code, v.reason.as_deref(), v.exit_source)
+}
+
+fn runtime_said(v: &ContainerView) -> (Option<i32>, Option<&str>) {
+    (v.runtime_exit_code, v.runtime_reason.as_deref())
+}
+
+#[test]
+fn runtime_only() {
+    let s = exited(3, "Error");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(3),
+            Some("Error"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!((v.name.as_str(), v.restart_count), ("app", 2));
+    assert!(!v.kernel_seen);
+    assert_eq!(runtime_said(&v), (None, None));
+}
+
+#[test]
+fn kernel_death_wins_while_the_runtime_still_says_running() {
+    let k = kernel(died(Some(WaitStatus::exited(3)), ExitReason::Error), None);
+    let s = running();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(3),
+            Some("Error"),
+            Some(Source::Kernel)
+        )
+    );
+    assert!(v.finished_at.is_some());
+    assert_eq!(
+        runtime_said(&v),
+        (None, None),
+        "the runtime had not disagreed"
+    );
+}
+
+#[test]
+fn init_oom_kill_is_oomkilled_even_when_the_runtime_says_error_137() {
+    let k = kernel(
+        died(Some(WaitStatus::signaled(9, false)), ExitReason::OomKilled),
+        Some(oom(INIT)),
+    );
+    let s = exited(137, "Error");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::Kernel)
+        )
+    );
+    assert_eq!(v.signal, Some(9));
+    assert_eq!(runtime_said(&v), (Some(137), Some("Error")));
+    let o = v.last_oom.unwrap();
+    assert_eq!(
+        (o.init, o.pid, o.comm.as_str(), o.anon_rss_kb, o.source),
+        (Some(true), INIT, "hog", Some(31_000), Source::Kernel)
+    );
+}
+
+#[test]
+fn child_oom_then_clean_exit_is_completed_with_the_kill_as_evidence() {
+    let k = kernel(
+        died(Some(WaitStatus::exited(0)), ExitReason::Completed),
+        Some(oom(CHILD)),
+    );
+    let s = exited(0, "OOMKilled");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(0),
+            Some("Completed"),
+            Some(Source::Kernel)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(0), Some("OOMKilled")));
+    let o = v.last_oom.unwrap();
+    assert_eq!((o.init, o.pid), (Some(false), CHILD));
+    assert_eq!(v.oom_kills, 1);
+}
+
+#[test]
+fn child_oom_in_a_running_container_stays_running() {
+    let k = kernel(None, Some(oom(CHILD)));
+    let s = running();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        (v.phase, v.oom_kills, v.init_pid),
+        (ContainerPhase::Running, 1, Some(INIT))
+    );
+    assert_eq!((v.reason, v.exit_source), (None, None));
+}
+
+#[test]
+fn lost_exit_defers_to_the_runtime_or_is_unknown() {
+    let k = kernel(died(None, ExitReason::Unknown), None);
+    let s = exited(2, "Error");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(2),
+            Some("Error"),
+            Some(Source::Runtime)
+        )
+    );
+    let s = running();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("ContainerStatusUnknown"),
+            Some(Source::Kernel)
+        )
+    );
+}
+
+#[test]
+fn kernel_start_before_the_runtime_reports_it() {
+    let k = kernel(None, None);
+    let s = status(api::ContainerState::ContainerCreated, 0, "");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!((v.phase, v.init_pid), (ContainerPhase::Running, Some(INIT)));
+    let v = view(Inputs {
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.phase, ContainerPhase::Running);
+}
+
+// Deaths the agent did not watch: it started after them, or was restarted across them.
+
+#[test]
+fn unwatched_oomkilled_exit_0_is_completed_not_the_runtimes_mislabel() {
+    let s = exited(0, "OOMKilled");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(0),
+            Some("Completed"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(0), Some("OOMKilled")));
+    assert_eq!(v.last_oom, None, "no kernel log: no evidence invented");
+}
+
+#[test]
+fn unwatched_oomkilled_exit_0_shows_the_childs_kill_from_the_kernel_log() {
+    let s = exited(0, "OOMKilled");
+    let log = [logged(CHILD, 30)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        runtime_pid: Some(INIT),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(0),
+            Some("Completed"),
+            Some(Source::Runtime)
+        )
+    );
+    let o = v.last_oom.expect("the kill from the log");
+    assert_eq!(
+        (o.pid, o.init, o.source),
+        (CHILD, Some(false), Source::KernelLog)
+    );
+    assert_eq!(
+        o.oom_cgroup.as_deref(),
+        Some("/kubepods/burstable/podx"),
+        "the pod's limit was hit"
+    );
+    assert_eq!(v.oom_kills, 1);
+}
+
+#[test]
+fn unwatched_oomkilled_with_another_code_is_error() {
+    let s = exited(2, "OOMKilled");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(2),
+            Some("Error"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(2), Some("OOMKilled")));
+}
+
+#[test]
+fn unwatched_error_137_whose_init_the_log_shows_killed_is_oomkilled() {
+    let s = exited(137, "Error");
+    let log = [logged(INIT, 10)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        runtime_pid: Some(INIT),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::KernelLog)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(137), Some("Error")));
+    assert_eq!(v.last_oom.unwrap().init, Some(true));
+}
+
+#[test]
+fn unwatched_error_137_with_only_a_childs_kill_stays_error() {
+    let s = exited(137, "Error");
+    let log = [logged(CHILD, 10)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        runtime_pid: Some(INIT),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("Error"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(runtime_said(&v), (None, None));
+    assert_eq!(v.last_oom.unwrap().init, Some(false));
+}
+
+#[test]
+fn unwatched_oomkilled_137_is_error_when_the_whole_log_never_names_the_init() {
+    // containerd 2.0-2.2 say OOMKilled on any OOM event in the cgroup: here a child's, then the
+    // init was SIGKILLed from outside. The log covers the container's life and names only the child.
+    let s = exited(137, "OOMKilled");
+    let log = [logged(CHILD, 10)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        runtime_pid: Some(INIT),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("Error"),
+            Some(Source::KernelLog)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(137), Some("OOMKilled")));
+}
+
+#[test]
+fn unwatched_oomkilled_137_stays_when_the_log_rotated_past_the_start() {
+    let s = exited(137, "OOMKilled");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        runtime_pid: Some(INIT),
+        log_since: log_from(5),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(runtime_said(&v), (None, None));
+}
+
+#[test]
+fn unwatched_oomkilled_137_stays_when_the_init_is_unknown() {
+    let s = exited(137, "OOMKilled");
+    let log = [logged(CHILD, 10)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(
+        v.last_oom.unwrap().init,
+        None,
+        "whether the victim was the init is not known"
+    );
+}
+
+#[test]
+fn a_kill_both_the_probes_and_the_log_saw_counts_once() {
+    let kill = oom(CHILD);
+    let clock = BootClock::new();
+    let mut log = logged(CHILD, 0);
+    log.time = clock.to_system_time(kill.at);
+    let k = kernel(None, Some(kill));
+    let s = running();
+    let v = merge(
+        Inputs {
+            runtime: Some(&s),
+            kernel: Some(&k),
+            logged: std::slice::from_ref(&log),
+            log_since: log_from(3600),
+            ..Inputs::new(id())
+        },
+        &clock,
+    );
+    assert_eq!(v.oom_kills, 1);
+    assert_eq!(
+        v.last_oom.unwrap().source,
+        Source::Kernel,
+        "the probes' account is richer"
+    );
+}
+
+#[test]
+fn a_logged_kill_newer_than_the_probes_last_is_shown() {
+    let k = kernel(None, Some(oom(CHILD)));
+    let later = logged(CHILD + 1, 0);
+    let mut later = later;
+    later.time = SystemTime::now() + Duration::from_secs(5);
+    let s = running();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        logged: std::slice::from_ref(&later),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.oom_kills, 2);
+    let o = v.last_oom.unwrap();
+    assert_eq!((o.pid, o.source), (CHILD + 1, Source::KernelLog));
+}
