@@ -2,6 +2,10 @@
 //! `cargo build` of the agent embeds the kernel side it was built with.
 use std::{env, fs, path::PathBuf};
 
+// A build dependency only so that cargo orders and fingerprints the eBPF crate with this one;
+// aya-build builds it for the BPF target itself.
+use observer_ebpf as _;
+
 fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     // AYA_BUILD_SKIP=1 builds userspace alone (docs, clippy of userspace on a machine without

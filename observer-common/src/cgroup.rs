@@ -24,3 +24,7 @@ pub struct CgroupRecord {
 unsafe impl Record for CgroupRecord {
     const KIND: EventKind = EventKind::CgroupMkdir;
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<CgroupRecord>() == 296);

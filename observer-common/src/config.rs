@@ -121,3 +121,11 @@ pub struct ProbeConfig {
     pub oom: OomTpOffsets,
     pub cgroup: CgroupTpOffsets,
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<WatchRoot>() == 16);
+const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 48);
+const _: () = assert!(core::mem::size_of::<OomTpOffsets>() == 32);
+const _: () = assert!(core::mem::size_of::<CgroupTpOffsets>() == 24);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 112);

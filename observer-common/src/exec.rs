@@ -20,3 +20,7 @@ pub struct ExecRecord {
 unsafe impl Record for ExecRecord {
     const KIND: EventKind = EventKind::Exec;
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<ExecRecord>() == 200);

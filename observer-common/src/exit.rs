@@ -17,3 +17,7 @@ pub struct ExitRecord {
 unsafe impl Record for ExitRecord {
     const KIND: EventKind = EventKind::Exit;
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 72);

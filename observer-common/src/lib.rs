@@ -116,8 +116,15 @@ pub unsafe trait Record: Copy + Sized {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all of these are repr(C) plain integers with no invalid bit patterns.
+    // SAFETY: repr(C), plain integers and arrays of them: no invalid bit patterns, no padding read.
     unsafe impl aya::Pod for super::ProbeConfig {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::WatchRoot {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::oom::OomPending {}
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<Header>() == 16);
+const _: () = assert!(core::mem::size_of::<TaskInfo>() == 48);

@@ -42,3 +42,8 @@ pub struct OomRecord {
 unsafe impl Record for OomRecord {
     const KIND: EventKind = EventKind::OomKill;
 }
+
+// The kernel side and userspace read these bytes with the same layout: a field added, moved or
+// resized changes the size, and must change both sides (and the decoder's tests) together.
+const _: () = assert!(core::mem::size_of::<OomPending>() == 80);
+const _: () = assert!(core::mem::size_of::<OomRecord>() == 144);

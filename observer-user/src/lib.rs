@@ -17,7 +17,5 @@ pub mod pipeline;
 pub mod pleg;
 pub mod reconcile;
 pub mod runner;
-#[cfg(test)]
-pub(crate) mod testutil;
 
 pub use error::{Error, Result};

@@ -12,6 +12,7 @@
 //!
 //! `OBSERVER_BENCH_DEATHS` sets the number of deaths (default 300); `OBSERVER_BENCH_CSV=<file>`
 //! writes every death's three delays, to check the summary against.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     collections::HashMap,
     sync::{
@@ -474,7 +475,7 @@ fn fmt_ratio(r: f64) -> String {
     }
 }
 
-fn report(r: &Report) {
+fn report(r: &Report<'_>) {
     let seen = r.shared.seen.lock().unwrap();
     let raw = r.shared.raw_exits.lock().unwrap();
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());

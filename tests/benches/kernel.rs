@@ -7,6 +7,7 @@
 //! With per-program kernel cost from the kernel's own accounting (bpf_stats: run_time / run_cnt).
 //!
 //!     sudo cargo bench -p observer-tests --bench kernel        (or: cargo xtask bench)
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     path::PathBuf,
     process::{Command, Stdio},

@@ -3,6 +3,7 @@
 //! memory the node model takes per tracked container at 1000 pods × 3 containers.
 //!
 //!     cargo bench -p observer-tests --bench pleg
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     alloc::{GlobalAlloc, Layout, System},
     collections::HashMap,
@@ -25,17 +26,21 @@ use observer::{
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
+// SAFETY: every call is forwarded unchanged to the system allocator; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc`, passed on.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: `p` came from this allocator (so from System) with layout `l`.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        // SAFETY: as for dealloc; `new` is the caller's valid size.
         unsafe { System.realloc(p, l, new) }
     }
 }

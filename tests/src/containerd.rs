@@ -490,38 +490,23 @@ state = "{d}/state"
 
     /// The host pid of the container's init (from containerd's verbose ContainerStatus).
     pub async fn container_pid(&self, id: &str) -> Result<u32> {
-        let cri = self.cri()?;
-        let mut rt = cri.runtime();
-        let resp = cri
-            .timed(
-                "ContainerStatus",
-                rt.container_status(api::ContainerStatusRequest {
-                    container_id: id.to_string(),
-                    verbose: true,
-                }),
-            )
-            .await?;
-        let info = resp
-            .info
-            .get("info")
-            .context("verbose status has no info")?;
-        let v: serde_json::Value = serde_json::from_str(info).context("parsing verbose info")?;
-        let pid = v["pid"]
-            .as_u64()
-            .filter(|&p| p > 0)
-            .context("no pid in verbose info")?;
-        Ok(u32::try_from(pid)?)
+        self.cri()?
+            .container_pid(id)
+            .await?
+            .ok_or_else(|| anyhow!("container {id} has no pid in its verbose status"))
     }
 
     /// Polls ContainerStatus until the container has exited, up to `timeout`.
     pub async fn wait_exited(&self, id: &str, timeout: Duration) -> Result<api::ContainerStatus> {
-        let deadline = Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let exited = api::ContainerState::ContainerExited as i32;
         loop {
+            // An async call per check, so not `eventually`: the same deadline, the same poll.
             let st = self.container_status(id).await?;
-            if st.state == api::ContainerState::ContainerExited as i32 {
+            if st.state == exited {
                 return Ok(st);
             }
-            if Instant::now() >= deadline {
+            if tokio::time::Instant::now() >= deadline {
                 bail!(
                     "container {id} still {:?} after {timeout:?}",
                     api::ContainerState::try_from(st.state)
@@ -635,18 +620,14 @@ fn stop_child(mut child: Child, how: StopSignal) -> Result<()> {
             StopSignal::Term => Signal::SIGTERM,
         },
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if child.try_wait()?.is_some() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            sys::signal(pid, Signal::SIGKILL);
-            child.wait()?;
-            bail!("containerd {pid} ignored {how:?} for 10 s; killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if crate::wait::eventually(Duration::from_secs(10), || {
+        child.try_wait().map_or(true, |s| s.is_some())
+    }) {
+        return Ok(());
     }
+    sys::signal(pid, Signal::SIGKILL);
+    child.wait()?;
+    bail!("containerd {pid} ignored {how:?} for 10 s; killed");
 }
 
 /// Removes what is left under `dir` without asking containerd: kills its processes (containerd,

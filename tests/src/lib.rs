@@ -18,6 +18,9 @@
 //! assert_eq!(status.exit_code, 3);
 //! # Ok(()) }
 //! ```
+// The workload binary's; libraries cannot leave a dependency to one bin target.
+use libc as _;
+
 pub mod agent;
 pub mod containerd;
 pub mod events;
@@ -33,6 +36,23 @@ pub use events::{TaskExit, TaskExitStream};
 pub use pod::{Container, ContainerSpec, Pod, PodSpec, Qos};
 pub use prereq::{require_containerd, require_root};
 pub use wait::{eventually, eventually_async, poll_until, poll_until_async};
+
+/// The `observer` binary of this build (`cargo test` at the workspace root builds it beside the
+/// test executables).
+pub fn observer_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("observer");
+    assert!(
+        bin.exists(),
+        "{} not built: run the tests from the workspace root (scripts/test.sh), which builds it",
+        bin.display()
+    );
+    bin
+}
 
 /// Installs a tracing subscriber once (RUST_LOG, default `info`), writing through the test
 /// harness's capture so logs show only for failing tests.

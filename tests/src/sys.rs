@@ -1,7 +1,7 @@
 //! Process, mount and cgroup housekeeping for the harness's teardown.
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -45,20 +45,15 @@ pub fn signal(pid: u32, sig: Signal) {
 
 /// Waits until `pid` is gone (or a zombie nobody reaps), up to `timeout`.
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
+    crate::wait::eventually(timeout, || {
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
             .and_then(|s| {
                 s.rfind(')')
                     .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
             });
-        match state.as_deref() {
-            None | Some("Z") | Some("X") => return true,
-            _ if Instant::now() >= deadline => return false,
-            _ => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
+        matches!(state.as_deref(), None | Some("Z") | Some("X"))
+    })
 }
 
 /// Mount points at or below `root`, deepest first, from this process's mount table.
@@ -146,9 +141,9 @@ pub fn destroy_cgroup_subtree(rel: &str, timeout: Duration) -> Vec<PathBuf> {
         .map(|m| m.join(rel))
         .filter(|p| p.exists())
         .collect();
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut left = Vec::new();
+    let mut left = Vec::new();
+    crate::wait::eventually(timeout, || {
+        left.clear();
         for root in &roots {
             for dir in dirs_leaves_first(root) {
                 if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
@@ -161,11 +156,9 @@ pub fn destroy_cgroup_subtree(rel: &str, timeout: Duration) -> Vec<PathBuf> {
                 }
             }
         }
-        if left.is_empty() || Instant::now() >= deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        left.is_empty()
+    });
+    left
 }
 
 fn dirs_leaves_first(root: &Path) -> Vec<PathBuf> {
@@ -219,13 +212,10 @@ mod tests {
             .spawn()
             .unwrap();
         // spawn() can return before the new argv is readable in /proc (mid-exec).
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut found = pids_with_cmdline(&marker);
-        while found.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-            found = pids_with_cmdline(&marker);
-        }
-        assert_eq!(found, vec![child.id()]);
+        let found = crate::wait::poll_until(Duration::from_secs(5), || {
+            Some(pids_with_cmdline(&marker)).filter(|f| !f.is_empty())
+        });
+        assert_eq!(found, Some(vec![child.id()]));
         signal(child.id(), Signal::SIGKILL);
         child.wait().unwrap();
         assert!(pids_with_cmdline(&marker).is_empty());

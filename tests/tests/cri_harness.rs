@@ -1,6 +1,7 @@
 //! Smoke tests of the containerd harness and of observer's CRI client against a real containerd.
 //! They need root and containerd (scripts/bootstrap.sh); without them they skip, except under
 //! CI=true where they fail.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -347,14 +348,11 @@ async fn cgroup_layout_facts() -> Result<()> {
     let pid = ctrd.container_pid(&id).await?;
     // StartContainer can return before the entrypoint is exec'd: runc start only opens the exec
     // fifo; the init execs afterwards. Wait for it before stopping the trace.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(format!("/proc/{pid}/comm"))?.trim() != "sleep" {
-        ensure!(
-            Instant::now() < deadline,
-            "container init never exec'd its entrypoint"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let exec_d = observer_tests::eventually_async(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    })
+    .await;
+    ensure!(exec_d, "container init never exec'd its entrypoint");
     std::fs::write(inst.join("tracing_on"), "0")?;
     let trace = std::fs::read_to_string(inst.join("trace"))?;
     ensure!(

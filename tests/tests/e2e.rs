@@ -1,6 +1,7 @@
 //! End to end against a real containerd and runc: pods created through CRI as kubelet creates
 //! them, the kernel probes and PLEG watching, the reconciler merging both. Each test asserts the
 //! PLEG events and the reconciled state.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -469,16 +470,7 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
     let Some(mut env) = AgentEnv::start().await else {
         return Ok(());
     };
-    let bin = std::env::current_exe()?
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|d| d.join("observer"))
-        .context("target dir")?;
-    assert!(
-        bin.exists(),
-        "{} not built (cargo test builds it with the observer package)",
-        bin.display()
-    );
+    let bin = observer_tests::observer_bin();
     let (failed_uid, failed) = run_one(&env, "failed", ContainerSpec::sh("app", "exit 3")).await?;
     let script = concat!("(", child_hog!(), "); sleep 3600");
     let (oom_uid, oomer) = run_one(

@@ -1,5 +1,6 @@
 //! The kernel side against the real kernel: real processes in real cgroups, real tracepoints.
 //! Each test watches only its own cgroup, so tests can run in parallel.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::time::Duration;
 
 use observer::kernel::{Exit, KernelEvent, OomKill, ProbeOptions, Watch};

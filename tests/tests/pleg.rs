@@ -1,5 +1,6 @@
 //! The PLEG against the real kernel: cgroups laid out exactly as kubelet with containerd or CRI-O
 //! lays them out (both cgroup drivers), under each test's own root, with real processes in them.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::time::Duration;
 
 use observer::{

@@ -1,4 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. One module per task that is more than a command line.
+// Used by the image and VM tasks (being added).
+#[allow(dead_code)]
 mod rootfs;
 use std::{path::PathBuf, process::Command};
 

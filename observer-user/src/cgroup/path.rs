@@ -2,7 +2,7 @@
 //!
 //! Pure and allocation-free: [`classify`] runs for every cgroup mkdir on the node, so ids are
 //! kept inline ([`PodUid`], [`ContainerId`] are `Copy`) and the path is only sliced, never copied.
-//! The layouts are those of DESIGN.md "Cgroup resolution"; the builders ([`pod_cgroup_path`],
+//! The layouts are those of ARCHITECTURE.md "Cgroup layouts"; the builders ([`pod_cgroup_path`],
 //! [`container_cgroup_path`], ...) write the same layouts, so tests can lay out cgroup trees
 //! exactly as kubelet and the runtimes do.
 use std::fmt;
@@ -498,7 +498,7 @@ pub fn pod_cgroup_path(driver: CgroupDriver, qos: Qos, uid: &PodUid) -> String {
     s
 }
 
-/// The container cgroup the runtime creates below the pod's, as in DESIGN.md's table.
+/// The container cgroup the runtime creates below the pod's, as in ARCHITECTURE.md's table.
 pub fn container_cgroup_path(
     driver: CgroupDriver,
     qos: Qos,
@@ -563,7 +563,7 @@ mod tests {
         ContainerId::parse(ID).unwrap()
     }
 
-    /// The pod layouts of DESIGN.md's table, written out independently of the builders.
+    /// The pod layouts of ARCHITECTURE.md's table, written out independently of the builders.
     fn table_pod_path(driver: CgroupDriver, qos: Qos, uid: &str) -> String {
         let u_ = uid.replace('-', "_");
         match (driver, qos) {

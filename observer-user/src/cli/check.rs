@@ -37,16 +37,17 @@ impl Report {
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut r = Report { missing: 0 };
 
-    let euid = nix::unistd::geteuid();
-    r.row(
-        "privileges",
-        euid.is_root(),
-        if euid.is_root() {
-            "root".to_string()
-        } else {
-            format!("euid {euid}: run as root")
-        },
-    );
+    match crate::kernel::privileges() {
+        Ok(how) => r.row("privileges", true, how),
+        Err(_) => r.row(
+            "privileges",
+            false,
+            format!(
+                "euid {}: run as root, or with CAP_BPF + CAP_PERFMON",
+                nix::unistd::geteuid()
+            ),
+        ),
+    }
 
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())

@@ -170,7 +170,8 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), fields.len());
-        // DESIGN.md: on the 6.18 kernel this was checked on, exit_code sits at bit 9312.
+        // `bpftool btf dump file /sys/kernel/btf/vmlinux` on the 6.18.44 kernel this was first
+        // checked on puts exit_code at bit 9312 (a cross-check of the BTF walk, not a constant).
         if std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .is_ok_and(|r| r.starts_with("6.18."))
         {

@@ -343,10 +343,10 @@ fn start_logger(ebpf: &mut Ebpf) -> Option<tokio::task::JoinHandle<()>> {
 }
 
 /// Root, or the capabilities that loading tracing programs needs (CAP_BPF + CAP_PERFMON, or
-/// CAP_SYS_ADMIN on kernels before 5.8).
-fn check_privileges() -> Result<(), KernelError> {
+/// CAP_SYS_ADMIN on kernels before 5.8). Says which one it found.
+pub fn privileges() -> Result<&'static str, KernelError> {
     if nix::unistd::geteuid().is_root() {
-        return Ok(());
+        return Ok("root");
     }
     let caps = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -360,11 +360,17 @@ fn check_privileges() -> Result<(), KernelError> {
     const SYS_ADMIN: u64 = 1 << 21;
     const PERFMON: u64 = 1 << 38;
     const BPF: u64 = 1 << 39;
-    if caps & SYS_ADMIN != 0 || (caps & PERFMON != 0 && caps & BPF != 0) {
-        Ok(())
+    if caps & PERFMON != 0 && caps & BPF != 0 {
+        Ok("CAP_BPF + CAP_PERFMON")
+    } else if caps & SYS_ADMIN != 0 {
+        Ok("CAP_SYS_ADMIN")
     } else {
         Err(KernelError::NotPrivileged)
     }
+}
+
+fn check_privileges() -> Result<(), KernelError> {
+    privileges().map(|_| ())
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the memory cgroup.

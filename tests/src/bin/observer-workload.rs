@@ -8,6 +8,7 @@
 //!   oom-child MIB     fork a child named "oom-victim" that runs `alloc MIB`; wait for it,
 //!                     print how it ended, exit 0
 //!   spin N            fork and reap N short-lived children (a fork/exit storm), exit 0
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{env, process::exit, thread, time::Duration};
 
 fn arg(n: usize) -> u64 {
@@ -45,13 +46,13 @@ fn main() {
                 rlim_cur: 0,
                 rlim_max: 0,
             };
-            // SAFETY: plain syscalls with valid arguments. Rust's runtime handles SIGSEGV (stack
-            // overflow detection) and would ignore a raised one, so the default comes back first.
-            unsafe {
-                libc::setrlimit(libc::RLIMIT_CORE, &zero);
-                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
-                libc::raise(libc::SIGSEGV);
-            }
+            // SAFETY: a plain syscall with a valid rlimit.
+            unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+            // SAFETY: Rust's runtime handles SIGSEGV (stack overflow detection) and would ignore a
+            // raised one, so the default action comes back first.
+            unsafe { libc::signal(libc::SIGSEGV, libc::SIG_DFL) };
+            // SAFETY: raising a signal at ourselves, with its default action in place.
+            unsafe { libc::raise(libc::SIGSEGV) };
             exit(70)
         }
         "sleep" => {

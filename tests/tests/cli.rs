@@ -1,28 +1,17 @@
 //! The `observer` binary as a user runs it: arguments, errors, and `watch --format json` fields.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     io::{BufRead, BufReader},
-    path::PathBuf,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    sync::mpsc,
+    time::Duration,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_observer");
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true: these tests must run as root"
-    );
-    eprintln!("SKIPPED: needs root");
-    false
-}
+use observer_tests::{kernel::TestCgroup, observer_bin, require_root as root};
 
 #[test]
 fn help_lists_the_commands() {
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = Command::new(observer_bin()).arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for cmd in ["watch", "check", "status"] {
         assert!(text.contains(cmd), "{text}");
@@ -34,7 +23,7 @@ fn check_passes_on_this_machine() {
     if !root() {
         return;
     }
-    let out = Command::new(BIN).arg("check").output().unwrap();
+    let out = Command::new(observer_bin()).arg("check").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     for row in [
@@ -58,7 +47,7 @@ fn a_missing_cgroup_root_is_a_clear_error() {
     if !root() {
         return;
     }
-    let out = Command::new(BIN)
+    let out = Command::new(observer_bin())
         .args(["watch", "--cgroup-root", "/no/such/cgroup"])
         .output()
         .unwrap();
@@ -82,7 +71,7 @@ fn unprivileged_watch_says_it_needs_root() {
             "--regid=65534",
             "--clear-groups",
             "--inh-caps=-all",
-            BIN,
+            observer_bin().to_str().unwrap(),
             "watch",
             "--all",
         ])
@@ -96,12 +85,40 @@ fn unprivileged_watch_says_it_needs_root() {
     );
 }
 
+/// The loader accepts CAP_BPF + CAP_PERFMON instead of root; `check` says so too.
+#[test]
+fn check_accepts_bpf_and_perfmon_without_root() {
+    if !root() {
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all,+bpf,+perfmon",
+            "--ambient-caps=-all,+bpf,+perfmon",
+            observer_bin().to_str().unwrap(),
+            "check",
+            "--no-load",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("privileges") && l.contains("CAP_BPF + CAP_PERFMON")),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn status_without_a_runtime_says_so() {
     if !root() {
         return;
     }
-    let out = Command::new(BIN)
+    let out = Command::new(observer_bin())
         .args(["status", "--cri-endpoint", "/tmp/observer-no-such.sock"])
         .output()
         .unwrap();
@@ -116,17 +133,9 @@ fn watch_json_reports_an_exit_with_its_fields() {
     if !root() {
         return;
     }
-    let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("cgroup.procs").exists() && p.join("cgroup.controllers").exists())
-        .expect("cgroup2 mount");
-    let rel = format!("/observer-cli-{}", std::process::id());
-    let dir = unified.join(&rel[1..]);
-    std::fs::create_dir(&dir).unwrap();
-    let _cleanup = Rmdir(dir.clone());
-    let mut watch = Command::new(BIN)
-        .args(["watch", "--format", "json", "--cgroup-root", &rel])
+    let cg = TestCgroup::new("cli").unwrap();
+    let mut watch = Command::new(observer_bin())
+        .args(["watch", "--format", "json", "--cgroup-root", &cg.rel])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -137,31 +146,25 @@ fn watch_json_reports_an_exit_with_its_fields() {
     while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("watching;") {
         line.clear();
     }
-    let procs = dir.join("cgroup.procs");
-    let status = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}; exec /bin/sh -c 'exit 42'",
-            procs.display()
-        ))
-        .status()
+    let status = cg
+        .spawn(std::path::Path::new("/bin/sh"), &["-c", "exit 42"])
+        .unwrap()
+        .wait()
         .unwrap();
     assert_eq!(status.code(), Some(42));
-    let mut out = BufReader::new(watch.stdout.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut exit = None;
-    let mut line = String::new();
-    while Instant::now() < deadline && exit.is_none() {
-        line.clear();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
+    // Lines are read on a thread of their own, so the wait for the exit line has a deadline.
+    let out = BufReader::new(watch.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let v: serde_json::Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if v["type"] == "exit" && v["exit_code"] == 42 && tx.send(v).is_err() {
+                return;
+            }
         }
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        if v["type"] == "exit" && v["exit_code"] == 42 {
-            exit = Some(v);
-        }
-    }
+    });
+    let exit = rx.recv_timeout(Duration::from_secs(10));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(watch.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -176,7 +179,7 @@ fn watch_json_reports_an_exit_with_its_fields() {
         "reports the drop count on exit: {tail}"
     );
 
-    let exit = exit.expect("exit event");
+    let exit = exit.expect("exit event within 10 s");
     for field in [
         "type",
         "time",
@@ -193,7 +196,7 @@ fn watch_json_reports_an_exit_with_its_fields() {
     ] {
         assert!(exit.get(field).is_some(), "{field} missing: {exit}");
     }
-    assert_eq!(exit["cgroup_path"], rel.as_str());
+    assert_eq!(exit["cgroup_path"], cg.rel.as_str());
     assert_eq!(exit["signal"], serde_json::Value::Null);
     assert_eq!(exit["core_dumped"], false);
     assert_eq!(exit["group_dead"], true);
@@ -203,17 +206,4 @@ fn watch_json_reports_an_exit_with_its_fields() {
         &time::format_description::well_known::Rfc3339
     )
     .is_ok());
-}
-
-struct Rmdir(PathBuf);
-
-impl Drop for Rmdir {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
