@@ -2,11 +2,12 @@
 //! the kernel pipeline (probes → PLEG, on its own task) → the reconciler against the CRI.
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use tokio::task::JoinHandle;
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::{
+    cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
-    kernel::{BootClock, KernelCounters, KernelError},
+    kernel::{kmsg, BootClock, KernelCounters, KernelError},
     pipeline::{KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask},
     reconcile::{OomHistory, ReconcileConfig, ReconcileHandle, Reconciler},
     Error,
@@ -36,6 +37,7 @@ pub struct Agent {
     pub cri: ReconnectingCri,
     kernel: PipelineTask,
     reconciler: Option<JoinHandle<()>>,
+    kmsg: Option<JoinHandle<()>>,
 }
 
 impl Agent {
@@ -44,15 +46,29 @@ impl Agent {
     pub async fn start(cfg: AgentConfig) -> Result<Self, Error> {
         let (pipeline, events) =
             KernelPipeline::start(PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?)?;
-        // After the probes are attached: a kill is in the log, or seen by them, or both.
+        // The follower first, then the history, both after the probes are attached: every kill
+        // is seen by the probes, or in the log, or both (a kill in both logs counts once).
+        let follower = kmsg::Follower::open();
         let history = OomHistory::read();
         let cri = ReconnectingCri::new(CriConfig::new(cfg.cri.clone()));
-        let (reconciler, handle) = Reconciler::new(
+        let (mut reconciler, handle) = Reconciler::new(
             cri.clone(),
             cfg.reconcile.clone(),
             pipeline.clock(),
             history,
         );
+        let kmsg_task = match follower {
+            Ok(f) => {
+                let (tx, rx) = mpsc::channel(256);
+                reconciler.follow_kernel_log(rx);
+                let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok();
+                Some(tokio::spawn(follow_kernel_log(f, mounts, tx)))
+            }
+            Err(e) => {
+                tracing::info!("kernel log not followed ({e}): OOM kills show without the cgroup whose limit was hit");
+                None
+            }
+        };
         let relist = handle.clone();
         let kernel = pipeline.spawn(move || relist.request_relist());
         let reconciler = tokio::spawn(reconciler.run(events));
@@ -61,6 +77,7 @@ impl Agent {
             cri,
             kernel,
             reconciler: Some(reconciler),
+            kmsg: kmsg_task,
         })
     }
 
@@ -108,8 +125,31 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        if let Some(r) = &self.reconciler {
-            r.abort();
+        for task in [&self.reconciler, &self.kmsg].into_iter().flatten() {
+            task.abort();
+        }
+    }
+}
+
+/// Reads each new kill from the kernel log, with the OOM-ing cgroup's limit read at once (it can
+/// change, and the cgroup can go, soon after).
+async fn follow_kernel_log(
+    mut log: kmsg::Follower,
+    mounts: Option<CgroupMounts>,
+    tx: mpsc::Sender<kmsg::LoggedOomKill>,
+) {
+    loop {
+        match log.next().await {
+            Ok(mut kill) => {
+                kill.limit_bytes = mounts.as_ref().and_then(|m| m.memory_limit(&kill.oom_memcg));
+                if tx.send(kill).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("kernel log follower stopped ({e}): OOM kills show without the cgroup whose limit was hit");
+                return;
+            }
         }
     }
 }

@@ -254,6 +254,23 @@ impl CgroupMounts {
         &self.v1
     }
 
+    /// The memory limit in bytes of the cgroup at `rel` (hierarchy-relative, as the kernel log
+    /// names memory cgroups): cgroup2's `memory.max` where the memory controller lives there, else
+    /// the v1 memory hierarchy's `memory.limit_in_bytes`. `None` when unlimited or unreadable.
+    pub fn memory_limit(&self, rel: &str) -> Option<u64> {
+        let v2 = self.unified.as_ref().filter(|u| {
+            std::fs::read_to_string(u.mount_point.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+        });
+        let (mount, file) = match v2 {
+            Some(u) => (u, "memory.max"),
+            None => (self.v1("memory")?, "memory.limit_in_bytes"),
+        };
+        let text = std::fs::read_to_string(mount.to_absolute(rel)?.join(file)).ok()?;
+        // v1 says "unlimited" with a page-rounded i64::MAX.
+        text.trim().parse::<u64>().ok().filter(|&b| b < (1 << 62))
+    }
+
     /// A v1 hierarchy by controller (`memory`) or by name (`name=systemd`).
     pub fn v1(&self, controller: &str) -> Option<&HierarchyMount> {
         let by_name = controller.strip_prefix("name=");

@@ -1,9 +1,12 @@
-//! OOM kills that happened before the agent started, from the kernel log (`/dev/kmsg`).
+//! OOM kills from the kernel log (`/dev/kmsg`): the ones from before the agent started
+//! ([`read_history`]), and, live ([`Follower`]), what the probes' tracepoint does not carry: the
+//! memory cgroup whose limit was hit (a pod-level limit shows here) and, before Linux 6.8, the
+//! victim's memory figures.
 //!
 //! The OOM killer logs two lines per kill: `oom-kill:...,task_memcg=<cgroup>,task=<comm>,pid=<pid>,...`
 //! and `... Killed process <pid> (<comm>) total-vm:..kB, anon-rss:..kB, ...`. Together they name
 //! the victim, its memory cgroup (so its container) and its memory. The log is a ring: old kills
-//! may be gone, which is why this is history, not the live source (the probes are).
+//! may be gone, which is why it is evidence beside the probes, never their replacement.
 use std::{
     fs::File,
     io::{ErrorKind, Read},
@@ -29,6 +32,8 @@ pub struct LoggedOomKill {
     pub file_rss_kb: Option<u64>,
     pub shmem_rss_kb: Option<u64>,
     pub oom_score_adj: Option<i16>,
+    /// The limit of `oom_memcg` in bytes, read right after the kill (live kills only).
+    pub limit_bytes: Option<u64>,
 }
 
 impl Default for LoggedOomKill {
@@ -45,6 +50,7 @@ impl Default for LoggedOomKill {
             file_rss_kb: None,
             shmem_rss_kb: None,
             oom_score_adj: None,
+            limit_bytes: None,
         }
     }
 }
@@ -92,6 +98,71 @@ pub fn read_history() -> std::io::Result<History> {
         kills: parse(records.iter().map(String::as_str)),
         since,
     })
+}
+
+/// New OOM kills as the kernel logs them, from the moment it is opened. Woken by epoll.
+pub struct Follower {
+    fd: tokio::io::unix::AsyncFd<File>,
+    buf: Vec<u8>,
+    /// Records since the last complete kill: an `oom-kill:` line waits for its `Killed process`.
+    pending: Vec<String>,
+}
+
+impl Follower {
+    /// Opens the log at its end (only kills from now on).
+    pub fn open() -> std::io::Result<Self> {
+        use std::{io::Seek, io::SeekFrom};
+        let mut f = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")?;
+        f.seek(SeekFrom::End(0))?;
+        // SAFETY: the File owns the fd and keeps it open until it is dropped with the AsyncFd.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::READABLE)
+        }?;
+        Ok(Self {
+            fd,
+            buf: vec![0u8; 8192],
+            pending: Vec::new(),
+        })
+    }
+
+    /// The next complete kill.
+    pub async fn next(&mut self) -> std::io::Result<LoggedOomKill> {
+        loop {
+            let mut guard = self.fd.readable_mut().await?;
+            loop {
+                match guard.get_inner_mut().read(&mut self.buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let rec = String::from_utf8_lossy(&self.buf[..n]).into_owned();
+                        let completes = rec.contains("Killed process ");
+                        if rec.contains("oom-kill:") || completes {
+                            self.pending.push(rec);
+                        }
+                        if completes {
+                            let kills = parse(self.pending.iter().map(String::as_str));
+                            self.pending.clear();
+                            if let Some(k) = kills.into_iter().last() {
+                                return Ok(k);
+                            }
+                        } else if self.pending.len() > 8 {
+                            // An `oom-kill:` line whose second line never came.
+                            self.pending.remove(0);
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        guard.clear_ready();
+                        break;
+                    }
+                    // Records were overwritten before we read them: go on with the oldest left.
+                    Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
 }
 
 /// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`).

@@ -150,10 +150,13 @@ impl KernelPipeline {
         let lagged = tx.lag_counter();
         let mut index = CgroupIndex::new(cfg.unified.clone());
         index.scan();
+        let mut pleg = Pleg::new(index, tx);
+        // With hostPID the agent shares the node's pid namespace: its depth is the node's.
+        pleg.set_host_ns_level(own_pid_ns_level());
         let mut me = Self {
             probes: Arc::new(Mutex::new(probes)),
             reader,
-            pleg: Pleg::new(index, tx),
+            pleg,
             scan_roots: cfg.scan_roots,
             lagged,
         };
@@ -219,6 +222,19 @@ impl KernelPipeline {
     pub fn kernel_counters(&self) -> Result<KernelCounters, KernelError> {
         counters(&self.probes)
     }
+}
+
+/// Depth of this process's pid namespace (0 on the host), from the `NSpid` entries of
+/// /proc/self/status.
+pub fn own_pid_ns_level() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|v| v.split_whitespace().count().saturating_sub(1) as u32)
+        })
+        .unwrap_or(0)
 }
 
 fn counters(probes: &Mutex<Probes>) -> Result<KernelCounters, KernelError> {

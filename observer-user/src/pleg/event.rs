@@ -120,6 +120,9 @@ pub enum PlegEvent {
     OomKill {
         id: ContainerId,
         kill: Box<OomKill>,
+        /// The container whose allocation invoked the OOM killer, when it is a container known
+        /// here (with a pod-level limit, a sibling of the victim's).
+        trigger: Option<ContainerId>,
     },
 }
 

@@ -71,6 +71,11 @@ impl Pleg {
         }
     }
 
+    /// Sets the depth of the node's own pid namespace (see [`NodeModel::set_host_ns_level`]).
+    pub fn set_host_ns_level(&mut self, level: u32) {
+        self.model.set_host_ns_level(level);
+    }
+
     pub fn model(&self) -> &NodeModel {
         &self.model
     }

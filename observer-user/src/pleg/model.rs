@@ -98,11 +98,24 @@ pub struct NodeModel {
     pods: HashMap<PodUid, PodRecord>,
     containers: HashMap<ContainerId, ContainerRecord>,
     by_cgroup: HashMap<u64, Owner>,
+    /// Depth of the node's own pid namespace (0 on a host; 1 for a node that is itself a
+    /// container, as with kind). Tasks deeper than this are in a container's namespace.
+    host_ns_level: u32,
 }
 
 impl NodeModel {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the node's pid namespace depth (the agent's own, with hostPID).
+    pub fn set_host_ns_level(&mut self, level: u32) {
+        self.host_ns_level = level;
+    }
+
+    /// The task runs in a container's pid namespace, not the node's.
+    fn in_container_ns(&self, task: &crate::kernel::Task) -> bool {
+        task.ns_level > self.host_ns_level
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
@@ -288,12 +301,13 @@ impl NodeModel {
     }
 
     fn exec(&mut self, id: ContainerId, e: &Exec, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let own_ns = self.in_container_ns(&e.task);
         let Some(rec) = self.containers.get_mut(&id) else {
             return Applied::Late;
         };
         match rec.state {
             ContainerState::Created | ContainerState::Unknown => {
-                if !is_init_exec(e) {
+                if !is_init_exec(e, own_ns) {
                     return Applied::Done;
                 }
                 rec.state = ContainerState::Running;
@@ -323,6 +337,7 @@ impl NodeModel {
     }
 
     fn exit(&mut self, id: ContainerId, e: &Exit, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let own_ns = self.in_container_ns(&e.task);
         let Some(rec) = self.containers.get_mut(&id) else {
             return Applied::Late;
         };
@@ -332,9 +347,9 @@ impl NodeModel {
         let is_init = match rec.state {
             ContainerState::Running => rec.init_pid == Some(e.task.tgid),
             // Died before its exec was seen (the entrypoint could not be exec'd, or the record
-            // was lost). Only pid 1 of the container's namespace counts: the runtime's helpers
-            // (runc init's first stages) also exit here, in the host's namespace.
-            ContainerState::Created => e.task.is_namespace_init(),
+            // was lost). Only a task in a container's namespace counts: the runtime's helpers
+            // (runc init's first stages) also exit here, in the node's namespace.
+            ContainerState::Created => own_ns,
             ContainerState::Unknown => false,
             ContainerState::Exited => return Applied::Late,
         };
@@ -368,12 +383,17 @@ impl NodeModel {
     }
 
     fn oom(&mut self, id: ContainerId, o: &OomKill, out: &mut Vec<PodLifecycleEvent>) -> Applied {
+        let own_ns = self.in_container_ns(&o.victim);
+        let trigger = match self.by_cgroup.get(&o.trigger_cgroup_id) {
+            Some(Owner::Container(t)) => Some(*t),
+            _ => None,
+        };
         let Some(rec) = self.containers.get_mut(&id) else {
             return Applied::Late;
         };
         rec.oom_kills += 1;
         if rec.init_pid == Some(o.victim.tgid)
-            || (rec.state == ContainerState::Created && o.victim.is_namespace_init())
+            || (rec.state == ContainerState::Created && own_ns)
         {
             rec.init_oom_killed = true;
         }
@@ -385,6 +405,7 @@ impl NodeModel {
             PlegEvent::OomKill {
                 id,
                 kill: boxed.clone(),
+                trigger,
             },
         ));
         let pod = rec.pod;
@@ -561,17 +582,21 @@ impl NodeModel {
 
 /// Whether an exec in a container that has no init yet is the init's.
 ///
-/// The init is pid 1 of the container's pid namespace. With runc, `runc init` joins the cgroup
-/// while still in the host's namespace and may re-exec itself from a memfd (`/dev/fd/N`,
-/// `/proc/self/exe`) there before it makes the container's namespace: seen inside the cgroup
-/// under load, and never the init. A container sharing the host's pid namespace (hostPID) has no
-/// pid 1 of its own: there the first exec that is not such a self re-exec is the init.
-fn is_init_exec(e: &Exec) -> bool {
-    if e.task.ns_level > 0 {
-        return e.task.ns_pid == 1;
-    }
+/// With runc, `runc init` joins the container's cgroup while still in the node's pid namespace
+/// and may re-exec itself from a memfd (`/dev/fd/N`, `/proc/self/exe`) there before it enters the
+/// container's namespace: seen inside the cgroup under load, and never the init. The runtime's
+/// last stage, the one that becomes the init, is the only task of the cgroup that enters a
+/// container's pid namespace before the entrypoint: so the first exec in a container's namespace
+/// is the init's, whatever its pid there. That is pid 1 of the container's own namespace (CRI pid
+/// mode CONTAINER, kubelet's default), and another pid of a shared one (POD:
+/// `shareProcessNamespace`, where the pause process is pid 1; TARGET: ephemeral containers
+/// joining another container's namespace). A container sharing the node's namespace (NODE:
+/// hostPID) has no namespace of its own: there the first exec that is not such a self re-exec is
+/// the init. `runc exec` sessions (exec probes, `kubectl exec`) come only after the init started.
+fn is_init_exec(e: &Exec, in_container_ns: bool) -> bool {
     const SELF_REEXEC: [&str; 4] = ["/proc/self/", "/proc/thread-self/", "/dev/fd/", "memfd:"];
-    !SELF_REEXEC.iter().any(|p| e.filename.starts_with(p))
+    let self_reexec = SELF_REEXEC.iter().any(|p| e.filename.starts_with(p));
+    in_container_ns || !self_reexec
 }
 
 fn lost_exit(rec: &ContainerRecord) -> ContainerExit {

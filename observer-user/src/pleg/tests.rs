@@ -428,6 +428,76 @@ fn host_pid_namespace_container_takes_its_first_real_exec() {
     assert_eq!(evs[2].exit().unwrap().exit_code(), 9);
 }
 
+/// `shareProcessNamespace` (CRI pid mode POD): the pause process is pid 1 of the pod's namespace,
+/// and each container's init is some other pid of it. runc's helpers still run in the node's.
+#[test]
+fn shared_pod_namespace_init_is_the_first_exec_in_the_namespace() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec_as(task_ns(500, 500, 0, 11, "runc:[0:PARENT]"), "/dev/fd/6", 3));
+    p.handle(exec_as(task_ns(502, 7, 1, 11, "app"), "/usr/bin/app", 4));
+    // A `kubectl exec` session and a child of the init, in the same namespace: not the init.
+    p.handle(exec_as(task_ns(510, 9, 1, 11, "sh"), "/bin/sh", 5));
+    let other = |pid, ns_pid, code, at| {
+        KernelEvent::Exit(Exit {
+            at: BootNs(at),
+            task: task_ns(pid, ns_pid, 1, 11, "x"),
+            status: WaitStatus::exited(code),
+            group_dead: true,
+        })
+    };
+    p.handle(other(510, 9, 1, 6));
+    assert_eq!(p.model().container(&cid(1)).unwrap().state, ContainerState::Running);
+    p.handle(other(502, 7, 3, 7));
+    let evs = drain(&mut rx);
+    assert_eq!(kinds(&evs), [ContainerChanged, ContainerStarted, ContainerDied]);
+    assert!(matches!(evs[1].event, PlegEvent::ContainerStarted { pid: 502, .. }));
+    assert_eq!(evs[2].exit().unwrap().exit_code(), 3);
+}
+
+/// An ephemeral debug container (CRI pid mode TARGET) joins its target's namespace, where the
+/// target's init is pid 1.
+#[test]
+fn ephemeral_container_in_its_targets_namespace() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec_as(task_ns(700, 23, 1, 11, "sh"), "/bin/sh", 3));
+    p.handle(exit(700, 11, WaitStatus::signaled(9, false), 4));
+    // `exit()` reports pid 1 in the namespace; the death is the init's by its host pid anyway.
+    let evs = drain(&mut rx);
+    assert_eq!(kinds(&evs), [ContainerChanged, ContainerStarted, ContainerDied]);
+    assert_eq!(evs[2].exit().unwrap().exit_code(), 137);
+}
+
+/// The node is itself a container (kind): its pid namespace is level 1, pods' are level 2, and a
+/// hostPID pod's processes sit at level 1 like runc's helpers.
+#[test]
+fn a_nested_node_counts_namespaces_from_its_own() {
+    let (mut p, mut rx) = pleg(64);
+    p.set_host_ns_level(1);
+    setup(&mut p);
+    p.handle(exec_as(task_ns(500, 80, 1, 11, "runc"), "/proc/self/exe", 3));
+    p.handle(exec_as(task_ns(501, 81, 1, 11, "app"), "/usr/bin/app", 4));
+    let evs = drain(&mut rx);
+    assert!(matches!(evs[1].event, PlegEvent::ContainerStarted { pid: 501, .. }), "{evs:#?}");
+    // At level 1 a helper's exit before any exec is not the init's death; at level 2 it would be.
+    let (mut p, mut rx) = pleg(64);
+    p.set_host_ns_level(1);
+    setup(&mut p);
+    let exit_at = |level| {
+        KernelEvent::Exit(Exit {
+            at: BootNs(5),
+            task: task_ns(600, 600, level, 11, "runc:[1:CHILD]"),
+            status: WaitStatus::exited(0),
+            group_dead: true,
+        })
+    };
+    p.handle(exit_at(1));
+    assert_eq!(kinds(&drain(&mut rx)), [ContainerChanged]);
+    p.handle(exit_at(2));
+    assert_eq!(kinds(&drain(&mut rx)), [ContainerDied]);
+}
+
 #[test]
 fn death_without_exec_is_the_init_dying() {
     // runc init joined the cgroup but its exec never happened (bad entrypoint) or was lost.

@@ -1,5 +1,6 @@
 //! What the kernel said about each container, gathered from the PLEG's events.
 use crate::{
+    cgroup::ContainerId,
     kernel::{BootNs, Comm, OomKill},
     pleg::{ContainerExit, PlegEvent, PodLifecycleEvent},
 };
@@ -15,6 +16,8 @@ pub struct KernelEvidence {
     pub exit: Option<(BootNs, ContainerExit)>,
     pub oom_kills: u32,
     pub last_oom: Option<Box<OomKill>>,
+    /// The container whose allocation invoked the OOM killer for `last_oom`, where known.
+    pub last_oom_trigger: Option<ContainerId>,
     /// (pid, time) of the most recent victims.
     pub oom_victims: Vec<(u32, BootNs)>,
     pub removed: Option<BootNs>,
@@ -37,7 +40,8 @@ impl KernelEvidence {
                     self.exit = Some((ev.at, exit.clone()));
                 }
             }
-            PlegEvent::OomKill { kill, .. } => {
+            PlegEvent::OomKill { kill, trigger, .. } => {
+                self.last_oom_trigger = *trigger;
                 self.oom_kills += 1;
                 if self.oom_victims.len() == VICTIMS_KEPT {
                     self.oom_victims.remove(0);

@@ -8,6 +8,10 @@ use crate::{
     kernel::kmsg::{self, History, LoggedOomKill},
 };
 
+/// Kills kept per container (the newest): bounded memory for a container that keeps losing
+/// children to the OOM killer.
+const KEPT_PER_CONTAINER: usize = 16;
+
 #[derive(Debug, Default)]
 pub struct OomHistory {
     by_container: HashMap<ContainerId, Vec<LoggedOomKill>>,
@@ -36,13 +40,31 @@ impl OomHistory {
             ..Self::default()
         };
         for k in h.kills {
-            // The victim's own cgroup, or one nested in its container.
-            match classify(&k.task_memcg).container().map(|c| c.id) {
-                Some(id) => me.by_container.entry(id).or_default().push(k),
-                None => me.outside += 1,
-            }
+            me.add(k);
         }
         me
+    }
+
+    /// Adds a kill (read live); returns the container it belongs to.
+    pub fn add(&mut self, k: LoggedOomKill) -> Option<ContainerId> {
+        // The victim's own cgroup, or one nested in its container.
+        match classify(&k.task_memcg).container().map(|c| c.id) {
+            Some(id) => {
+                let kills = self.by_container.entry(id).or_default();
+                if kills.iter().any(|o| o.pid == k.pid && o.at_us == k.at_us) {
+                    return Some(id);
+                }
+                if kills.len() == KEPT_PER_CONTAINER {
+                    kills.remove(0);
+                }
+                kills.push(k);
+                Some(id)
+            }
+            None => {
+                self.outside += 1;
+                None
+            }
+        }
     }
 
     pub fn kills_of(&self, id: &ContainerId) -> &[LoggedOomKill] {

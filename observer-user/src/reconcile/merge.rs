@@ -92,6 +92,8 @@ pub fn probe_oom(
         oom_score_adj: o.oom_score_adj,
         oom_cgroup: None,
         limit_bytes: None,
+        trigger_pid: Some(o.trigger_tgid).filter(|&t| t != o.victim.tgid && t != 0),
+        trigger_container: None,
         source: Source::Kernel,
     }
 }
@@ -107,11 +109,17 @@ pub fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> Oom
         anon_rss_kb: k.anon_rss_kb,
         total_vm_kb: k.total_vm_kb,
         oom_score_adj: k.oom_score_adj,
-        oom_cgroup: (k.oom_memcg != k.task_memcg && !k.oom_memcg.is_empty())
-            .then(|| k.oom_memcg.clone()),
-        limit_bytes: None,
+        oom_cgroup: oom_cgroup(k),
+        limit_bytes: k.limit_bytes,
+        trigger_pid: None,
+        trigger_container: None,
         source: Source::KernelLog,
     }
+}
+
+/// The cgroup whose limit was hit, where it is not the victim's own.
+fn oom_cgroup(k: &LoggedOomKill) -> Option<String> {
+    (k.oom_memcg != k.task_memcg && !k.oom_memcg.is_empty()).then(|| k.oom_memcg.clone())
 }
 
 /// One container's view from everything known about it.
@@ -214,17 +222,28 @@ fn runtime_account(v: &mut ContainerView, s: &api::ContainerStatus) {
 fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
     let init_pid = v.init_pid;
     let init = |pid: u32| init_pid.map(|p| p == pid);
-    let probe = i
-        .kernel
-        .and_then(|k| k.last_oom.as_ref())
-        .map(|o| probe_oom(o, i.id, init(o.victim.tgid), clock));
+    let same_kill = |pid: u32, at: crate::kernel::BootNs, k: &LoggedOomKill| {
+        pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
+    };
+    let probe = i.kernel.and_then(|k| {
+        let o = k.last_oom.as_ref()?;
+        let mut e = probe_oom(o, i.id, init(o.victim.tgid), clock);
+        e.trigger_container = k.last_oom_trigger.filter(|t| *t != i.id);
+        // The kernel log's line of the same kill names the cgroup whose limit was hit, and has
+        // the memory figures the tracepoint lacks before Linux 6.8.
+        if let Some(l) = i.logged.iter().find(|l| same_kill(o.victim.tgid, o.at, l)) {
+            e.oom_cgroup = oom_cgroup(l);
+            e.limit_bytes = l.limit_bytes;
+            e.anon_rss_kb = e.anon_rss_kb.or(l.anon_rss_kb);
+            e.total_vm_kb = e.total_vm_kb.or(l.total_vm_kb);
+            e.oom_score_adj = e.oom_score_adj.or(l.oom_score_adj);
+        }
+        Some(e)
+    });
     let probe_kills = i.kernel.map_or(0, |k| k.oom_kills);
     let seen_by_probes = |k: &LoggedOomKill| {
-        i.kernel.is_some_and(|e| {
-            e.oom_victims.iter().any(|&(pid, at)| {
-                pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
-            })
-        })
+        i.kernel
+            .is_some_and(|e| e.oom_victims.iter().any(|&(pid, at)| same_kill(pid, at, k)))
     };
     let logged: Vec<&LoggedOomKill> = i.logged.iter().filter(|k| !seen_by_probes(k)).collect();
     v.oom_kills = probe_kills + logged.len() as u32;

@@ -39,7 +39,7 @@ pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
 use crate::{
     cgroup::{ContainerId, PodUid},
     cri::{CriError, KubeletLabels, ReconnectingCri},
-    kernel::BootClock,
+    kernel::{kmsg::LoggedOomKill, BootClock},
     pleg::{PlegReceiver, PodLifecycleEvent},
     runner::{Finished, Runner, RunnerConfig, Step},
 };
@@ -107,6 +107,8 @@ pub struct Reconciler {
     fetches: Runner<PodUid, (), PodFetch>,
     pids: Runner<ContainerId, (), Result<Option<u32>, CriError>>,
     history: OomHistory,
+    /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
+    kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
 }
 
@@ -158,9 +160,15 @@ impl Reconciler {
             fetches,
             pids,
             history,
+            kmsg: None,
             relisted_once: false,
         };
         (me, ReconcileHandle(shared))
+    }
+
+    /// Merges the kills the kernel logs from now on into the evidence (see [`crate::kernel::kmsg::Follower`]).
+    pub fn follow_kernel_log(&mut self, kills: mpsc::Receiver<LoggedOomKill>) {
+        self.kmsg = Some(kills);
     }
 
     /// Runs until the PLEG stream ends.
@@ -194,6 +202,7 @@ impl Reconciler {
                     }
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
+                Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
             }
             let settled = self.relisted_once && self.fetches.active() == 0;
             self.shared
@@ -216,6 +225,14 @@ impl Reconciler {
             }
         }
         self.fetch(uid);
+    }
+
+    fn on_logged_kill(&mut self, kill: LoggedOomKill) {
+        if let Some(id) = self.history.add(kill) {
+            if let Some(uid) = self.tracked.get(&id).map(|t| t.pod) {
+                self.remerge(uid, id);
+            }
+        }
     }
 
     fn fetch(&mut self, uid: PodUid) {
@@ -587,6 +604,13 @@ fn latest_oom(containers: &[ContainerView]) -> Option<OomEvidence> {
         .iter()
         .filter_map(|c| c.last_oom.clone())
         .max_by_key(|o| o.time)
+}
+
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -52,6 +52,10 @@ pub struct OomEvidence {
     pub oom_cgroup: Option<String>,
     /// That cgroup's limit at the kill, in bytes, where known.
     pub limit_bytes: Option<u64>,
+    /// The process whose allocation invoked the OOM killer, and its container where known: with
+    /// a pod-level limit it can be a sibling of the victim's.
+    pub trigger_pid: Option<u32>,
+    pub trigger_container: Option<ContainerId>,
     /// The probes (`Kernel`) or the kernel log (`KernelLog`).
     pub source: Source,
 }
