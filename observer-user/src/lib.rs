@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cri;
 pub mod error;
 pub mod kernel;
+pub mod kube;
 pub mod pleg;
 pub mod reconcile;
 pub mod runner;

@@ -107,7 +107,8 @@ pub struct RunnerStats {
     pub superseded: u64,
 }
 
-type Job<K, V, R> = Arc<dyn Fn(K, V) -> Pin<Box<dyn Future<Output = Step<R>> + Send>> + Send + Sync>;
+type Job<K, V, R> =
+    Arc<dyn Fn(K, V) -> Pin<Box<dyn Future<Output = Step<R>> + Send>> + Send + Sync>;
 
 struct Slot<V> {
     /// The newest state no job has taken yet.

@@ -225,7 +225,11 @@ async fn a_panicking_job_is_reported_then_retried_and_its_key_is_free() {
         of3[0].output
     );
     assert_eq!(of3[0].failures, 1);
-    assert_eq!(of3[1].output.as_ref().ok(), Some(&30), "retried with its state");
+    assert_eq!(
+        of3[1].output.as_ref().ok(),
+        Some(&30),
+        "retried with its state"
+    );
     assert_eq!(r.stats().panics, 1);
     assert!(r.is_idle());
     // The key takes new work after the panic.
@@ -242,7 +246,10 @@ async fn forget_drops_pending_work_and_the_running_job_is_not_retried() {
     r.forget(&1);
     let f = r.next().await;
     assert_eq!(f.output.unwrap(), 1);
-    assert!(r.is_idle(), "neither retried nor followed by the forgotten state");
+    assert!(
+        r.is_idle(),
+        "neither retried nor followed by the forgotten state"
+    );
     assert_eq!(s.lock().unwrap().starts.len(), 1);
     // A state scheduled after forget, while nothing runs, runs normally.
     r.schedule(1, 3);
