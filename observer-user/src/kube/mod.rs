@@ -30,6 +30,7 @@
 //! ```
 pub mod compute;
 pub mod conditions;
+pub mod patch;
 
 #[cfg(test)]
 pub(crate) mod testkit;
