@@ -31,6 +31,7 @@
 pub mod compute;
 pub mod conditions;
 pub mod patch;
+pub mod writer;
 
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -41,6 +42,7 @@ use thiserror::Error;
 
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{observer_conditions, ConditionTypes};
+pub use writer::{StatusWriter, WriteJob, WriteOutcome};
 
 /// The one error type of the module.
 #[derive(Debug, Error)]

@@ -48,8 +48,7 @@ pub fn same_conditions(a: &[PodCondition], b: &[PodCondition]) -> bool {
     a.len() == b.len()
         && a.iter().all(|x| {
             b.iter().any(|y| {
-                y.type_ == x.type_
-                    && serde_json::to_value(x).ok() == serde_json::to_value(y).ok()
+                y.type_ == x.type_ && serde_json::to_value(x).ok() == serde_json::to_value(y).ok()
             })
         })
 }
@@ -240,7 +239,9 @@ mod tests {
         let mut a = c("observer.dev/ContainersAlive", "True", 1, None);
         let base = [a.clone()];
         a.last_transition_time = Some(to_time(t(1) + std::time::Duration::from_millis(700)));
-        assert!(conditions_patch("u", &base, &[a.clone()]).unwrap().is_none());
+        assert!(conditions_patch("u", &base, &[a.clone()])
+            .unwrap()
+            .is_none());
         assert!(same_conditions(&base, &[a]));
     }
 
@@ -273,7 +274,10 @@ mod tests {
         let base = PodStatus {
             phase: Some("Running".into()),
             message: Some("stale".into()),
-            conditions: Some(vec![c("Ready", "True", 1, None), c("PodScheduled", "True", 1, None)]),
+            conditions: Some(vec![
+                c("Ready", "True", 1, None),
+                c("PodScheduled", "True", 1, None),
+            ]),
             container_statuses: Some(vec![running("a"), running("b")]),
             ..Default::default()
         };
@@ -281,7 +285,10 @@ mod tests {
         b2.ready = true;
         let desired = PodStatus {
             phase: Some("Running".into()),
-            conditions: Some(vec![c("Ready", "False", 5, None), c("PodScheduled", "True", 1, None)]),
+            conditions: Some(vec![
+                c("Ready", "False", 5, None),
+                c("PodScheduled", "True", 1, None),
+            ]),
             // Order alone never makes a difference (kubelet sorts by name).
             container_statuses: Some(vec![b2, running("a")]),
             ..Default::default()
@@ -290,7 +297,10 @@ mod tests {
         assert_eq!(p["metadata"], json!({"uid": "u"}));
         let s = &p["status"];
         assert_eq!(s["message"], Value::Null);
-        assert!(s.as_object().unwrap().contains_key("message"), "deleted with null");
+        assert!(
+            s.as_object().unwrap().contains_key("message"),
+            "deleted with null"
+        );
         assert!(s.get("phase").is_none(), "unchanged fields are left out");
         assert_eq!(
             s["conditions"],

@@ -147,3 +147,139 @@ pub fn pod(spec: PodSpec, status: Option<PodStatus>) -> Pod {
         status,
     }
 }
+
+/// The API server side of kube's mock service (tower-test), in the ApiServerVerifier pattern:
+/// a test's scenario answers each request the client sends, and records it.
+pub mod api {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use ::kube::client::Body;
+    use ::kube::Client;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use serde_json::{json, Value};
+    use tokio::time::Instant;
+
+    pub type ApiHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// A request as the server received it.
+    #[derive(Clone, Debug)]
+    pub struct Seen {
+        pub method: http::Method,
+        pub path: String,
+        pub query: String,
+        pub content_type: String,
+        pub body: Value,
+        pub at: Instant,
+    }
+
+    pub fn client() -> (Client, ApiHandle) {
+        let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(svc, "default"), handle)
+    }
+
+    pub async fn read(req: Request<Body>) -> Seen {
+        let (parts, body) = req.into_parts();
+        let bytes = body.collect().await.expect("request body").to_bytes();
+        Seen {
+            method: parts.method,
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or("").to_string(),
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            body: if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).expect("JSON body")
+            },
+            at: Instant::now(),
+        }
+    }
+
+    /// What the scenario answers to one request.
+    #[derive(Clone, Debug)]
+    pub enum Reply {
+        /// Status code, JSON body.
+        Json(u16, Value),
+        /// 429 with `Retry-After: <secs>`.
+        TooMany(u64),
+        /// Never answers (the request hangs until the client gives up).
+        Hang,
+    }
+
+    pub fn ok_pod() -> Reply {
+        Reply::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}}),
+        )
+    }
+
+    pub fn status(code: u16, reason: &str) -> Reply {
+        Reply::Json(
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": format!("{reason} (test)"), "reason": reason, "code": code}),
+        )
+    }
+
+    pub fn response(reply: &Reply) -> Option<Response<Body>> {
+        match reply {
+            Reply::Json(code, v) => Some(
+                Response::builder()
+                    .status(StatusCode::from_u16(*code).expect("status code"))
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(v).expect("json")))
+                    .expect("response"),
+            ),
+            Reply::TooMany(secs) => Some(
+                Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .header(http::header::RETRY_AFTER, secs.to_string())
+                    .body(Body::from(
+                        serde_json::to_vec(&json!({"kind": "Status", "code": 429,
+                            "message": "too many requests", "reason": "TooManyRequests"}))
+                        .expect("json"),
+                    ))
+                    .expect("response"),
+            ),
+            Reply::Hang => None,
+        }
+    }
+
+    /// Answers requests in order with `replies` (then 200 with a pod), recording each. Hung
+    /// requests are held until the scenario ends.
+    pub fn serve(mut handle: ApiHandle, replies: Vec<Reply>) -> Arc<Mutex<Vec<Seen>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut replies = replies.into_iter();
+            let mut held = Vec::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let s = read(req).await;
+                log.lock().expect("log").push(s);
+                match response(&replies.next().unwrap_or_else(ok_pod)) {
+                    Some(r) => send.send_response(r),
+                    None => held.push(send),
+                }
+            }
+        });
+        seen
+    }
+
+    /// Waits (on paused time: advances) until `n` requests were seen, at most `limit`.
+    pub async fn wait_for(seen: &Arc<Mutex<Vec<Seen>>>, n: usize, limit: Duration) -> Vec<Seen> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let s = seen.lock().expect("log").clone();
+            if s.len() >= n || Instant::now() >= deadline {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
