@@ -28,6 +28,7 @@
 //! // on SIGTERM:
 //! handle.flush(Duration::from_secs(5)).await;
 //! ```
+pub mod audit;
 pub mod compute;
 pub mod conditions;
 pub mod patch;
@@ -40,6 +41,7 @@ use std::{fmt, path::Path, str::FromStr, time::Duration};
 
 use thiserror::Error;
 
+pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{observer_conditions, ConditionTypes};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
