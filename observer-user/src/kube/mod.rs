@@ -31,6 +31,7 @@
 pub mod audit;
 pub mod compute;
 pub mod conditions;
+pub mod events;
 pub mod patch;
 pub mod writer;
 
@@ -44,6 +45,7 @@ use thiserror::Error;
 pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{observer_conditions, ConditionTypes};
+pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
 
 /// The one error type of the module.
@@ -148,6 +150,7 @@ pub struct StatusConfig {
     pub backoff_max: Duration,
     /// Seed of the back-off jitter (tests); `None`: random.
     pub backoff_seed: Option<u64>,
+    pub events: EventConfig,
 }
 
 impl StatusConfig {
@@ -164,6 +167,7 @@ impl StatusConfig {
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(30),
             backoff_seed: None,
+            events: EventConfig::default(),
         }
     }
 

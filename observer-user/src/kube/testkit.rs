@@ -210,6 +210,17 @@ pub mod api {
         TooMany(u64),
         /// Never answers (the request hangs until the client gives up).
         Hang,
+        /// 200 (201 for a POST) with the request's own body, as create and patch answer.
+        Echo,
+    }
+
+    /// Events are echoed back (the Recorder parses them); anything else gets a pod.
+    fn default_reply(s: &Seen) -> Reply {
+        if s.path.contains("/events") {
+            Reply::Echo
+        } else {
+            ok_pod()
+        }
     }
 
     pub fn ok_pod() -> Reply {
@@ -247,8 +258,21 @@ pub mod api {
                     ))
                     .expect("response"),
             ),
-            Reply::Hang => None,
+            Reply::Hang | Reply::Echo => None,
         }
+    }
+
+    fn echo(seen: &Seen) -> Response<Body> {
+        let code = if seen.method == http::Method::POST {
+            201
+        } else {
+            200
+        };
+        Response::builder()
+            .status(code)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&seen.body).expect("json")))
+            .expect("response")
     }
 
     /// Answers requests in order with `replies` (then 200 with a pod), recording each. Hung
@@ -261,10 +285,12 @@ pub mod api {
             let mut held = Vec::new();
             while let Some((req, send)) = handle.next_request().await {
                 let s = read(req).await;
-                log.lock().expect("log").push(s);
-                match response(&replies.next().unwrap_or_else(ok_pod)) {
-                    Some(r) => send.send_response(r),
-                    None => held.push(send),
+                log.lock().expect("log").push(s.clone());
+                let reply = replies.next().unwrap_or_else(|| default_reply(&s));
+                match (&reply, response(&reply)) {
+                    (Reply::Echo, _) => send.send_response(echo(&s)),
+                    (_, Some(r)) => send.send_response(r),
+                    (_, None) => held.push(send),
                 }
             }
         });
