@@ -33,6 +33,7 @@ pub mod compute;
 pub mod conditions;
 pub mod events;
 pub mod patch;
+pub mod pods;
 pub mod writer;
 
 #[cfg(test)]
@@ -46,6 +47,7 @@ pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{observer_conditions, ConditionTypes};
 pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
+pub use pods::{NodePods, PodChange};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
 
 /// The one error type of the module.
