@@ -32,6 +32,7 @@ pub mod audit;
 pub mod compute;
 pub mod conditions;
 pub mod events;
+pub mod manager;
 pub mod patch;
 pub mod pods;
 pub mod writer;
@@ -47,6 +48,7 @@ pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{observer_conditions, ConditionTypes};
 pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
+pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
 pub use pods::{NodePods, PodChange};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
 

@@ -309,3 +309,70 @@ pub mod api {
         }
     }
 }
+
+/// A stand-in API server for the manager: lists this node's pods and holds the watch open,
+/// answers status patches in order from a script (then 200), echoes Events; records everything.
+pub mod server {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    use super::api::{ok_pod, read, response, ApiHandle, Reply, Seen};
+
+    pub type Log = Arc<Mutex<Vec<Seen>>>;
+
+    pub fn serve(mut handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
+        let seen: Log = Arc::default();
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut patches = patches.into_iter();
+            let mut held = Vec::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let s = read(req).await;
+                log.lock().expect("log").push(s.clone());
+                let reply = if s.path.contains("/events") {
+                    let code = if s.method == http::Method::POST {
+                        201
+                    } else {
+                        200
+                    };
+                    Reply::Json(code, s.body.clone())
+                } else if s.method == http::Method::GET && s.query.contains("watch=true") {
+                    Reply::Hang
+                } else if s.method == http::Method::GET {
+                    Reply::Json(
+                        200,
+                        json!({"apiVersion": "v1", "kind": "PodList",
+                               "metadata": {"resourceVersion": "1"}, "items": pods}),
+                    )
+                } else {
+                    patches.next().unwrap_or_else(ok_pod)
+                };
+                match response(&reply) {
+                    Some(r) => send.send_response(r),
+                    None => held.push(send),
+                }
+            }
+        });
+        seen
+    }
+
+    pub fn patches(log: &Log) -> Vec<Seen> {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|s| s.method == http::Method::PATCH && s.path.ends_with("/status"))
+            .cloned()
+            .collect()
+    }
+
+    pub fn events(log: &Log) -> Vec<Seen> {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|s| s.path.contains("/events"))
+            .cloned()
+            .collect()
+    }
+}
