@@ -388,7 +388,7 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String
 /// The instances of a container, newest first (the view keeps the newest attempt last).
 fn instances<'v>(view: &'v PodView, name: &str) -> Vec<&'v ContainerView> {
     let mut v: Vec<&ContainerView> = view.containers.iter().filter(|c| c.name == name).collect();
-    v.sort_by(|a, b| (b.restart_count, b.created_at).cmp(&(a.restart_count, a.created_at)));
+    v.sort_by_key(|c| std::cmp::Reverse((c.restart_count, c.created_at)));
     v
 }
 
