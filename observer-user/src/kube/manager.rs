@@ -257,7 +257,12 @@ pub struct StatusManager {
     state: HashMap<String, PodState>,
     /// Deaths and kills before this are history: not published again at start.
     started: SystemTime,
+    /// The wall clock is read once; later times are this plus tokio's monotonic clock, so that
+    /// a wall-clock step never moves transition times and paused-time tests see time pass.
+    epoch: (SystemTime, Instant),
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
+    /// Audit: when to look at a pod again (a death the API has not caught up with yet).
+    rechecks: HashMap<String, Instant>,
 }
 
 impl StatusManager {
@@ -298,7 +303,9 @@ impl StatusManager {
             event_stats,
             state: HashMap::new(),
             started: SystemTime::now(),
+            epoch: (SystemTime::now(), Instant::now()),
             flushes: Vec::new(),
+            rechecks: HashMap::new(),
         };
         (me, handle)
     }
@@ -312,6 +319,7 @@ impl StatusManager {
         loop {
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
+            let recheck = self.rechecks.values().min().copied();
             tokio::select! {
                 biased;
                 _ = self.shared.notify.notified() => self.drain(),
@@ -327,6 +335,7 @@ impl StatusManager {
                 Some(change) = self.changes.next() => self.pod_change(change),
                 done = self.writer.next() => self.finished(done),
                 _ = sleep_until(deadline), if deadline.is_some() => {}
+                _ = sleep_until(recheck), if recheck.is_some() => self.recheck(),
             }
         }
     }
@@ -368,8 +377,27 @@ impl StatusManager {
         }
     }
 
+    fn now(&self) -> SystemTime {
+        self.epoch.0 + self.epoch.1.elapsed()
+    }
+
+    fn recheck(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .rechecks
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in due {
+            self.rechecks.remove(&uid);
+            self.process(&uid);
+        }
+    }
+
     fn forget(&mut self, uid: &str) {
         self.state.remove(uid);
+        self.rechecks.remove(uid);
         self.writer.forget(uid);
         self.events.forget(uid);
     }
@@ -449,9 +477,13 @@ impl StatusManager {
         }
     }
 
-    fn pod_ref(view: &PodView) -> PodRef {
+    fn pod_ref(view: &PodView, pod: Option<&Pod>) -> PodRef {
+        // Events regard the API's pod: a static pod's mirror has a UID of its own.
+        let uid = pod
+            .and_then(|p| p.metadata.uid.clone())
+            .unwrap_or_else(|| view.uid.clone());
         PodRef {
-            uid: view.uid.clone(),
+            uid,
             namespace: view.namespace.clone(),
             name: view.name.clone(),
         }
@@ -464,8 +496,8 @@ impl StatusManager {
         let Some(view) = self.state.get(uid).and_then(|s| s.view.clone()) else {
             return;
         };
-        let pod = self.pods.by_uid(uid);
-        let now = SystemTime::now();
+        let pod = resolve(&self.pods, &view);
+        let now = self.now();
         self.kernel_events(&view, pod.as_deref());
         match self.cfg.mode {
             StatusMode::Off => {}
@@ -490,6 +522,8 @@ impl StatusManager {
             return;
         }
         bump(&stats.computed);
+        // The precondition is the API's UID (a static pod's mirror has its own).
+        let api_uid = pod.metadata.uid.clone().unwrap_or_else(|| view.uid.clone());
         let api = pod.status.clone().unwrap_or_default();
         let api_conditions = api.conditions.as_deref().unwrap_or(&[]);
         let result = if self.cfg.mode == StatusMode::Conditions {
@@ -503,7 +537,7 @@ impl StatusManager {
             );
             let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
             let normal = serde_json::to_value(&desired).map_err(super::KubeError::from);
-            let patch = conditions_patch(&view.uid, api_conditions, &desired);
+            let patch = conditions_patch(&api_uid, api_conditions, &desired);
             st.conditions = desired;
             normal.and_then(|n| patch.map(|p| (n, p)))
         } else {
@@ -516,7 +550,7 @@ impl StatusManager {
                 types: &self.types,
             });
             let normal = normalize(&computed.status);
-            let patch = status_patch(&view.uid, &api, &computed.status);
+            let patch = status_patch(&api_uid, &api, &computed.status);
             st.status = Some(computed.status);
             normal.and_then(|n| patch.map(|p| (n, p)))
         };
@@ -594,7 +628,7 @@ impl StatusManager {
                 }
             }
         }
-        let pod_ref = Self::pod_ref(view);
+        let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
             bump(&self.shared.stats.events);
             self.events.publish(&pod_ref, &ev);
@@ -606,11 +640,15 @@ impl StatusManager {
             bump(&self.shared.stats.waiting_for_pod);
             return;
         };
-        let findings = audit(api, view, now, self.cfg.audit_running_grace);
+        let grace = self.cfg.audit_running_grace;
+        let findings = audit(api, view, now, grace);
+        if let Some(due) = still_running_due(api, view, now, grace) {
+            self.rechecks.insert(view.uid.clone(), Instant::now() + due);
+        }
+        let pod_ref = Self::pod_ref(view, pod);
         let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };
-        let pod_ref = Self::pod_ref(view);
         for f in findings {
             if !st.findings.insert((f.container_id.clone(), f.kind)) {
                 continue;
@@ -621,6 +659,47 @@ impl StatusManager {
             self.events.publish(&pod_ref, &PodEvent::Audit(f));
         }
     }
+}
+
+/// The API's pod for a view: by UID, else a static pod's mirror (same name, its
+/// `kubernetes.io/config.mirror` annotation naming the static pod's UID).
+fn resolve(pods: &NodePods, view: &PodView) -> Option<Arc<Pod>> {
+    pods.by_uid(&view.uid).or_else(|| {
+        pods.get(&view.namespace, &view.name).filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kubernetes.io/config.mirror"))
+                .is_some_and(|m| *m == view.uid)
+        })
+    })
+}
+
+/// When a death the API still shows as Running passes the audit's grace, if one is pending.
+fn still_running_due(
+    api: &PodStatus,
+    view: &PodView,
+    now: SystemTime,
+    grace: Duration,
+) -> Option<Duration> {
+    let running_ids: Vec<&str> = api
+        .container_statuses
+        .iter()
+        .chain(api.init_container_statuses.iter())
+        .flatten()
+        .filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
+        .filter_map(|s| s.container_id.as_deref())
+        .map(|id| id.split_once("://").map_or(id, |(_, r)| r))
+        .collect();
+    view.containers
+        .iter()
+        .filter(|c| c.phase == ContainerPhase::Exited && running_ids.contains(&c.id.as_str()))
+        .filter_map(|c| c.finished_at)
+        .map(|f| (f + grace).duration_since(now).unwrap_or_default())
+        .filter(|d| !d.is_zero())
+        .min()
+        // Just past the grace, so that the audit then finds it late.
+        .map(|d| d + Duration::from_millis(10))
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -465,3 +465,51 @@ async fn compute_gives_the_full_status_with_what_is_unknown() {
         .unknown
         .contains(&crate::kube::Unknown::PodSpec));
 }
+
+#[tokio::test(start_paused = true)]
+async fn audit_reports_a_death_the_api_still_calls_running_after_the_grace() {
+    let c = died_now("app", 0, 1, "Error");
+    let mut p = app_pod();
+    p.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "app".into(),
+            container_id: Some(format!("containerd://{}", c.id)),
+            state: Some(ContainerState {
+                running: Some(Default::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let (h, log) = start(StatusMode::Audit, vec![p], vec![]).await;
+    h.observe(&view(vec![c]));
+    settle().await;
+    let late = |log: &Log| {
+        server::events(log)
+            .iter()
+            .filter(|s| s.body["reason"] == "DeathNotReported")
+            .count()
+    };
+    assert_eq!(late(&log), 0, "within the grace (10 s)");
+    // No new view comes: the manager looks again by itself once the grace has passed.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(late(&log), 1);
+    let kind = FindingKind::StillRunning.index();
+    assert_eq!(StatusStats::get(&h.stats().audit_findings[kind]), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_static_pods_status_goes_to_its_mirror_under_the_mirrors_uid() {
+    let mut mirror = app_pod();
+    mirror.metadata.uid = Some("mirror-0000".into());
+    mirror.metadata.annotations =
+        Some([("kubernetes.io/config.mirror".to_string(), UID.to_string())].into());
+    let (h, log) = start(StatusMode::Conditions, vec![mirror], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    settle().await;
+    let p = server::patches(&log);
+    assert_eq!(p.len(), 1);
+    assert_eq!(parsed(&p[0]).metadata.uid.as_deref(), Some("mirror-0000"));
+}
