@@ -10,6 +10,8 @@ pub enum Error {
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
+    #[error(transparent)]
+    Kube(#[from] crate::kube::KubeError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -405,9 +405,22 @@ impl StatusManager {
     fn pod_change(&mut self, change: PodChange) {
         match change {
             PodChange::Applied { uid } => {
-                if let Some(st) = self.state.get_mut(&uid) {
+                // A mirror pod changed: its static pod is known by the UID in its annotation.
+                let key = if self.state.contains_key(&uid) {
+                    Some(uid)
+                } else {
+                    self.pods.by_uid(&uid).and_then(|p| {
+                        p.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get("kubernetes.io/config.mirror").cloned())
+                    })
+                };
+                if let Some(st) = key.as_ref().and_then(|k| self.state.get_mut(k)) {
                     st.gone = false;
-                    self.process(&uid);
+                    if let Some(k) = key {
+                        self.process(&k);
+                    }
                 }
             }
             PodChange::Deleted { uid } => {

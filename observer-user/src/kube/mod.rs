@@ -79,9 +79,6 @@ pub enum KubeError {
     /// The API server did not answer within the per-request timeout.
     #[error("no answer from the API server within {0:?}")]
     Timeout(Duration),
-    /// The pod's spec is not known yet (the reflector has not seen the pod).
-    #[error("pod {0} is not in the reflector's store yet")]
-    PodUnknown(String),
 }
 
 /// What reaches the API. See the module docs.
