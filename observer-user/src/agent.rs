@@ -141,7 +141,9 @@ async fn follow_kernel_log(
     loop {
         match log.next().await {
             Ok(mut kill) => {
-                kill.limit_bytes = mounts.as_ref().and_then(|m| m.memory_limit(&kill.oom_memcg));
+                kill.limit_bytes = mounts
+                    .as_ref()
+                    .and_then(|m| m.memory_limit(&kill.oom_memcg));
                 if tx.send(kill).await.is_err() {
                     return;
                 }

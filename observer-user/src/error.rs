@@ -15,6 +15,8 @@ pub enum Error {
     /// A part of the agent stopped running.
     #[error("{0}")]
     Stopped(String),
+    #[error(transparent)]
+    Kube(#[from] crate::kube::KubeError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cri;
 pub mod error;
 pub mod kernel;
+pub mod kube;
 pub mod pipeline;
 pub mod pleg;
 pub mod reconcile;

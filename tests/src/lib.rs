@@ -18,6 +18,9 @@
 //! assert_eq!(status.exit_code, 3);
 //! # Ok(()) }
 //! ```
+// The unit-test build of this library also sees the dev-dependencies its benches use.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
+
 // The workload binary's; libraries cannot leave a dependency to one bin target.
 use libc as _;
 

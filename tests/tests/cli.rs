@@ -106,8 +106,9 @@ fn check_accepts_bpf_and_perfmon_without_root() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("ok") && l.contains("privileges") && l.contains("CAP_BPF + CAP_PERFMON")),
+        text.lines().any(|l| l.starts_with("ok")
+            && l.contains("privileges")
+            && l.contains("CAP_BPF + CAP_PERFMON")),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -41,7 +41,11 @@ fn nspid(pid: u32) -> Vec<u32> {
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
-        .map(|v| v.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -133,7 +137,10 @@ fn a_mount_root_outside_our_namespace_is_checked_on_disk() {
     let mut m = CgroupMounts::from_mountinfo(&text, Some(&u.mount_point)).unwrap();
     m.resolve_roots_outside_namespace();
     assert_eq!(m.unified().unwrap().root, "/");
-    let text = format!("2 0 0:39 /../x {} rw - cgroup2 cgroup2 rw\n", cg.dir.display());
+    let text = format!(
+        "2 0 0:39 /../x {} rw - cgroup2 cgroup2 rw\n",
+        cg.dir.display()
+    );
     let mut m = CgroupMounts::from_mountinfo(&text, None).unwrap();
     m.resolve_roots_outside_namespace();
     let sub = m.unified().unwrap();
@@ -164,18 +171,36 @@ fn scan_finds_cgroup2_containers_and_their_inits() {
     );
     let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
     let pod = cg.rel(&pod_cgroup_path(driver, qos, &uid));
-    let ca = cg.mkdir(&container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &a)).unwrap();
+    let ca = cg
+        .mkdir(&container_cgroup_path(
+            driver,
+            qos,
+            &uid,
+            Runtime::Containerd,
+            &a,
+        ))
+        .unwrap();
     let cb_sub = cg
-        .mkdir(&format!("{}/sub", container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &b)))
+        .mkdir(&format!(
+            "{}/sub",
+            container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &b)
+        ))
         .unwrap();
     let cb = cb_sub.trim_end_matches("/sub").to_string();
     assert!(ca.ends_with(&format!("/kubepods/burstable/pod{UID}/{ID_A}")));
-    cg.mkdir(&format!("kubepods/burstable/pod{UID}/not-a-container/deeper")).unwrap();
+    cg.mkdir(&format!(
+        "kubepods/burstable/pod{UID}/not-a-container/deeper"
+    ))
+    .unwrap();
     cg.mkdir("kubepods/besteffort").unwrap();
 
     // A: `unshare` stays in our pid namespace; the sleep it forks is pid 1 of a new one.
     let unshare = cg
-        .spawn_in(&ca, Path::new("unshare"), &["--pid", "--fork", "--kill-child", "sleep", "60"])
+        .spawn_in(
+            &ca,
+            Path::new("unshare"),
+            &["--pid", "--fork", "--kill-child", "sleep", "60"],
+        )
         .unwrap()
         .id();
     let procs_a = cg.abs(&ca).join("cgroup.procs");
@@ -188,7 +213,10 @@ fn scan_finds_cgroup2_containers_and_their_inits() {
 
     // B: no pid namespace; the older process sits in a sub-cgroup. Start times tick at USER_HZ:
     // the younger starts on a later tick.
-    let older = cg.spawn_in(&cb_sub, Path::new("sleep"), &["60"]).unwrap().id();
+    let older = cg
+        .spawn_in(&cb_sub, Path::new("sleep"), &["60"])
+        .unwrap()
+        .id();
     assert!(eventually(WAIT, || now_ticks() > start_ticks(older) + 1));
     let younger = cg.spawn_in(&cb, Path::new("sleep"), &["60"]).unwrap().id();
     assert!(start_ticks(younger) > start_ticks(older));
@@ -253,13 +281,26 @@ fn scan_walks_a_v1_hierarchy_with_crio_and_systemd() {
     let cc = container_cgroup_path(driver, qos, &uid, Runtime::Crio, &c);
     assert!(cc.ends_with(&format!("/crio-{ID_C}.scope")));
     let inner = cg.mkdir(&format!("{cc}/container")).unwrap();
-    let conmon = cg.mkdir(&conmon_cgroup_path(driver, qos, &uid, &c)).unwrap();
-    let init = cg.spawn_in(&inner, Path::new("sleep"), &["60"]).unwrap().id();
-    let mon = cg.spawn_in(&conmon, Path::new("sleep"), &["60"]).unwrap().id();
+    let conmon = cg
+        .mkdir(&conmon_cgroup_path(driver, qos, &uid, &c))
+        .unwrap();
+    let init = cg
+        .spawn_in(&inner, Path::new("sleep"), &["60"])
+        .unwrap()
+        .id();
+    let mon = cg
+        .spawn_in(&conmon, Path::new("sleep"), &["60"])
+        .unwrap()
+        .id();
 
     let kp = cg.rel("kubepods.slice");
     assert!(find_kubepods_roots(&pids_h).contains(&kp));
-    let scan = scan(&pids_h, &[kp.clone(), format!("{kp}/")], &ScanOptions::default()).unwrap();
+    let scan = scan(
+        &pids_h,
+        &[kp.clone(), format!("{kp}/")],
+        &ScanOptions::default(),
+    )
+    .unwrap();
     assert_eq!(scan.version, CgroupVersion::V1);
     let sc = find(&scan, &cg.rel(&cc));
     let k = sc.kind.container().unwrap();
@@ -268,7 +309,10 @@ fn scan_walks_a_v1_hierarchy_with_crio_and_systemd() {
         (Some(Runtime::Crio), c, driver, false)
     );
     assert_eq!((sc.pids.clone(), sc.init_pid), (vec![init], Some(init)));
-    assert_eq!(sc.id, std::fs::metadata(cg.abs(&cg.rel(&cc))).unwrap().ino());
+    assert_eq!(
+        sc.id,
+        std::fs::metadata(cg.abs(&cg.rel(&cc))).unwrap().ino()
+    );
     let sm = find(&scan, &conmon);
     assert!(matches!(sm.kind, CgroupKind::Conmon(_)));
     assert_eq!((sm.pids.clone(), sm.init_pid), (vec![mon], None));
@@ -304,6 +348,9 @@ fn the_kernel_log_reads_back_with_its_coverage() {
     assert!(since <= before + Duration::from_secs(1), "{since:?}");
     for k in &h.kills {
         assert!(k.pid > 0 && !k.task_memcg.is_empty(), "{k:?}");
-        assert!(k.time + Duration::from_secs(1) >= since, "{k:?} older than the log's oldest record");
+        assert!(
+            k.time + Duration::from_secs(1) >= since,
+            "{k:?} older than the log's oldest record"
+        );
     }
 }

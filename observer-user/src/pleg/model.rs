@@ -392,9 +392,7 @@ impl NodeModel {
             return Applied::Late;
         };
         rec.oom_kills += 1;
-        if rec.init_pid == Some(o.victim.tgid)
-            || (rec.state == ContainerState::Created && own_ns)
-        {
+        if rec.init_pid == Some(o.victim.tgid) || (rec.state == ContainerState::Created && own_ns) {
             rec.init_oom_killed = true;
         }
         let boxed = Box::new(o.clone());

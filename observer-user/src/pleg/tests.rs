@@ -434,7 +434,11 @@ fn host_pid_namespace_container_takes_its_first_real_exec() {
 fn shared_pod_namespace_init_is_the_first_exec_in_the_namespace() {
     let (mut p, mut rx) = pleg(64);
     setup(&mut p);
-    p.handle(exec_as(task_ns(500, 500, 0, 11, "runc:[0:PARENT]"), "/dev/fd/6", 3));
+    p.handle(exec_as(
+        task_ns(500, 500, 0, 11, "runc:[0:PARENT]"),
+        "/dev/fd/6",
+        3,
+    ));
     p.handle(exec_as(task_ns(502, 7, 1, 11, "app"), "/usr/bin/app", 4));
     // A `kubectl exec` session and a child of the init, in the same namespace: not the init.
     p.handle(exec_as(task_ns(510, 9, 1, 11, "sh"), "/bin/sh", 5));
@@ -447,11 +451,20 @@ fn shared_pod_namespace_init_is_the_first_exec_in_the_namespace() {
         })
     };
     p.handle(other(510, 9, 1, 6));
-    assert_eq!(p.model().container(&cid(1)).unwrap().state, ContainerState::Running);
+    assert_eq!(
+        p.model().container(&cid(1)).unwrap().state,
+        ContainerState::Running
+    );
     p.handle(other(502, 7, 3, 7));
     let evs = drain(&mut rx);
-    assert_eq!(kinds(&evs), [ContainerChanged, ContainerStarted, ContainerDied]);
-    assert!(matches!(evs[1].event, PlegEvent::ContainerStarted { pid: 502, .. }));
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
+    assert!(matches!(
+        evs[1].event,
+        PlegEvent::ContainerStarted { pid: 502, .. }
+    ));
     assert_eq!(evs[2].exit().unwrap().exit_code(), 3);
 }
 
@@ -465,7 +478,10 @@ fn ephemeral_container_in_its_targets_namespace() {
     p.handle(exit(700, 11, WaitStatus::signaled(9, false), 4));
     // `exit()` reports pid 1 in the namespace; the death is the init's by its host pid anyway.
     let evs = drain(&mut rx);
-    assert_eq!(kinds(&evs), [ContainerChanged, ContainerStarted, ContainerDied]);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied]
+    );
     assert_eq!(evs[2].exit().unwrap().exit_code(), 137);
 }
 
@@ -476,10 +492,17 @@ fn a_nested_node_counts_namespaces_from_its_own() {
     let (mut p, mut rx) = pleg(64);
     p.set_host_ns_level(1);
     setup(&mut p);
-    p.handle(exec_as(task_ns(500, 80, 1, 11, "runc"), "/proc/self/exe", 3));
+    p.handle(exec_as(
+        task_ns(500, 80, 1, 11, "runc"),
+        "/proc/self/exe",
+        3,
+    ));
     p.handle(exec_as(task_ns(501, 81, 1, 11, "app"), "/usr/bin/app", 4));
     let evs = drain(&mut rx);
-    assert!(matches!(evs[1].event, PlegEvent::ContainerStarted { pid: 501, .. }), "{evs:#?}");
+    assert!(
+        matches!(evs[1].event, PlegEvent::ContainerStarted { pid: 501, .. }),
+        "{evs:#?}"
+    );
     // At level 1 a helper's exit before any exec is not the init's death; at level 2 it would be.
     let (mut p, mut rx) = pleg(64);
     p.set_host_ns_level(1);

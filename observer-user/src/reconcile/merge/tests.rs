@@ -103,6 +103,7 @@ fn kernel(exit: Option<(BootNs, ContainerExit)>, oom: Option<Box<OomKill>>) -> K
         oom_kills: u32::from(oom.is_some()),
         oom_victims: oom.iter().map(|o| (o.victim.tgid, o.at)).collect(),
         last_oom: oom,
+        last_oom_trigger: None,
         exit,
         removed: None,
     }

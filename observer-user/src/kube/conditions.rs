@@ -1,0 +1,467 @@
+//! The two observer-owned pod conditions. Their types carry a domain prefix, so kubelet keeps
+//! them (its `mergePodStatus` carries over every type it does not own) and never writes them.
+//!
+//! - `<prefix>/ContainersAlive`: False the moment a container that should be running has died
+//!   (the kernel saw its init exit), True when every one runs again. Named in a pod's
+//!   `spec.readinessGates`, it makes kubelet's Ready False (reason `ReadinessGatesNotReady`)
+//!   and so takes the pod out of Service endpoints without waiting for kubelet's relist:
+//!
+//!   ```yaml
+//!   apiVersion: v1
+//!   kind: Pod
+//!   metadata: {name: web}
+//!   spec:
+//!     readinessGates:
+//!       - conditionType: observer.dev/ContainersAlive
+//!     containers:
+//!       - name: app
+//!         image: registry.local/app:1
+//!   ```
+//!   Until the agent first writes the condition the gate holds the pod unready, like any gate.
+//! - `<prefix>/OOMKilled`: True once any process of the pod was OOM-killed; the message names
+//!   the last victim (container, process, pid, resident memory, the container's memory limit)
+//!   and whether the container survived. It is absent until the first kill and never goes back.
+//!
+//! `lastTransitionTime` is kept while a condition's status is unchanged (as kubelet does for its
+//! own types), so a new victim changes the message, not the transition time.
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec};
+
+use super::compute::{rfc3339, to_time, RestartPolicy};
+use crate::reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView};
+
+/// The observer-owned condition types for one prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionTypes {
+    pub alive: String,
+    pub oom: String,
+}
+
+impl ConditionTypes {
+    pub fn new(prefix: &str) -> Self {
+        let prefix = prefix.trim_end_matches('/');
+        Self {
+            alive: format!("{prefix}/ContainersAlive"),
+            oom: format!("{prefix}/OOMKilled"),
+        }
+    }
+
+    pub fn owns(&self, condition_type: &str) -> bool {
+        condition_type == self.alive || condition_type == self.oom
+    }
+}
+
+impl Default for ConditionTypes {
+    fn default() -> Self {
+        Self::new("observer.dev")
+    }
+}
+
+pub const REASON_ALL_RUNNING: &str = "AllContainersRunning";
+pub const REASON_DIED: &str = "ContainerDied";
+pub const REASON_NOT_RUNNING: &str = "ContainersNotRunning";
+pub const REASON_INIT_OOM: &str = "ContainerOOMKilled";
+pub const REASON_CHILD_OOM: &str = "ProcessOOMKilled";
+
+/// The observer-owned conditions of a pod: ContainersAlive always, OOMKilled once a kill is
+/// known. `old` is the pod's conditions as last seen or written (for `lastTransitionTime`).
+pub fn observer_conditions(
+    spec: Option<&PodSpec>,
+    view: &PodView,
+    old: &[PodCondition],
+    types: &ConditionTypes,
+    now: SystemTime,
+) -> Vec<PodCondition> {
+    let mut out = vec![keep_transition(alive(spec, view, &types.alive), old, now)];
+    if let Some(c) = oom_killed(spec, view, &types.oom) {
+        out.push(keep_transition(c, old, now));
+    }
+    out
+}
+
+/// kubelet's `updateLastTransitionTime`: the old time while the status is unchanged.
+pub fn keep_transition(mut c: PodCondition, old: &[PodCondition], now: SystemTime) -> PodCondition {
+    c.last_transition_time = old
+        .iter()
+        .find(|o| o.type_ == c.type_ && o.status == c.status)
+        .and_then(|o| o.last_transition_time.clone())
+        .or_else(|| Some(to_time(now)));
+    c
+}
+
+/// Why a container that should run does not.
+enum Down<'a> {
+    Died(&'a ContainerView),
+    NotRunning(&'a str),
+}
+
+fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
+    let current: Vec<&ContainerView> = view.current().collect();
+    let find = |name: &str| current.iter().copied().find(|c| c.name == name);
+    let mut down = Vec::new();
+    match spec {
+        Some(spec) => {
+            let policy = RestartPolicy::of(spec);
+            let sidecars = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| is_sidecar(c));
+            for c in spec
+                .containers
+                .iter()
+                .map(|c| (c, false))
+                .chain(sidecars.map(|c| (c, true)))
+            {
+                let (c, sidecar) = c;
+                match find(&c.name) {
+                    None => down.push(Down::NotRunning(&c.name)),
+                    Some(v) => match v.phase {
+                        ContainerPhase::Running => {}
+                        ContainerPhase::Created => down.push(Down::NotRunning(&c.name)),
+                        ContainerPhase::Exited | ContainerPhase::Unknown => {
+                            // A container that completed and will not be restarted is done, not dead.
+                            let done = !sidecar
+                                && v.phase == ContainerPhase::Exited
+                                && v.exit_code == Some(0)
+                                && policy != RestartPolicy::Always;
+                            if !done {
+                                down.push(Down::Died(v));
+                            }
+                        }
+                    },
+                }
+            }
+        }
+        // Without the spec the restart policy is unknown: an exit 0 may be a job's end, so only
+        // failures count as deaths.
+        None => {
+            for v in &current {
+                match v.phase {
+                    ContainerPhase::Running => {}
+                    ContainerPhase::Created => down.push(Down::NotRunning(&v.name)),
+                    ContainerPhase::Exited if v.exit_code == Some(0) => {}
+                    ContainerPhase::Exited | ContainerPhase::Unknown => down.push(Down::Died(v)),
+                }
+            }
+        }
+    }
+    let died: Vec<&ContainerView> = down
+        .iter()
+        .filter_map(|d| match d {
+            Down::Died(v) => Some(*v),
+            Down::NotRunning(_) => None,
+        })
+        .collect();
+    let waiting: Vec<&str> = down
+        .iter()
+        .filter_map(|d| match d {
+            Down::NotRunning(n) => Some(*n),
+            Down::Died(_) => None,
+        })
+        .collect();
+    let (status, reason, message) = if !died.is_empty() {
+        let mut parts: Vec<String> = died.iter().map(|v| death(v)).collect();
+        if !waiting.is_empty() {
+            parts.push(format!("not running yet: {}", waiting.join(", ")));
+        }
+        ("False", REASON_DIED, parts.join("; "))
+    } else if !waiting.is_empty() {
+        (
+            "False",
+            REASON_NOT_RUNNING,
+            format!("not running yet: {}", waiting.join(", ")),
+        )
+    } else {
+        (
+            "True",
+            REASON_ALL_RUNNING,
+            "every container that should run is running".to_string(),
+        )
+    };
+    PodCondition {
+        type_: type_.to_string(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        ..Default::default()
+    }
+}
+
+/// "app exited with code 1 (Error) at …", "app was killed by signal 9 (OOMKilled) at …".
+pub fn death(v: &ContainerView) -> String {
+    let how = match (v.signal, v.exit_code) {
+        (Some(sig), _) => format!("was killed by signal {sig}"),
+        (None, Some(code)) => format!("exited with code {code}"),
+        (None, None) => "is gone, how is unknown".to_string(),
+    };
+    let reason = v
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    let at = v
+        .finished_at
+        .map(|t| format!(" at {}", rfc3339(t)))
+        .unwrap_or_default();
+    format!("{}{} {how}{reason}{at}", v.name, restart_suffix(v))
+}
+
+fn restart_suffix(v: &ContainerView) -> String {
+    if v.restart_count > 0 {
+        format!(" (restart {})", v.restart_count)
+    } else {
+        String::new()
+    }
+}
+
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// The newest OOM kill of the pod, and the container it happened in.
+pub fn last_kill(view: &PodView) -> Option<(&OomEvidence, Option<&ContainerView>)> {
+    let newest = view
+        .containers
+        .iter()
+        .filter_map(|c| c.last_oom.as_ref())
+        .chain(view.last_oom.as_ref())
+        .max_by_key(|o| o.time)?;
+    let container = view.containers.iter().find(|c| c.id == newest.container_id);
+    Some((newest, container))
+}
+
+/// The memory limit of a container from its spec (`resources.limits.memory`), as the API wrote
+/// it; the container's cgroup has that limit.
+pub fn memory_limit(spec: Option<&PodSpec>, container: &str) -> Option<String> {
+    let spec = spec?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == container)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("memory")
+        .map(|q| q.0.clone())
+}
+
+/// Whether the container outlived the kill: the victim was not its init and the instance is
+/// still running.
+pub fn survived(o: &OomEvidence, c: Option<&ContainerView>) -> Option<bool> {
+    if o.init == Some(true) {
+        return Some(false);
+    }
+    c.map(|c| c.phase == ContainerPhase::Running)
+}
+
+pub fn kib(kb: u64) -> String {
+    if kb >= 1024 * 1024 {
+        format!("{:.1} GiB", kb as f64 / (1024.0 * 1024.0))
+    } else if kb >= 1024 {
+        format!("{:.1} MiB", kb as f64 / 1024.0)
+    } else {
+        format!("{kb} KiB")
+    }
+}
+
+/// One sentence naming the victim: "process hog (pid 4242) in container app was OOM-killed at
+/// …: anon-rss 63.5 MiB, total-vm 78.1 MiB, limit 64Mi; the container survived".
+pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&str>) -> String {
+    let container = c.map(|c| c.name.as_str()).unwrap_or("an unknown container");
+    let mut mem = Vec::new();
+    if let Some(kb) = o.anon_rss_kb {
+        mem.push(format!("anon-rss {}", kib(kb)));
+    }
+    if let Some(kb) = o.total_vm_kb {
+        mem.push(format!("total-vm {}", kib(kb)));
+    }
+    // The limit that was hit, as the kernel log names it; else the spec's.
+    mem.push(match (o.limit_bytes, o.oom_cgroup.as_deref(), limit) {
+        (Some(b), Some(cg), _) => format!("limit {} of {cg}", kib(b / 1024)),
+        (Some(b), None, _) => format!("limit {}", kib(b / 1024)),
+        (None, Some(cg), _) => format!("the limit of {cg} was hit"),
+        (None, None, Some(l)) => format!("limit {l}"),
+        (None, None, None) => {
+            "no container memory limit (the pod's or the node's was hit)".to_string()
+        }
+    });
+    if let Some(t) = o.trigger_pid {
+        mem.push(match &o.trigger_container {
+            Some(tc) if *tc != o.container_id => {
+                format!(
+                    "the allocation that hit it was pid {t} in container {}",
+                    &tc.as_str()[..12]
+                )
+            }
+            _ => format!("the allocation that hit it was pid {t}"),
+        });
+    }
+    let fate = match survived(o, c) {
+        Some(true) => "the container survived (a child process was killed)",
+        Some(false) if o.init == Some(true) => "it was the container's init: the container died",
+        Some(false) => "the container is no longer running",
+        None => "whether the container survived is unknown",
+    };
+    format!(
+        "process {} (pid {}) in container {container} was OOM-killed at {}: {}; {fate}",
+        o.comm,
+        o.pid,
+        rfc3339(o.time),
+        mem.join(", ")
+    )
+}
+
+fn oom_killed(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> Option<PodCondition> {
+    let (o, c) = last_kill(view)?;
+    let limit = c.and_then(|c| memory_limit(spec, &c.name));
+    Some(PodCondition {
+        type_: type_.to_string(),
+        status: "True".into(),
+        reason: Some(
+            if o.init == Some(true) {
+                REASON_INIT_OOM
+            } else {
+                REASON_CHILD_OOM
+            }
+            .into(),
+        ),
+        message: Some(describe_kill(o, c, limit.as_deref())),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::testkit::*;
+
+    fn types() -> ConditionTypes {
+        ConditionTypes::default()
+    }
+
+    fn find<'a>(cs: &'a [PodCondition], t: &str) -> Option<&'a PodCondition> {
+        cs.iter().find(|c| c.type_ == t)
+    }
+
+    #[test]
+    fn prefix_is_configurable() {
+        let t = ConditionTypes::new("example.com/");
+        assert_eq!(t.alive, "example.com/ContainersAlive");
+        assert_eq!(t.oom, "example.com/OOMKilled");
+        assert!(t.owns("example.com/OOMKilled"));
+        assert!(!t.owns("Ready"));
+    }
+
+    #[test]
+    fn alive_flips_false_on_a_death_and_true_when_back() {
+        let s = spec("Always", vec![], vec![container("app")]);
+        let up = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        let cs = observer_conditions(Some(&s), &up, &[], &types(), t(100));
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(a.status, "True");
+        assert_eq!(a.last_transition_time, Some(to_time(t(100))));
+        assert!(find(&cs, &types().oom).is_none(), "absent until a kill");
+
+        let down = view(vec![exited("app", 0, 137, "OOMKilled")]);
+        let cs2 = observer_conditions(Some(&s), &down, &cs, &types(), t(101));
+        let a = find(&cs2, &types().alive).unwrap();
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_deref()),
+            ("False", Some(REASON_DIED))
+        );
+        assert!(
+            a.message
+                .as_deref()
+                .unwrap()
+                .contains("app was killed by signal 9 (OOMKilled)"),
+            "{a:?}"
+        );
+        assert_eq!(a.last_transition_time, Some(to_time(t(101))));
+
+        // Same status later: the transition time stays.
+        let cs3 = observer_conditions(Some(&s), &down, &cs2, &types(), t(150));
+        assert_eq!(
+            find(&cs3, &types().alive).unwrap().last_transition_time,
+            Some(to_time(t(101)))
+        );
+    }
+
+    #[test]
+    fn a_completed_container_under_on_failure_is_done_not_dead() {
+        let s = spec("OnFailure", vec![], vec![container("job")]);
+        let v = view(vec![exited("job", 0, 0, "Completed")]);
+        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
+        // Under Always the same exit is a death: kubelet will restart it.
+        let s = spec("Always", vec![], vec![container("job")]);
+        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        assert_eq!(find(&cs, &types().alive).unwrap().status, "False");
+    }
+
+    #[test]
+    fn a_dead_sidecar_counts_and_a_finished_init_container_does_not() {
+        let s = spec(
+            "Always",
+            vec![container("setup"), sidecar("proxy")],
+            vec![container("app")],
+        );
+        let v = view(vec![
+            exited("setup", 0, 0, "Completed"),
+            exited("proxy", 0, 1, "Error"),
+            cv("app", 0, ContainerPhase::Running),
+        ]);
+        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(a.status, "False");
+        assert!(a
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("proxy exited with code 1"));
+    }
+
+    #[test]
+    fn oom_condition_names_the_victim_memory_and_limit() {
+        let s = spec(
+            "Always",
+            vec![],
+            vec![with_memory_limit(container("app"), "64Mi")],
+        );
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        app.last_oom = Some(oom(&app, 4242, "hog", false));
+        app.oom_kills = 1;
+        let v = view(vec![app]);
+        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(9));
+        let o = find(&cs, &types().oom).unwrap();
+        assert_eq!(
+            (o.status.as_str(), o.reason.as_deref()),
+            ("True", Some(REASON_CHILD_OOM))
+        );
+        let m = o.message.as_deref().unwrap();
+        for part in [
+            "hog",
+            "pid 4242",
+            "container app",
+            "63.5 MiB",
+            "limit 64Mi",
+            "survived",
+        ] {
+            assert!(m.contains(part), "{part:?} missing in {m}");
+        }
+        // The alive condition is untouched by a child's kill.
+        assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
+    }
+
+    #[test]
+    fn without_a_spec_only_failures_are_deaths() {
+        let v = view(vec![exited("job", 0, 0, "Completed")]);
+        let cs = observer_conditions(None, &v, &[], &types(), t(1));
+        assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
+        let v = view(vec![exited("job", 0, 2, "Error")]);
+        let cs = observer_conditions(None, &v, &[], &types(), t(1));
+        assert_eq!(find(&cs, &types().alive).unwrap().status, "False");
+    }
+}

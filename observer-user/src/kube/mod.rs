@@ -1,0 +1,234 @@
+//! The status manager: what the kernel saw, written to the Kubernetes API.
+//!
+//! The agent reconciles its node view ([`crate::reconcile::PodView`]) and hands each changed pod
+//! to a [`StatusManager`] through its [`StatusHandle::observe`]. The manager keeps this node's
+//! pods from a reflector ([`pods`]), computes what to say by kubelet's rules ([`compute`],
+//! [`conditions`], [`audit`]), and writes it with one request in flight per pod ([`writer`],
+//! [`patch`]) and Events ([`events`]).
+//!
+//! Modes ([`StatusMode`]):
+//! - `conditions` (default): beside kubelet, two observer-owned condition types,
+//!   `<prefix>/ContainersAlive` (for a `readinessGate`) and `<prefix>/OOMKilled`. kubelet keeps
+//!   condition types it does not own (its `mergePodStatus`), and never overwrites them.
+//! - `audit`: writes no status; compares kubelet's status in the API with the kernel's account and
+//!   reports each disagreement as a Warning Event and a counter.
+//! - `full`: the whole computed PodStatus, for nodes where nothing else writes pod status.
+//! - `off`: nothing reaches the API.
+//!
+//! Wiring, for the agent:
+//! ```ignore
+//! let client = observer::kube::client(kubeconfig.as_deref()).await?;
+//! let cfg = StatusConfig::new(node_name, StatusMode::Conditions);
+//! let (manager, handle) = StatusManager::new(client, cfg);
+//! tokio::spawn(manager.run());
+//! // on every reconciled change of a pod:
+//! handle.observe(&pod_view);
+//! // when a pod is gone from the node view:
+//! handle.forget(&uid);
+//! // on SIGTERM:
+//! handle.flush(Duration::from_secs(5)).await;
+//! ```
+pub mod audit;
+pub mod compute;
+pub mod conditions;
+pub mod events;
+pub mod manager;
+pub mod patch;
+pub mod pods;
+pub mod writer;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+
+use std::{fmt, path::Path, str::FromStr, time::Duration};
+
+use thiserror::Error;
+
+pub use audit::{audit, Finding, FindingKind};
+pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
+pub use conditions::{observer_conditions, ConditionTypes};
+pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
+pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
+pub use pods::{NodePods, PodChange};
+pub use writer::{StatusWriter, WriteJob, WriteOutcome};
+
+/// The one error type of the module.
+#[derive(Debug, Error)]
+pub enum KubeError {
+    /// Neither `--node-name` nor `NODE_NAME` said which node this is.
+    #[error("node name unknown: pass --node-name or set NODE_NAME")]
+    NoNodeName,
+    #[error("unknown status mode {0:?}: expected off, conditions, audit or full")]
+    BadMode(String),
+    #[error("kubernetes client configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Client(#[from] ::kube::Error),
+    #[error("building the request: {0}")]
+    Request(#[from] ::kube::core::request::Error),
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The API server answered with an error status.
+    #[error("API server answered {code}: {message}")]
+    Api {
+        code: u16,
+        message: String,
+        /// `Retry-After` of a 429 (or 503), in whole seconds as HTTP says.
+        retry_after: Option<Duration>,
+    },
+    /// The API server did not answer within the per-request timeout.
+    #[error("no answer from the API server within {0:?}")]
+    Timeout(Duration),
+}
+
+/// What reaches the API. See the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StatusMode {
+    Off,
+    #[default]
+    Conditions,
+    Audit,
+    Full,
+}
+
+impl StatusMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusMode::Off => "off",
+            StatusMode::Conditions => "conditions",
+            StatusMode::Audit => "audit",
+            StatusMode::Full => "full",
+        }
+    }
+
+    /// Modes that patch pod status.
+    pub fn writes_status(self) -> bool {
+        matches!(self, StatusMode::Conditions | StatusMode::Full)
+    }
+}
+
+impl fmt::Display for StatusMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StatusMode {
+    type Err = KubeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" => Ok(StatusMode::Off),
+            "conditions" => Ok(StatusMode::Conditions),
+            "audit" => Ok(StatusMode::Audit),
+            "full" => Ok(StatusMode::Full),
+            _ => Err(KubeError::BadMode(s.to_string())),
+        }
+    }
+}
+
+/// The status manager's settings. [`StatusConfig::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct StatusConfig {
+    /// This node: pods are watched with `spec.nodeName=<node_name>`.
+    pub node_name: String,
+    pub mode: StatusMode,
+    /// Domain prefix of the observer-owned condition types (`<prefix>/ContainersAlive`,
+    /// `<prefix>/OOMKilled`). Must not be empty: unprefixed types are kubelet's namespace.
+    pub condition_prefix: String,
+    /// Scheme of container ids in the API (`containerd://<id>`), as kubelet writes them.
+    pub runtime_name: String,
+    /// `reportingController` of Events, and the `fieldManager` of status patches.
+    pub reporter: String,
+    /// Audit: how long the API may still call a container Running after the kernel saw its init
+    /// exit. kubelet's path is a 1 s relist then its status sync; the default leaves it 10 s.
+    pub audit_running_grace: Duration,
+    /// Per request: a server that does not answer in time is retried like a 5xx.
+    pub request_timeout: Duration,
+    /// Status patches in flight at once, over all pods (one per pod at most).
+    pub max_concurrent_writes: usize,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Seed of the back-off jitter (tests); `None`: random.
+    pub backoff_seed: Option<u64>,
+    pub events: EventConfig,
+}
+
+impl StatusConfig {
+    pub fn new(node_name: impl Into<String>, mode: StatusMode) -> Self {
+        Self {
+            node_name: node_name.into(),
+            mode,
+            condition_prefix: "observer.dev".into(),
+            runtime_name: "containerd".into(),
+            reporter: "observer".into(),
+            audit_running_grace: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
+            max_concurrent_writes: 8,
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(30),
+            backoff_seed: None,
+            events: EventConfig::default(),
+        }
+    }
+
+    pub fn condition_types(&self) -> ConditionTypes {
+        ConditionTypes::new(&self.condition_prefix)
+    }
+}
+
+/// The node name: the flag's value, else `NODE_NAME` (the DaemonSet sets it from
+/// `spec.nodeName` through the downward API).
+pub fn node_name(flag: Option<&str>) -> Result<String, KubeError> {
+    flag.map(str::to_string)
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .filter(|n| !n.trim().is_empty())
+        .ok_or(KubeError::NoNodeName)
+}
+
+/// A client from `--kubeconfig` when given, else the in-cluster service account (then the
+/// usual kubeconfig lookup, for a developer's machine).
+pub async fn client(kubeconfig: Option<&Path>) -> Result<::kube::Client, KubeError> {
+    use ::kube::config::{Config, KubeConfigOptions, Kubeconfig};
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| KubeError::Config(e.to_string()))?,
+    };
+    Ok(::kube::Client::try_from(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [
+            StatusMode::Off,
+            StatusMode::Conditions,
+            StatusMode::Audit,
+            StatusMode::Full,
+        ] {
+            assert_eq!(m.as_str().parse::<StatusMode>().unwrap(), m);
+        }
+        assert!(matches!(
+            "patch".parse::<StatusMode>(),
+            Err(KubeError::BadMode(_))
+        ));
+        assert_eq!(StatusMode::default(), StatusMode::Conditions);
+    }
+
+    #[test]
+    fn node_name_flag_wins_and_blank_is_an_error() {
+        assert_eq!(node_name(Some("n1")).unwrap(), "n1");
+        assert!(matches!(node_name(Some(" ")), Err(KubeError::NoNodeName)));
+    }
+}

@@ -1,0 +1,200 @@
+//! This node's pods, from a kube reflector on pods with `spec.nodeName=<node>`.
+//!
+//! The watcher retries with kube's default back-off while the API is unreachable; the store keeps
+//! the last pods it had meanwhile, so the agent goes on working locally, and a relist when the
+//! API returns brings it up to date (the store swaps in the new list at once, dropping pods
+//! deleted while it was away). Managed fields are dropped on the way in: half a pod's metadata,
+//! and nothing the agent reads.
+use std::sync::Arc;
+
+use ::kube::{
+    runtime::{
+        reflector::{self, ObjectRef, Store},
+        watcher::{self, watcher, Event},
+        WatchStreamExt,
+    },
+    Api, Client, ResourceExt,
+};
+use futures::{stream::BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+
+/// What changed in the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodChange {
+    /// Added or modified (during a relist: before the store has swapped the list in; a
+    /// [`PodChange::Resynced`] follows).
+    Applied {
+        uid: String,
+    },
+    Deleted {
+        uid: String,
+    },
+    /// A (re)list completed: the store holds exactly the API's pods of this node.
+    Resynced,
+    /// The API is not reachable or refused the watch; the watcher retries.
+    Error(String),
+}
+
+/// Read side of the reflector's store.
+#[derive(Clone)]
+pub struct NodePods {
+    store: Store<Pod>,
+}
+
+impl NodePods {
+    pub fn by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.store.find(|p| p.metadata.uid.as_deref() == Some(uid))
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn all(&self) -> Vec<Arc<Pod>> {
+        self.store.state()
+    }
+
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// Resolves once the first list has been stored.
+    pub async fn ready(&self) {
+        let _ = self.store.wait_until_ready().await;
+    }
+}
+
+/// The field selector of this node's pods.
+pub fn node_selector(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// The reflector on this node's pods: the store to read, and the stream of changes that must be
+/// polled to keep it up to date (it never ends).
+pub fn watch(client: Client, node: &str) -> (NodePods, BoxStream<'static, PodChange>) {
+    let api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&node_selector(node));
+    let (reader, writer) = reflector::store();
+    let events = watcher(api, cfg)
+        .modify(|p: &mut Pod| p.managed_fields_mut().clear())
+        .default_backoff();
+    let mut errors = 0u64;
+    let stream = reflector::reflector(writer, events)
+        .filter_map(move |ev| {
+            let change = match ev {
+                Ok(Event::Apply(p) | Event::InitApply(p)) => {
+                    errors = 0;
+                    p.metadata.uid.map(|uid| PodChange::Applied { uid })
+                }
+                Ok(Event::Delete(p)) => p.metadata.uid.map(|uid| PodChange::Deleted { uid }),
+                Ok(Event::Init) => None,
+                Ok(Event::InitDone) => {
+                    errors = 0;
+                    Some(PodChange::Resynced)
+                }
+                Err(e) => {
+                    errors += 1;
+                    // The first failure and then every power of two: an outage is one line a
+                    // while, not one per retry.
+                    if errors.is_power_of_two() {
+                        tracing::warn!(failures = errors, "pod watch: {e}; retrying");
+                    }
+                    Some(PodChange::Error(e.to_string()))
+                }
+            };
+            std::future::ready(change)
+        })
+        .boxed();
+    (NodePods { store: reader }, stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::kube::testkit::{api::*, *};
+
+    fn list(rv: &str, pods: Vec<Pod>) -> Reply {
+        Reply::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": rv},
+                   "items": pods}),
+        )
+    }
+
+    fn node_pod() -> Pod {
+        let mut p = pod(spec("Always", vec![], vec![container("app")]), None);
+        p.metadata.managed_fields = Some(vec![Default::default()]);
+        p
+    }
+
+    async fn next(s: &mut BoxStream<'static, PodChange>) -> PodChange {
+        tokio::time::timeout(Duration::from_secs(120), s.next())
+            .await
+            .expect("a change")
+            .expect("the stream never ends")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lists_and_watches_this_nodes_pods_only() {
+        let (client, handle) = client();
+        let seen = serve(handle, vec![list("10", vec![node_pod()]), Reply::Hang]);
+        let (pods, mut changes) = watch(client, "node-1");
+        assert_eq!(
+            next(&mut changes).await,
+            PodChange::Applied { uid: UID.into() }
+        );
+        assert_eq!(next(&mut changes).await, PodChange::Resynced);
+        let p = pods.by_uid(UID).expect("stored");
+        assert!(
+            p.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty),
+            "dropped"
+        );
+        assert!(pods.get(NS, NAME).is_some());
+        // Polling the stream on is what sends the watch.
+        tokio::spawn(async move { while changes.next().await.is_some() {} });
+        let s = wait_for(&seen, 2, Duration::from_secs(5)).await;
+        assert_eq!(s[0].method, http::Method::GET);
+        assert_eq!(s[0].path, "/api/v1/pods");
+        assert!(
+            s[0].query.contains("fieldSelector=spec.nodeName%3Dnode-1"),
+            "{}",
+            s[0].query
+        );
+        assert!(s[1].query.contains("watch=true"), "{}", s[1].query);
+        assert!(s[1].query.contains("fieldSelector=spec.nodeName%3Dnode-1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_api_is_retried_and_the_store_catches_up() {
+        let (client, handle) = client();
+        let seen = serve(
+            handle,
+            vec![
+                status(503, "ServiceUnavailable"),
+                status(500, "InternalError"),
+                list("11", vec![node_pod()]),
+                Reply::Hang,
+            ],
+        );
+        let (pods, mut changes) = watch(client, "node-1");
+        assert!(matches!(next(&mut changes).await, PodChange::Error(_)));
+        assert!(pods.is_empty(), "nothing known yet, nothing invented");
+        assert!(matches!(next(&mut changes).await, PodChange::Error(_)));
+        assert_eq!(
+            next(&mut changes).await,
+            PodChange::Applied { uid: UID.into() }
+        );
+        assert_eq!(next(&mut changes).await, PodChange::Resynced);
+        assert_eq!(pods.len(), 1);
+        let s = seen.lock().unwrap().clone();
+        assert!(s[1].at > s[0].at, "backed off between attempts");
+    }
+}

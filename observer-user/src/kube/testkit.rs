@@ -1,0 +1,390 @@
+//! Builders for the module's tests. Every `ContainerView` and `PodView` of the tests is made
+//! here, so a field the reconciler adds is one edit.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodReadinessGate, PodSpec, PodStatus, Probe, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::{
+    cgroup::{ContainerId, PodUid},
+    reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, Source},
+};
+
+pub const NS: &str = "default";
+pub const NAME: &str = "web";
+pub const UID: &str = "0b6a3f5e-0000-4000-8000-000000000001";
+
+/// Seconds after a fixed epoch, so that times in expected statuses are readable.
+pub fn t(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+}
+
+/// The one constructor of `ContainerView` in the tests.
+pub fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerView {
+    // A container id of the runtime's shape (64 hex digits), readable: the name's bytes, the attempt.
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    let id = ContainerId::parse(&format!("{:0>64}", format!("{hex}{restart:04x}")))
+        .expect("64 hex digits");
+    let running_or_done = matches!(phase, ContainerPhase::Running | ContainerPhase::Exited);
+    ContainerView {
+        id,
+        name: name.to_string(),
+        restart_count: restart,
+        image: format!("registry.local/{name}:1"),
+        phase,
+        created_at: Some(t(10 * u64::from(restart))),
+        started_at: running_or_done.then(|| t(10 * u64::from(restart) + 1)),
+        finished_at: None,
+        exit_code: None,
+        signal: None,
+        reason: None,
+        exit_source: matches!(phase, ContainerPhase::Exited).then_some(Source::Kernel),
+        runtime_reason: None,
+        runtime_exit_code: None,
+        init_pid: Some(4000 + restart),
+        oom_kills: 0,
+        last_oom: None,
+        kernel_seen: true,
+    }
+}
+
+/// An exited instance: code, and the signal that killed it (then code is 128 + signal).
+pub fn exited(name: &str, restart: u32, code: i32, reason: &str) -> ContainerView {
+    let mut c = cv(name, restart, ContainerPhase::Exited);
+    c.exit_code = Some(code);
+    c.signal = (code > 128).then(|| (code - 128) as u8);
+    c.reason = Some(reason.to_string());
+    c.finished_at = Some(t(10 * u64::from(restart) + 5));
+    c
+}
+
+/// The kernel's record of an OOM kill in `c`; `init`: the victim was its init.
+pub fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
+    OomEvidence {
+        time: c
+            .finished_at
+            .unwrap_or(t(10 * u64::from(c.restart_count) + 4)),
+        container_id: c.id,
+        pid,
+        comm: comm.to_string(),
+        init: Some(init),
+        anon_rss_kb: Some(65_000),
+        total_vm_kb: Some(80_000),
+        oom_score_adj: Some(1000),
+        oom_cgroup: None,
+        limit_bytes: None,
+        trigger_pid: None,
+        trigger_container: None,
+        source: Source::Kernel,
+    }
+}
+
+/// The one constructor of `PodView` in the tests.
+pub fn view(containers: Vec<ContainerView>) -> PodView {
+    let last_oom = containers
+        .iter()
+        .filter_map(|c| c.last_oom.clone())
+        .max_by_key(|o| o.time);
+    PodView {
+        uid: PodUid::parse(UID).expect("a pod uid"),
+        namespace: NS.to_string(),
+        name: NAME.to_string(),
+        sandbox_id: ContainerId::parse(&"5a4d".repeat(16)).expect("a sandbox id"),
+        sandbox_ready: true,
+        created_at: Some(t(0)),
+        containers,
+        last_oom,
+    }
+}
+
+pub fn container(name: &str) -> Container {
+    Container {
+        name: name.to_string(),
+        image: Some(format!("registry.local/{name}:1")),
+        ..Default::default()
+    }
+}
+
+pub fn with_memory_limit(mut c: Container, limit: &str) -> Container {
+    c.resources = Some(ResourceRequirements {
+        limits: Some([("memory".to_string(), Quantity(limit.to_string()))].into()),
+        ..Default::default()
+    });
+    c
+}
+
+pub fn with_readiness_probe(mut c: Container) -> Container {
+    c.readiness_probe = Some(Probe::default());
+    c
+}
+
+/// A native sidecar: an init container with `restartPolicy: Always`.
+pub fn sidecar(name: &str) -> Container {
+    Container {
+        restart_policy: Some("Always".into()),
+        ..container(name)
+    }
+}
+
+pub fn spec(restart_policy: &str, init: Vec<Container>, containers: Vec<Container>) -> PodSpec {
+    PodSpec {
+        node_name: Some("node-1".into()),
+        restart_policy: Some(restart_policy.to_string()),
+        init_containers: (!init.is_empty()).then_some(init),
+        containers,
+        ..Default::default()
+    }
+}
+
+pub fn with_gate(mut s: PodSpec, condition_type: &str) -> PodSpec {
+    s.readiness_gates = Some(vec![PodReadinessGate {
+        condition_type: condition_type.to_string(),
+    }]);
+    s
+}
+
+pub fn pod(spec: PodSpec, status: Option<PodStatus>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            namespace: Some(NS.into()),
+            name: Some(NAME.into()),
+            uid: Some(UID.into()),
+            resource_version: Some("100".into()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status,
+    }
+}
+
+/// The API server side of kube's mock service (tower-test), in the ApiServerVerifier pattern:
+/// a test's scenario answers each request the client sends, and records it.
+pub mod api {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use ::kube::client::Body;
+    use ::kube::Client;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use serde_json::{json, Value};
+    use tokio::time::Instant;
+
+    pub type ApiHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// A request as the server received it.
+    #[derive(Clone, Debug)]
+    pub struct Seen {
+        pub method: http::Method,
+        pub path: String,
+        pub query: String,
+        pub content_type: String,
+        pub body: Value,
+        pub at: Instant,
+    }
+
+    pub fn client() -> (Client, ApiHandle) {
+        let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(svc, "default"), handle)
+    }
+
+    pub async fn read(req: Request<Body>) -> Seen {
+        let (parts, body) = req.into_parts();
+        let bytes = body.collect().await.expect("request body").to_bytes();
+        Seen {
+            method: parts.method,
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or("").to_string(),
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            body: if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).expect("JSON body")
+            },
+            at: Instant::now(),
+        }
+    }
+
+    /// What the scenario answers to one request.
+    #[derive(Clone, Debug)]
+    pub enum Reply {
+        /// Status code, JSON body.
+        Json(u16, Value),
+        /// 429 with `Retry-After: <secs>`.
+        TooMany(u64),
+        /// Never answers (the request hangs until the client gives up).
+        Hang,
+        /// 200 (201 for a POST) with the request's own body, as create and patch answer.
+        Echo,
+    }
+
+    /// Events are echoed back (the Recorder parses them); anything else gets a pod.
+    fn default_reply(s: &Seen) -> Reply {
+        if s.path.contains("/events") {
+            Reply::Echo
+        } else {
+            ok_pod()
+        }
+    }
+
+    pub fn ok_pod() -> Reply {
+        Reply::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}}),
+        )
+    }
+
+    pub fn status(code: u16, reason: &str) -> Reply {
+        Reply::Json(
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": format!("{reason} (test)"), "reason": reason, "code": code}),
+        )
+    }
+
+    pub fn response(reply: &Reply) -> Option<Response<Body>> {
+        match reply {
+            Reply::Json(code, v) => Some(
+                Response::builder()
+                    .status(StatusCode::from_u16(*code).expect("status code"))
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(v).expect("json")))
+                    .expect("response"),
+            ),
+            Reply::TooMany(secs) => Some(
+                Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .header(http::header::RETRY_AFTER, secs.to_string())
+                    .body(Body::from(
+                        serde_json::to_vec(&json!({"kind": "Status", "code": 429,
+                            "message": "too many requests", "reason": "TooManyRequests"}))
+                        .expect("json"),
+                    ))
+                    .expect("response"),
+            ),
+            Reply::Hang | Reply::Echo => None,
+        }
+    }
+
+    fn echo(seen: &Seen) -> Response<Body> {
+        let code = if seen.method == http::Method::POST {
+            201
+        } else {
+            200
+        };
+        Response::builder()
+            .status(code)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&seen.body).expect("json")))
+            .expect("response")
+    }
+
+    /// Answers requests in order with `replies` (then 200 with a pod), recording each. Hung
+    /// requests are held until the scenario ends.
+    pub fn serve(mut handle: ApiHandle, replies: Vec<Reply>) -> Arc<Mutex<Vec<Seen>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut replies = replies.into_iter();
+            let mut held = Vec::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let s = read(req).await;
+                log.lock().expect("log").push(s.clone());
+                let reply = replies.next().unwrap_or_else(|| default_reply(&s));
+                match (&reply, response(&reply)) {
+                    (Reply::Echo, _) => send.send_response(echo(&s)),
+                    (_, Some(r)) => send.send_response(r),
+                    (_, None) => held.push(send),
+                }
+            }
+        });
+        seen
+    }
+
+    /// Waits (on paused time: advances) until `n` requests were seen, at most `limit`.
+    pub async fn wait_for(seen: &Arc<Mutex<Vec<Seen>>>, n: usize, limit: Duration) -> Vec<Seen> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let s = seen.lock().expect("log").clone();
+            if s.len() >= n || Instant::now() >= deadline {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A stand-in API server for the manager: lists this node's pods and holds the watch open,
+/// answers status patches in order from a script (then 200), echoes Events; records everything.
+pub mod server {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    use super::api::{ok_pod, read, response, ApiHandle, Reply, Seen};
+
+    pub type Log = Arc<Mutex<Vec<Seen>>>;
+
+    pub fn serve(mut handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
+        let seen: Log = Arc::default();
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut patches = patches.into_iter();
+            let mut held = Vec::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let s = read(req).await;
+                log.lock().expect("log").push(s.clone());
+                let reply = if s.path.contains("/events") {
+                    let code = if s.method == http::Method::POST {
+                        201
+                    } else {
+                        200
+                    };
+                    Reply::Json(code, s.body.clone())
+                } else if s.method == http::Method::GET && s.query.contains("watch=true") {
+                    Reply::Hang
+                } else if s.method == http::Method::GET {
+                    Reply::Json(
+                        200,
+                        json!({"apiVersion": "v1", "kind": "PodList",
+                               "metadata": {"resourceVersion": "1"}, "items": pods}),
+                    )
+                } else {
+                    patches.next().unwrap_or_else(ok_pod)
+                };
+                match response(&reply) {
+                    Some(r) => send.send_response(r),
+                    None => held.push(send),
+                }
+            }
+        });
+        seen
+    }
+
+    pub fn patches(log: &Log) -> Vec<Seen> {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|s| s.method == http::Method::PATCH && s.path.ends_with("/status"))
+            .cloned()
+            .collect()
+    }
+
+    pub fn events(log: &Log) -> Vec<Seen> {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|s| s.path.contains("/events"))
+            .cloned()
+            .collect()
+    }
+}
