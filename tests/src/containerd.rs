@@ -334,6 +334,7 @@ state = "{d}/state"
             uid: spec.uid.clone(),
             qos: spec.qos,
             cgroup_parent,
+            pid: spec.pid,
             log_directory,
             sandbox_config: config,
             containers: vec![],
@@ -412,6 +413,57 @@ state = "{d}/state"
         )
         .await
         .with_context(|| format!("StartContainer {id}:\n{}", self.log_tail(15)))?;
+        Ok(())
+    }
+
+    /// CRI ExecSync (what kubelet's exec probes use): runs `cmd` in the container through
+    /// `runc exec`; returns the exit code and stdout.
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[&str],
+        timeout: Duration,
+    ) -> Result<(i32, String)> {
+        let cri = self.cri()?;
+        let mut rt = cri.runtime();
+        let resp = cri
+            .timed(
+                "ExecSync",
+                rt.exec_sync(api::ExecSyncRequest {
+                    container_id: id.to_string(),
+                    cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                    timeout: timeout.as_secs() as i64,
+                }),
+            )
+            .await?;
+        Ok((
+            resp.exit_code,
+            String::from_utf8_lossy(&resp.stdout).into_owned(),
+        ))
+    }
+
+    /// A pod-level memory limit, as kubelet writes it on the pod's cgroup (the runtime never does):
+    /// cgroup2 `memory.max` where the memory controller lives there, else the v1 memory
+    /// hierarchy's `memory.limit_in_bytes`.
+    pub fn limit_pod_memory(&self, pod: &Pod, bytes: u64) -> Result<()> {
+        let mounts = observer::cgroup::CgroupMounts::detect(None)?;
+        let v2 = mounts.unified().filter(|u| {
+            fs::read_to_string(u.mount_point.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+        });
+        let (dir, file) = match v2 {
+            Some(u) => (u.to_absolute(&pod.cgroup_parent), "memory.max"),
+            None => (
+                mounts
+                    .v1("memory")
+                    .context("no memory controller")?
+                    .to_absolute(&pod.cgroup_parent),
+                "memory.limit_in_bytes",
+            ),
+        };
+        let dir = dir.context("pod cgroup outside the mount")?;
+        fs::write(dir.join(file), bytes.to_string())
+            .with_context(|| format!("{}/{file}", dir.display()))?;
         Ok(())
     }
 

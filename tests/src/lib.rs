@@ -36,7 +36,7 @@ pub mod wait;
 
 pub use containerd::{Containerd, StopSignal};
 pub use events::{TaskExit, TaskExitStream};
-pub use pod::{Container, ContainerSpec, Pod, PodSpec, Qos};
+pub use pod::{Container, ContainerSpec, PidMode, Pod, PodSpec, Qos};
 pub use prereq::{require_containerd, require_root};
 pub use wait::{eventually, eventually_async, poll_until, poll_until_async};
 

@@ -46,6 +46,18 @@ impl Qos {
     }
 }
 
+/// Whose pid namespace a pod's containers run in (CRI NamespaceMode for pid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PidMode {
+    /// Each container its own (kubelet's default).
+    #[default]
+    Container,
+    /// One namespace for the pod, the pause process its pid 1 (`shareProcessNamespace: true`).
+    Pod,
+    /// The node's (`hostPID: true`).
+    Node,
+}
+
 /// A container of a pod.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
@@ -57,6 +69,9 @@ pub struct ContainerSpec {
     pub memory_limit: Option<i64>,
     /// kubelet's restart count: metadata.attempt, the restartCount annotation and the log file name.
     pub restart_count: u32,
+    /// An ephemeral debug container joining this container's pid namespace (CRI pid mode TARGET,
+    /// `kubectl debug --target`).
+    pub target: Option<String>,
 }
 
 impl ContainerSpec {
@@ -70,6 +85,7 @@ impl ContainerSpec {
             env: vec![],
             memory_limit: None,
             restart_count: 0,
+            target: None,
         }
     }
 
@@ -111,6 +127,12 @@ impl ContainerSpec {
         self.restart_count = n;
         self
     }
+
+    /// Runs in the pid namespace of container `id` (an ephemeral container's `--target`).
+    pub fn target(mut self, id: impl Into<String>) -> Self {
+        self.target = Some(id.into());
+        self
+    }
 }
 
 /// A pod: what kubelet would know from the API server, reduced to what CRI sees.
@@ -126,6 +148,7 @@ pub struct PodSpec {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub containers: Vec<ContainerSpec>,
+    pub pid: PidMode,
 }
 
 impl PodSpec {
@@ -147,7 +170,13 @@ impl PodSpec {
             labels: BTreeMap::new(),
             annotations,
             containers: vec![],
+            pid: PidMode::Container,
         }
+    }
+
+    pub fn pid(mut self, mode: PidMode) -> Self {
+        self.pid = mode;
+        self
     }
 
     pub fn namespace(mut self, ns: impl Into<String>) -> Self {
@@ -204,6 +233,7 @@ pub struct Pod {
     pub uid: String,
     pub qos: Qos,
     pub cgroup_parent: String,
+    pub pid: PidMode,
     pub log_directory: PathBuf,
     /// What RunPodSandbox got; CreateContainer repeats it, as kubelet does.
     pub sandbox_config: api::PodSandboxConfig,
@@ -248,12 +278,21 @@ fn kubelet_pod_labels(name: &str, namespace: &str, uid: &str) -> HashMap<String,
     .collect()
 }
 
-/// The pod's namespaces: host network (no CNI here), per-container pid, pod-shared IPC.
-fn namespace_options() -> api::NamespaceOption {
+/// The namespaces, as kubelet sets them: host network (no CNI here), pod-shared IPC, and the pid
+/// namespace of `pid` mode (the sandbox's own when containers share one), or the target
+/// container's.
+fn namespace_options(pid: PidMode, target: Option<&str>) -> api::NamespaceOption {
+    let mode = match (pid, target) {
+        (_, Some(_)) => api::NamespaceMode::Target,
+        (PidMode::Container, None) => api::NamespaceMode::Container,
+        (PidMode::Pod, None) => api::NamespaceMode::Pod,
+        (PidMode::Node, None) => api::NamespaceMode::Node,
+    };
     api::NamespaceOption {
         network: api::NamespaceMode::Node as i32,
-        pid: api::NamespaceMode::Container as i32,
+        pid: mode as i32,
         ipc: api::NamespaceMode::Pod as i32,
+        target_id: target.unwrap_or_default().to_string(),
         ..Default::default()
     }
 }
@@ -277,7 +316,7 @@ pub fn sandbox_config(spec: &PodSpec, log_directory: &Path) -> api::PodSandboxCo
         linux: Some(api::LinuxPodSandboxConfig {
             cgroup_parent: spec.cgroup_parent(),
             security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options()),
+                namespace_options: Some(namespace_options(spec.pid, None)),
                 ..Default::default()
             }),
             ..Default::default()
@@ -339,7 +378,7 @@ pub fn container_config(pod: &Pod, spec: &ContainerSpec) -> api::ContainerConfig
                 ..Default::default()
             }),
             security_context: Some(api::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options()),
+                namespace_options: Some(namespace_options(pod.pid, spec.target.as_deref())),
                 ..Default::default()
             }),
         }),
@@ -446,6 +485,7 @@ mod tests {
             uid: "u-1".into(),
             qos: Qos::Burstable,
             cgroup_parent: "/kubepods/burstable/podu-1".into(),
+            pid: PidMode::Container,
             log_directory: "/logs".into(),
             sandbox_config: Default::default(),
             containers: vec![],

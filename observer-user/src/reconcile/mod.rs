@@ -298,7 +298,8 @@ impl Reconciler {
             }
             Ok(Err(e)) => {
                 bump(&self.shared.stats.fetch_errors);
-                if done.failures == 1 {
+                // Not connected (yet, or any more) is the connection's to report, once.
+                if done.failures == 1 && !matches!(e, CriError::Disconnected { .. }) {
                     tracing::warn!(pod = %uid, "runtime status of pod failed (retrying): {}", e.chain());
                 }
             }

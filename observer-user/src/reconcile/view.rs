@@ -113,6 +113,16 @@ impl PodView {
         })
     }
 
+    /// The instance of `name` that ran before the current one, if it ended: kubectl's
+    /// "Last State".
+    pub fn last_terminated(&self, name: &str) -> Option<&ContainerView> {
+        let current = self.current().find(|c| c.name == name)?;
+        self.containers
+            .iter()
+            .filter(|c| c.name == name && c.id != current.id && c.phase == ContainerPhase::Exited)
+            .max_by_key(|c| (c.restart_count, c.created_at))
+    }
+
     /// kubectl's READY column: running containers / containers.
     pub fn ready(&self) -> (usize, usize) {
         let cur: Vec<_> = self.current().collect();
