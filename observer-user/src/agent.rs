@@ -38,6 +38,7 @@ pub struct Agent {
     kernel: PipelineTask,
     reconciler: Option<JoinHandle<()>>,
     kmsg: Option<JoinHandle<()>>,
+    tap: Option<tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>>,
 }
 
 impl Agent {
@@ -69,6 +70,8 @@ impl Agent {
                 None
             }
         };
+        // Subscribed before the reconciler runs, so the start-up walk's events are in it.
+        let tap = handle.pleg_events();
         let relist = handle.clone();
         let kernel = pipeline.spawn(move || relist.request_relist());
         let reconciler = tokio::spawn(reconciler.run(events));
@@ -78,7 +81,18 @@ impl Agent {
             kernel,
             reconciler: Some(reconciler),
             kmsg: kmsg_task,
+            tap: Some(tap),
         })
+    }
+
+    /// The PLEG events the reconciler consumes, from the very first (the start-up walk's); later
+    /// calls subscribe from now on.
+    pub fn take_pleg_events(
+        &mut self,
+    ) -> tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent> {
+        self.tap
+            .take()
+            .unwrap_or_else(|| self.reconcile.pleg_events())
     }
 
     /// The kernel's own counters (ring-buffer drops, ...). A failed read is an error, never 0.

@@ -31,6 +31,7 @@ pub mod image;
 pub mod kernel;
 pub mod pod;
 pub mod prereq;
+pub mod process;
 mod sys;
 pub mod wait;
 
@@ -39,6 +40,11 @@ pub use events::{TaskExit, TaskExitStream};
 pub use pod::{Container, ContainerSpec, PidMode, Pod, PodSpec, Qos};
 pub use prereq::{require_containerd, require_root};
 pub use wait::{eventually, eventually_async, poll_until, poll_until_async};
+
+/// Sends a signal to a process (gone already: nothing to do).
+pub fn sys_signal(pid: u32, sig: nix::sys::signal::Signal) {
+    sys::signal(pid, sig);
+}
 
 /// The `observer` binary of this build (`cargo test` at the workspace root builds it beside the
 /// test executables).

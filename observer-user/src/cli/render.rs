@@ -225,7 +225,21 @@ pub struct PlegLine {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<u8>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<String>,
+    /// How the line is known: `kernel` (seen live), `kernel-log` (an OOM kill from before the
+    /// agent started), `runtime` (a death before it started, in the runtime's account).
+    pub source: &'static str,
+    /// The container's name, where the runtime has told it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// What the runtime said where the agent's account replaces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_exit_code: Option<i32>,
+    /// OOM kills: whether the victim was the container's init (null: not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init: Option<Option<bool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -246,6 +260,7 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
         pod_uid: ev.pod_uid.as_str().to_string(),
         container_id: ev.container_id().map(|c| c.as_str().to_string()),
         runtime: ev.runtime.map(|r| r.as_str()),
+        source: "kernel",
         ..Default::default()
     };
     match &ev.event {
@@ -259,12 +274,12 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
         PlegEvent::ContainerDied { exit: x, .. } => {
             line.exit_code = Some(x.exit_code());
             line.signal = Some(x.status.and_then(|s| s.signal()));
-            line.reason = Some(x.reason.as_str());
+            line.reason = Some(x.reason.as_str().to_string());
             line.pid = x.pid;
             line.comm = x.comm.map(|c| c.to_string());
         }
         PlegEvent::OomKill { kill: o, .. } => {
-            line.reason = Some("OOMKilled");
+            line.reason = Some("OOMKilled".into());
             line.pid = Some(o.victim.tgid);
             line.comm = Some(o.victim_comm.to_string());
             line.anon_rss_kb = o.memory.anon_rss_kb;
@@ -273,6 +288,53 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
         }
     }
     line
+}
+
+/// A death the agent did not watch, from the reconciled view (kubelet's first relist reports
+/// exited containers as died, too).
+pub fn view_died_line(
+    pod: &crate::reconcile::PodView,
+    c: &crate::reconcile::ContainerView,
+) -> PlegLine {
+    PlegLine {
+        event: "ContainerDied",
+        time: c.finished_at.map(rfc3339).unwrap_or_default(),
+        pod_uid: pod.uid.to_string(),
+        container_id: Some(c.id.to_string()),
+        exit_code: c.exit_code,
+        signal: Some(c.signal),
+        reason: c.reason.clone(),
+        source: c.exit_source.map_or("runtime", |s| s.as_str()),
+        container: Some(c.name.clone()).filter(|n| !n.is_empty()),
+        runtime_reason: c.runtime_reason.clone(),
+        runtime_exit_code: c.runtime_exit_code,
+        pid: c.init_pid,
+        ..Default::default()
+    }
+}
+
+/// An OOM kill the agent did not watch, from the kernel log.
+pub fn view_oom_line(
+    pod: &crate::reconcile::PodView,
+    c: &crate::reconcile::ContainerView,
+    o: &crate::reconcile::OomEvidence,
+) -> PlegLine {
+    PlegLine {
+        event: "OOMKill",
+        time: rfc3339(o.time),
+        pod_uid: pod.uid.to_string(),
+        container_id: Some(c.id.to_string()),
+        reason: Some("OOMKilled".into()),
+        source: o.source.as_str(),
+        container: Some(c.name.clone()).filter(|n| !n.is_empty()),
+        init: Some(o.init),
+        pid: Some(o.pid),
+        comm: Some(o.comm.clone()),
+        anon_rss_kb: o.anon_rss_kb,
+        total_vm_kb: o.total_vm_kb,
+        oom_score_adj: o.oom_score_adj,
+        ..Default::default()
+    }
 }
 
 pub fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()> {
@@ -286,7 +348,7 @@ pub fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()
         "{clock:<15} {:<17} pod {} container {ctr:<12}",
         l.event, l.pod_uid
     )?;
-    if let Some(reason) = l.reason {
+    if let Some(reason) = &l.reason {
         write!(out, " {reason}")?;
     }
     if let Some(code) = l.exit_code {

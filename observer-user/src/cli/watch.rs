@@ -40,6 +40,11 @@ pub struct WatchArgs {
     /// mounts them elsewhere (e.g. /host/sys/fs/cgroup).
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    /// With --pods: the CRI socket (a path or unix:///path). Default: containerd's, else
+    /// CRI-O's. Where a runtime answers, deaths from before the watch started are printed too
+    /// (from its account and the kernel log), as kubelet's first relist reports them.
+    #[arg(long, value_name = "ENDPOINT", requires = "pods")]
+    pub cri_endpoint: Option<crate::cri::CriEndpoint>,
 }
 
 pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
@@ -51,6 +56,14 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     if args.pods {
+        let endpoint = args
+            .cri_endpoint
+            .clone()
+            .unwrap_or_else(crate::cri::CriEndpoint::detect);
+        if endpoint.path().exists() && !args.all && args.cgroup_roots.is_empty() {
+            return watch_pods_reconciled(args.format, endpoint, args.cgroupfs.clone()).await;
+        }
+        tracing::info!(%endpoint, "no container runtime socket: pod events from the kernel alone");
         let (pipeline, events) = KernelPipeline::start(PipelineConfig {
             scan_roots: find_kubepods_roots(&unified),
             unified,
@@ -176,6 +189,94 @@ async fn watch_pods(
         "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
         pipeline.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
     );
+    finish(result)
+}
+
+/// `--pods` beside a runtime: the kernel's events live, and once the first relist settled, the
+/// deaths and OOM kills the agent did not see happen (it started after them), each saying how it
+/// is known.
+async fn watch_pods_reconciled(
+    format: Format,
+    endpoint: crate::cri::CriEndpoint,
+    cgroupfs: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use std::collections::HashSet;
+
+    use crate::{
+        agent::{Agent, AgentConfig},
+        cgroup::ContainerId,
+        pleg::PlegEventType,
+    };
+    let mut cfg = AgentConfig::new(endpoint);
+    cfg.cgroupfs = cgroupfs;
+    let mut agent = Agent::start(cfg).await?;
+    let mut events = agent.take_pleg_events();
+    let clock = agent.clock();
+    let reconcile = agent.reconcile.clone();
+    let settled = reconcile.settled(std::time::Duration::from_secs(3600));
+    tokio::pin!(settled);
+    let mut caught_up = false;
+    let mut died: HashSet<ContainerId> = HashSet::new();
+    let mut killed: HashSet<(ContainerId, u32)> = HashSet::new();
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let write =
+        |out: &mut BufWriter<_>, line: &crate::cli::render::PlegLine| -> std::io::Result<()> {
+            match format {
+                Format::Json => serde_json::to_writer(&mut *out, line)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n")),
+                Format::Text => write_pleg_text(out, line),
+            }
+        };
+    tracing::info!("watching pods; Ctrl-C to stop");
+    let shutdown = super::shutdown_signal();
+    tokio::pin!(shutdown);
+    let result: anyhow::Result<()> = async {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(()),
+                e = agent.failed() => return Err(e.into()),
+                ev = events.recv() => match ev {
+                    Ok(ev) => {
+                        if let Some(id) = ev.container_id() {
+                            match ev.kind() {
+                                PlegEventType::ContainerDied => { died.insert(id); }
+                                PlegEventType::OomKill => {
+                                    if let Some(o) = ev.oom() { killed.insert((id, o.victim.tgid)); }
+                                }
+                                _ => {}
+                            }
+                        }
+                        write(&mut out, &pleg_line(&ev, clock.to_system_time(ev.at)))?;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(lost = n, "the printer fell behind; lifecycle events not printed");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+                _ = &mut settled, if !caught_up => {
+                    caught_up = true;
+                    for pod in reconcile.pods() {
+                        for c in &pod.containers {
+                            if let Some(o) = &c.last_oom {
+                                if o.source != crate::reconcile::Source::Kernel && killed.insert((c.id, o.pid)) {
+                                    write(&mut out, &super::render::view_oom_line(&pod, c, o))?;
+                                }
+                            }
+                            if c.phase == crate::reconcile::ContainerPhase::Exited && died.insert(c.id) {
+                                write(&mut out, &super::render::view_died_line(&pod, c))?;
+                            }
+                        }
+                    }
+                }
+            }
+            out.flush()?;
+        }
+    }
+    .await;
+    drop(out);
     finish(result)
 }
 

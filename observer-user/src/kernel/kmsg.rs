@@ -34,6 +34,9 @@ pub struct LoggedOomKill {
     pub oom_score_adj: Option<i16>,
     /// The limit of `oom_memcg` in bytes, read right after the kill (live kills only).
     pub limit_bytes: Option<u64>,
+    /// Killed with the rest of its cgroup (`memory.oom.group`, which kubelet sets on cgroup v2):
+    /// every process of `task_memcg`, the container's init included, was killed.
+    pub group: bool,
 }
 
 impl Default for LoggedOomKill {
@@ -51,6 +54,7 @@ impl Default for LoggedOomKill {
             shmem_rss_kb: None,
             oom_score_adj: None,
             limit_bytes: None,
+            group: false,
         }
     }
 }
@@ -166,8 +170,15 @@ impl Follower {
 }
 
 /// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`).
+///
+/// With `memory.oom.group`, the kernel logs the first victim with its `oom-kill:` line, then
+/// `Tasks in <cgroup> are going to be killed due to memory.oom.group set`, then one `Killed
+/// process` line per other member, with no `oom-kill:` line of their own: those are kills of that
+/// cgroup too.
 pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKill> {
     let mut out: Vec<LoggedOomKill> = Vec::new();
+    // The cgroup of the group kill under way, and the kill that started it.
+    let mut group: Option<(String, usize)> = None;
     for rec in records {
         let Some((head, msg)) = rec.split_once(';') else {
             continue;
@@ -178,7 +189,16 @@ pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKil
             .nth(2)
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
-        if let Some(fields) = msg.strip_prefix("oom-kill:") {
+        if let Some(cg) = msg
+            .strip_prefix("Tasks in ")
+            .and_then(|r| r.strip_suffix(" are going to be killed due to memory.oom.group set"))
+        {
+            if let Some(first) = out.last_mut() {
+                first.group = true;
+                group = Some((cg.to_string(), out.len() - 1));
+            }
+        } else if let Some(fields) = msg.strip_prefix("oom-kill:") {
+            group = None;
             let get = |k: &str| {
                 fields
                     .split(',')
@@ -212,16 +232,45 @@ pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKil
                 .nth(1)
                 .and_then(|v| v.split_whitespace().next())
                 .and_then(|v| v.parse().ok());
-            // Completes the oom-kill line just before it, when it is the same victim.
-            if let Some(last) = out
-                .last_mut()
-                .filter(|l| l.pid == pid && l.total_vm_kb.is_none())
+            let comm = rest
+                .split_once('(')
+                .and_then(|(_, r)| r.split_once(')'))
+                .map(|(c, _)| c.to_string())
+                .unwrap_or_default();
+            let completes = out
+                .last()
+                .is_some_and(|l| l.pid == pid && l.total_vm_kb.is_none());
+            let target = if completes {
+                // Completes the oom-kill line just before it: the same victim.
+                out.last_mut()
+            } else if let Some((cg, first)) = group
+                .as_ref()
+                .filter(|(_, first)| at_us.saturating_sub(out[*first].at_us) < 1_000_000)
             {
-                last.total_vm_kb = kb("total-vm:");
-                last.anon_rss_kb = kb("anon-rss:");
-                last.file_rss_kb = kb("file-rss:");
-                last.shmem_rss_kb = kb("shmem-rss:");
-                last.oom_score_adj = adj;
+                // Another member of a group kill (logged within the same kill, so within
+                // milliseconds of the first).
+                let head = &out[*first];
+                let member = LoggedOomKill {
+                    at_us,
+                    time: mono_to_wall(at_us),
+                    pid,
+                    comm,
+                    task_memcg: cg.clone(),
+                    oom_memcg: head.oom_memcg.clone(),
+                    group: true,
+                    ..Default::default()
+                };
+                out.push(member);
+                out.last_mut()
+            } else {
+                None
+            };
+            if let Some(k) = target {
+                k.total_vm_kb = kb("total-vm:");
+                k.anon_rss_kb = kb("anon-rss:");
+                k.file_rss_kb = kb("file-rss:");
+                k.shmem_rss_kb = kb("shmem-rss:");
+                k.oom_score_adj = adj;
             }
         }
     }
@@ -255,6 +304,35 @@ mod tests {
             (Some(39136), Some(32000), Some(1424), Some(0))
         );
         assert_eq!(k.oom_score_adj, Some(500));
+    }
+
+    /// cgroup v2 with memory.oom.group=1: the header names the first victim, the members follow.
+    #[test]
+    fn a_group_kill_logs_every_member() {
+        let cg = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a_b.slice/cri-containerd-ed0f.scope";
+        let log = [
+            format!("6,10,100,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg={cg},task_memcg={cg},task=hog,pid=12,uid=0"),
+            "3,11,101,-;Memory cgroup out of memory: Killed process 12 (hog) total-vm:9kB, anon-rss:8kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
+            format!("6,12,102,-;Tasks in {cg} are going to be killed due to memory.oom.group set"),
+            "3,13,103,-;Memory cgroup out of memory: Killed process 10 (sh) total-vm:2kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
+            "3,14,104,-;Memory cgroup out of memory: Killed process 11 (sleep) total-vm:2kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
+            // A line without a header seconds later is no member.
+            "3,15,5000000,-;Out of memory: Killed process 99 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
+        ];
+        let kills = parse(log.iter().map(String::as_str));
+        let got: Vec<_> = kills
+            .iter()
+            .map(|k| (k.pid, k.comm.as_str(), k.group, k.task_memcg == cg))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (12, "hog", true, true),
+                (10, "sh", true, true),
+                (11, "sleep", true, true)
+            ]
+        );
+        assert_eq!(kills[1].anon_rss_kb, Some(1));
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
         anon_rss_kb: Some(65_000),
         total_vm_kb: Some(80_000),
         oom_score_adj: Some(1000),
+        group: false,
         oom_cgroup: None,
         limit_bytes: None,
         trigger_pid: None,

@@ -16,6 +16,8 @@ pub struct KernelEvidence {
     pub exit: Option<(BootNs, ContainerExit)>,
     pub oom_kills: u32,
     pub last_oom: Option<Box<OomKill>>,
+    /// The kill of the container's init, if it was a victim (the container died of it).
+    pub init_kill: Option<Box<OomKill>>,
     /// The container whose allocation invoked the OOM killer for `last_oom`, where known.
     pub last_oom_trigger: Option<ContainerId>,
     /// (pid, time) of the most recent victims.
@@ -47,6 +49,9 @@ impl KernelEvidence {
                     self.oom_victims.remove(0);
                 }
                 self.oom_victims.push((kill.victim.tgid, kill.at));
+                if self.init_pid() == Some(kill.victim.tgid) {
+                    self.init_kill = Some(kill.clone());
+                }
                 self.last_oom = Some(kill.clone());
             }
             PlegEvent::ContainerRemoved { .. } => self.removed = Some(ev.at),

@@ -12,6 +12,9 @@ use crate::{
 pub struct PodSnapshot {
     pub sandboxes: Vec<api::PodSandbox>,
     pub containers: Vec<api::ContainerStatus>,
+    /// The init's pid of dead containers whose account may hinge on it (the runtime says
+    /// OOMKilled, or SIGKILL): whether the kernel log's kill was the init's.
+    pub pids: HashMap<String, u32>,
 }
 
 pub async fn fetch_pod(cri: &ReconnectingCri, uid: PodUid) -> Result<PodSnapshot, CriError> {
@@ -30,9 +33,23 @@ pub async fn fetch_pod(cri: &ReconnectingCri, uid: PodUid) -> Result<PodSnapshot
         client.list_containers(Some(container_filter))
     )?;
     let mut statuses = Vec::with_capacity(containers.len());
+    let mut pids = HashMap::new();
     for c in containers {
         match client.container_status(&c.id).await {
-            Ok(s) => statuses.push(s),
+            Ok(s) => {
+                let exited = s.state == api::ContainerState::ContainerExited as i32;
+                if exited && (s.reason == "OOMKilled" || s.exit_code == 137) {
+                    match client.container_pid(&c.id).await {
+                        Ok(Some(pid)) => {
+                            pids.insert(c.id.clone(), pid);
+                        }
+                        Ok(None) => {}
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                statuses.push(s);
+            }
             // Removed between the list and the status call: it is simply gone.
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
@@ -41,5 +58,6 @@ pub async fn fetch_pod(cri: &ReconnectingCri, uid: PodUid) -> Result<PodSnapshot
     Ok(PodSnapshot {
         sandboxes,
         containers: statuses,
+        pids,
     })
 }

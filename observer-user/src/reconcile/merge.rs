@@ -90,6 +90,7 @@ pub fn probe_oom(
         anon_rss_kb: o.memory.anon_rss_kb,
         total_vm_kb: o.memory.total_vm_kb,
         oom_score_adj: o.oom_score_adj,
+        group: false,
         oom_cgroup: None,
         limit_bytes: None,
         trigger_pid: Some(o.trigger_tgid).filter(|&t| t != o.victim.tgid && t != 0),
@@ -109,6 +110,7 @@ pub fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> Oom
         anon_rss_kb: k.anon_rss_kb,
         total_vm_kb: k.total_vm_kb,
         oom_score_adj: k.oom_score_adj,
+        group: k.group,
         oom_cgroup: oom_cgroup(k),
         limit_bytes: k.limit_bytes,
         trigger_pid: None,
@@ -155,7 +157,6 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
             v.phase = ContainerPhase::Running;
         }
     }
-    oom_account(&mut v, &i, clock);
     match k.and_then(|k| k.exit.as_ref()) {
         Some((at, exit)) => {
             let runtime =
@@ -188,6 +189,7 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
         None if v.phase == ContainerPhase::Exited => correct_unwatched(&mut v, &i),
         None => {}
     }
+    oom_account(&mut v, &i, clock);
     v
 }
 
@@ -220,18 +222,28 @@ fn runtime_account(v: &mut ContainerView, s: &api::ContainerStatus) {
 
 /// OOM kills of the container: the probes' and the kernel log's (a kill both saw counts once).
 fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
+    // Whether a victim was the init: by its pid where known; else what the container's own fate
+    // proves (its init still runs, or ended other than by SIGKILL: never the victim).
     let init_pid = v.init_pid;
-    let init = |pid: u32| init_pid.map(|p| p == pid);
+    let init_survived = v.phase == ContainerPhase::Running
+        || (v.phase == ContainerPhase::Exited && v.exit_code.is_some_and(|c| c != SIGKILL_EXIT));
+    let init = |pid: u32| match init_pid {
+        Some(p) => Some(p == pid),
+        None if init_survived => Some(false),
+        None => None,
+    };
     let same_kill = |pid: u32, at: crate::kernel::BootNs, k: &LoggedOomKill| {
         pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
     };
     let probe = i.kernel.and_then(|k| {
-        let o = k.last_oom.as_ref()?;
+        // The init's own kill is the one the container died of; else the last.
+        let o = k.init_kill.as_ref().or(k.last_oom.as_ref())?;
         let mut e = probe_oom(o, i.id, init(o.victim.tgid), clock);
         e.trigger_container = k.last_oom_trigger.filter(|t| *t != i.id);
         // The kernel log's line of the same kill names the cgroup whose limit was hit, and has
         // the memory figures the tracepoint lacks before Linux 6.8.
         if let Some(l) = i.logged.iter().find(|l| same_kill(o.victim.tgid, o.at, l)) {
+            e.group = l.group;
             e.oom_cgroup = oom_cgroup(l);
             e.limit_bytes = l.limit_bytes;
             e.anon_rss_kb = e.anon_rss_kb.or(l.anon_rss_kb);
@@ -247,10 +259,21 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
     };
     let logged: Vec<&LoggedOomKill> = i.logged.iter().filter(|k| !seen_by_probes(k)).collect();
     v.oom_kills = probe_kills + logged.len() as u32;
+    // The init's kill where the log names it (or the whole group's), else the newest.
     let newest_logged = logged
         .iter()
-        .max_by_key(|k| k.at_us)
-        .map(|k| logged_oom(k, i.id, init(k.pid)));
+        .max_by_key(|k| (init(k.pid) == Some(true), k.at_us))
+        .map(|k| {
+            logged_oom(
+                k,
+                i.id,
+                if k.group && init_pid.is_none() {
+                    None
+                } else {
+                    init(k.pid)
+                },
+            )
+        });
     v.last_oom = match (probe, newest_logged) {
         (Some(p), Some(l)) if l.time > p.time => Some(l),
         (Some(p), _) => Some(p),
@@ -265,9 +288,10 @@ fn correct_unwatched(v: &mut ContainerView, i: &Inputs<'_>) {
     let (Some(code), reason) = (v.exit_code, v.reason.clone()) else {
         return;
     };
-    let init_killed = v
-        .init_pid
-        .is_some_and(|pid| i.logged.iter().any(|k| k.pid == pid));
+    // The log names the init as a victim, or killed the container's whole cgroup.
+    let init_killed = i.logged.iter().any(|k| k.group)
+        || v.init_pid
+            .is_some_and(|pid| i.logged.iter().any(|k| k.pid == pid));
     let runtime_says_oom = reason.as_deref() == Some(ExitReason::OomKilled.as_str());
     let corrected = if init_killed && code == SIGKILL_EXIT {
         // The kernel log names the init as the victim.

@@ -19,6 +19,7 @@ pub mod evidence;
 mod fetch;
 mod handle;
 pub mod history;
+mod inits;
 pub mod merge;
 pub mod relist;
 mod runtime_events;
@@ -53,6 +54,9 @@ pub struct ReconcileConfig {
     pub unknown_grace: Duration,
     /// Pods asked about at once.
     pub max_fetches: usize,
+    /// Where the inits of containers are kept across agent restarts (see [`inits`]); `None`: in
+    /// memory only.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ReconcileConfig {
@@ -61,6 +65,7 @@ impl Default for ReconcileConfig {
             relist_period: Duration::from_secs(60),
             unknown_grace: Duration::from_secs(2),
             max_fetches: 8,
+            state_dir: Some("/run/observer".into()),
         }
     }
 }
@@ -107,6 +112,7 @@ pub struct Reconciler {
     fetches: Runner<PodUid, (), PodFetch>,
     pids: Runner<ContainerId, (), Result<Option<u32>, CriError>>,
     history: OomHistory,
+    inits: inits::InitStore,
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
@@ -151,7 +157,12 @@ impl Reconciler {
                 }
             }
         });
+        let inits = match &cfg.state_dir {
+            Some(dir) => inits::InitStore::open(dir),
+            None => inits::InitStore::in_memory(),
+        };
         let me = Self {
+            inits,
             cri,
             cfg,
             clock,
@@ -198,13 +209,20 @@ impl Reconciler {
                     if state.connected && state.generation != seen_generation {
                         seen_generation = state.generation;
                         tracing::info!(reconnects = state.reconnects(), "CRI connection (re)established: relisting");
+                        // What failed while the runtime was away is asked again now.
+                        self.fetches.expedite();
                         self.relist().await;
                     }
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
             }
-            let settled = self.relisted_once && self.fetches.active() == 0;
+            // Every pod asked about has been answered (a pod whose fetch waits out a back-off
+            // is not answered yet).
+            let settled = self.relisted_once && self.fetches.is_idle();
+            if settled && !*self.shared.settled.borrow() {
+                tracing::debug!(pods = self.shared.view().len(), "settled");
+            }
             self.shared
                 .settled
                 .send_if_modified(|s| std::mem::replace(s, settled) != settled);
@@ -215,6 +233,9 @@ impl Reconciler {
         bump(&self.shared.stats.pleg_events);
         let _ = self.shared.pleg.send(ev.clone());
         let uid = ev.pod_uid;
+        if let crate::pleg::PlegEvent::ContainerStarted { id, pid, .. } = ev.event {
+            self.inits.record(id, pid);
+        }
         if let Some(cid) = ev.container_id() {
             let t = self.tracked.entry(cid).or_insert_with(|| Tracked::new(uid));
             if t.kernel
@@ -279,7 +300,8 @@ impl Reconciler {
             merge::Inputs {
                 id,
                 runtime: t.runtime.as_ref(),
-                runtime_pid: t.runtime_pid,
+                // The runtime's word, else what an earlier agent of this boot saw start.
+                runtime_pid: t.runtime_pid.or_else(|| self.inits.get(&id)),
                 kernel: t.kernel.as_ref(),
                 logged: self.history.kills_of(&id),
                 log_since: self.history.since(),
@@ -347,23 +369,10 @@ impl Reconciler {
         self.remerge(uid, id);
     }
 
-    /// Whether the runtime's pid is worth a verbose status call: a running container not checked
-    /// yet, or a dead one whose account may hinge on whether the kernel log's kill was its init.
-    fn wants_pid(&self, t: &Tracked, status: &api::ContainerStatus, id: &ContainerId) -> bool {
-        if t.pid_asked {
-            return false;
-        }
-        match merge::cri_phase(status.state) {
-            ContainerPhase::Running => true,
-            ContainerPhase::Exited => {
-                let unwatched = t
-                    .kernel
-                    .as_ref()
-                    .is_none_or(|k| k.exit.as_ref().is_none_or(|(_, e)| e.status.is_none()));
-                unwatched && (!self.history.kills_of(id).is_empty() || status.reason == "OOMKilled")
-            }
-            _ => false,
-        }
+    /// Whether a running container's init is still to be checked against the runtime's (the
+    /// dead ones that need it come with their pod's snapshot).
+    fn wants_pid(&self, t: &Tracked, status: &api::ContainerStatus) -> bool {
+        !t.pid_asked && merge::cri_phase(status.state) == ContainerPhase::Running
     }
 
     /// Writes the pod's merged view. Returns true when the runtime should be asked again shortly
@@ -372,6 +381,7 @@ impl Reconciler {
         let now = Instant::now();
         let mut known: Vec<ContainerId> = Vec::new();
         let mut statuses: Vec<(ContainerId, api::ContainerStatus)> = Vec::new();
+        let pids = snap.pids;
         for s in snap.containers {
             match ContainerId::parse(&s.id) {
                 Some(id) => {
@@ -449,9 +459,13 @@ impl Reconciler {
             } else {
                 t.lagging_since = None;
             }
+            if let Some(&pid) = pids.get(&status.id) {
+                t.runtime_pid = Some(pid);
+                t.pid_asked = true;
+            }
             t.runtime = Some(status);
             let t = &self.tracked[&id];
-            if self.wants_pid(t, t.runtime.as_ref().expect("just set"), &id) {
+            if self.wants_pid(t, t.runtime.as_ref().expect("just set")) {
                 want_pids.push(id);
             }
             containers.push(self.merged(id, t));
@@ -553,6 +567,12 @@ impl Reconciler {
         };
         let initial = !self.relisted_once;
         self.relisted_once = true;
+        let listed: std::collections::HashSet<&str> = containers
+            .iter()
+            .map(|c| c.id.as_str())
+            .chain(sandboxes.iter().map(|s| s.id.as_str()))
+            .collect();
+        self.inits.retain(|id| listed.contains(id.as_str()));
         let tracked = &self.tracked;
         let fetches = &self.fetches;
         let d = {
@@ -573,6 +593,13 @@ impl Reconciler {
                 },
             )
         };
+        tracing::debug!(
+            sandboxes = sandboxes.len(),
+            containers = containers.len(),
+            fetch = d.fetch.len(),
+            missed = d.missed,
+            "relist"
+        );
         if d.missed > 0 {
             tracing::warn!(
                 missed = d.missed,

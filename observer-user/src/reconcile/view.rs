@@ -47,6 +47,9 @@ pub struct OomEvidence {
     pub anon_rss_kb: Option<u64>,
     pub total_vm_kb: Option<u64>,
     pub oom_score_adj: Option<i16>,
+    /// The whole container was killed together (`memory.oom.group`, kubelet's default on cgroup
+    /// v2): one report for all its processes, its init among them.
+    pub group: bool,
     /// The memory cgroup whose limit was hit, where it is not the victim's own (a pod-level
     /// limit), hierarchy-relative.
     pub oom_cgroup: Option<String>,

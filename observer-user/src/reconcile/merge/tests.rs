@@ -102,6 +102,7 @@ fn kernel(exit: Option<(BootNs, ContainerExit)>, oom: Option<Box<OomKill>>) -> K
         started: Some((BootNs(2), INIT, Comm::from("app"))),
         oom_kills: u32::from(oom.is_some()),
         oom_victims: oom.iter().map(|o| (o.victim.tgid, o.at)).collect(),
+        init_kill: oom.clone().filter(|o| o.victim.tgid == INIT),
         last_oom: oom,
         last_oom_trigger: None,
         exit,
@@ -503,6 +504,53 @@ fn unwatched_oomkilled_137_stays_when_the_init_is_unknown() {
         None,
         "whether the victim was the init is not known"
     );
+}
+
+#[test]
+fn unwatched_child_kill_under_an_init_that_exited_0_is_no_init_kill_even_without_its_pid() {
+    let s = exited(0, "OOMKilled");
+    let log = [logged(CHILD, 30)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.reason.as_deref(), Some("Completed"));
+    assert_eq!(
+        v.last_oom.unwrap().init,
+        Some(false),
+        "a killed init dies of SIGKILL, not exit 0"
+    );
+}
+
+#[test]
+fn unwatched_group_kill_is_the_containers_oom_kill() {
+    // cgroup v2, memory.oom.group=1: the whole container was killed; the runtime says Error/137.
+    let s = exited(137, "Error");
+    let mut a = logged(CHILD, 10);
+    a.group = true;
+    let mut b = logged(CHILD + 1, 10);
+    b.group = true;
+    let log = [a, b];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::KernelLog)
+        )
+    );
+    let o = v.last_oom.unwrap();
+    assert!(o.group);
+    assert_eq!(v.oom_kills, 2);
 }
 
 #[test]
