@@ -11,7 +11,7 @@
 //! init) must agree; only how each account knows (`exit_source`, the evidence's `source`) differs.
 //! `watch --pods` started after the deaths reports them the same way.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
@@ -181,7 +181,6 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
         String::from_utf8_lossy(&out.stderr)
     );
     let after: Value = serde_json::from_slice(&out.stdout)?;
-    let after_doc = after.clone();
 
     let expected = [
         (child.as_str(), "Completed", 0),
