@@ -13,7 +13,7 @@ use observer::cri::{api, CriClient, CriConfig, CriEndpoint};
 use sha2::{Digest, Sha256};
 
 use crate::events::TaskExitStream;
-use crate::image::{self, ImageSpec, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
+use crate::image::{self, ImageSpec, BUSYBOX_ENV, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
 use crate::pod::{
     container_config, container_log_path, sandbox_config, Container, ContainerSpec, Pod, PodSpec,
 };
@@ -831,12 +831,14 @@ fn import_images(dir: &Path, socket: &Path, snapshotter: &str) -> Result<()> {
                 name: BUSYBOX_IMAGE,
                 entrypoint: &["/bin/sh"],
                 cmd: &[],
+                env: BUSYBOX_ENV,
                 layer: &layer,
             },
             ImageSpec {
                 name: PAUSE_IMAGE,
                 entrypoint: PAUSE_ENTRYPOINT,
                 cmd: &[],
+                env: BUSYBOX_ENV,
                 layer: &layer,
             },
         ],
