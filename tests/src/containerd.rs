@@ -14,9 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::events::TaskExitStream;
 use crate::image::{self, ImageSpec, BUSYBOX_ENV, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
-use crate::pod::{
-    container_config, container_log_path, sandbox_config, Container, ContainerSpec, Pod, PodSpec,
-};
+use crate::pod::{container_config, sandbox_config, Container, ContainerSpec, Pod, PodSpec};
 use crate::sys;
 
 /// Temp dirs of this harness start with this; a dead owner marks one as a crashed run's leftover.
@@ -127,6 +125,15 @@ impl Containerd {
     /// Where the sandboxes' log directories go (kubelet's /var/log/pods).
     pub fn logs_root(&self) -> PathBuf {
         self.dir.join("pods")
+    }
+
+    /// Imports an OCI image archive (e.g. the agent's, from `observer_image`) for the CRI plugin.
+    pub async fn import_archive(&self, archive: &Path) -> Result<()> {
+        let (socket, archive, snapshotter) =
+            (self.socket.clone(), archive.to_path_buf(), self.snapshotter);
+        tokio::task::spawn_blocking(move || image::import(&socket, &archive, snapshotter))
+            .await
+            .context("image import task")?
     }
 
     /// A CRI client connected to this containerd (reconnected after [`Containerd::restart`]).
@@ -307,11 +314,25 @@ state = "{d}/state"
 
     /// RunPodSandbox only (`spec.containers` is ignored).
     pub async fn run_sandbox(&self, spec: &PodSpec) -> Result<Pod> {
-        let log_directory = spec.log_directory(&self.logs_root());
+        let config = sandbox_config(spec, &spec.log_directory(&self.logs_root()));
+        self.run_sandbox_with(spec, config).await
+    }
+
+    /// RunPodSandbox with a config built elsewhere (e.g. [`crate::kubelet`]'s, from a manifest)
+    /// for `spec`'s pod; `config.log_directory` should be under [`Containerd::logs_root`].
+    pub async fn run_sandbox_with(
+        &self,
+        spec: &PodSpec,
+        config: api::PodSandboxConfig,
+    ) -> Result<Pod> {
+        let log_directory = PathBuf::from(&config.log_directory);
         // kubelet creates the pod's log directory before RunPodSandbox.
         fs::create_dir_all(&log_directory)?;
-        let config = sandbox_config(spec, &log_directory);
-        let cgroup_parent = spec.cgroup_parent();
+        let cgroup_parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_else(|| spec.cgroup_parent());
         // Before the call: runc may create the pod cgroup even when RunPodSandbox then fails.
         self.remember("cgroups", &cgroup_parent, |c| &mut c.cgroups)?;
         let cri = self.cri()?;
@@ -339,6 +360,29 @@ state = "{d}/state"
             sandbox_config: config,
             containers: vec![],
         })
+    }
+
+    /// CreateContainer + StartContainer with a config built elsewhere; the container is added to
+    /// `pod`. Returns its id.
+    pub async fn add_container_with(
+        &self,
+        pod: &mut Pod,
+        config: api::ContainerConfig,
+    ) -> Result<String> {
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let restart_count = config.metadata.as_ref().map_or(0, |m| m.attempt);
+        let id = self.create_container_with(pod, config).await?;
+        self.start_container(&id).await?;
+        pod.containers.push(Container {
+            id: id.clone(),
+            name,
+            restart_count,
+        });
+        Ok(id)
     }
 
     /// Records something teardown must remove, in memory and (for the cleanup of a run that
@@ -374,11 +418,26 @@ state = "{d}/state"
 
     /// CreateContainer only. Returns the container id.
     pub async fn create_container(&self, pod: &Pod, spec: &ContainerSpec) -> Result<String> {
+        self.create_container_with(pod, container_config(pod, spec))
+            .await
+    }
+
+    /// CreateContainer with a config built elsewhere. Returns the container id.
+    pub async fn create_container_with(
+        &self,
+        pod: &Pod,
+        config: api::ContainerConfig,
+    ) -> Result<String> {
         // kubelet creates the container's log directory inside the pod's.
-        let log = pod.log_directory.join(container_log_path(spec));
+        let log = pod.log_directory.join(&config.log_path);
         if let Some(parent) = log.parent() {
             fs::create_dir_all(parent)?;
         }
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         let cri = self.cri()?;
         let mut rt = cri.runtime();
         let resp = cri
@@ -386,16 +445,15 @@ state = "{d}/state"
                 "CreateContainer",
                 rt.create_container(api::CreateContainerRequest {
                     pod_sandbox_id: pod.sandbox_id.clone(),
-                    config: Some(container_config(pod, spec)),
+                    config: Some(config),
                     sandbox_config: Some(pod.sandbox_config.clone()),
                 }),
             )
             .await
             .with_context(|| {
                 format!(
-                    "CreateContainer {}/{}:\n{}",
+                    "CreateContainer {}/{name}:\n{}",
                     pod.name,
-                    spec.name,
                     self.log_tail(15)
                 )
             })?;
@@ -538,6 +596,27 @@ state = "{d}/state"
 
     pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus> {
         Ok(self.cri()?.container_status(id).await?)
+    }
+
+    /// containerd's verbose ContainerStatus info: the pid, and the OCI runtime spec it made from
+    /// the CRI config (`runtimeSpec`: namespaces, capabilities, mounts, seccomp).
+    pub async fn container_info(&self, id: &str) -> Result<serde_json::Value> {
+        let cri = self.cri()?;
+        let mut rt = cri.runtime();
+        let resp = cri
+            .timed(
+                "ContainerStatus",
+                rt.container_status(api::ContainerStatusRequest {
+                    container_id: id.to_string(),
+                    verbose: true,
+                }),
+            )
+            .await?;
+        let info = resp
+            .info
+            .get("info")
+            .context("verbose status has no info")?;
+        serde_json::from_str(info).context("parsing verbose info")
     }
 
     /// The host pid of the container's init (from containerd's verbose ContainerStatus).

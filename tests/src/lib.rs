@@ -29,6 +29,8 @@ pub mod containerd;
 pub mod events;
 pub mod image;
 pub mod kernel;
+pub mod kubelet;
+pub mod manifests;
 pub mod pod;
 pub mod prereq;
 mod sys;

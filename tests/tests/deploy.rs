@@ -1,0 +1,859 @@
+//! deploy/ under test. The manifests are read into k8s-openapi types (strictly: no field the API
+//! does not have) and their invariants checked; then the agent's image, built by the same code as
+//! `cargo xtask image`, is imported into a private containerd and started from the DaemonSet's
+//! own pod template, translated to CRI the way kubelet does it, with `observer check` as its
+//! command: every requirement must be met, the probes really loaded and attached. Each added
+//! capability and each host mount is then taken away in turn, and the check must fail for the
+//! reason the manifest gives for it: the set is sufficient and nothing in it is spare.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use observer::cri::api;
+use observer_image::agent::{self, AgentImage};
+use observer_tests::kubelet::{self, quantity_milli, KubeletPod, Node};
+use observer_tests::manifests::{deploy_dir, documents, read_one, strict};
+use observer_tests::{init_tracing, prereq, require_containerd, Containerd, Qos};
+use serde_json::Value;
+
+/// The capabilities the agent is given, each with the `observer check` row that fails without it.
+const CAPABILITIES: &[(&str, &str)] = &[
+    ("BPF", "ring buffer maps"),
+    ("PERFMON", "load and attach probes"),
+    ("DAC_READ_SEARCH", "cgroup id -> path"),
+    ("SYSLOG", "kernel log"),
+];
+/// The host mounts `observer check` can prove (volume name, the row that fails without it). The
+/// CRI socket's is proven by `observer run` (issue 8 item 5), not by the check.
+const CHECKED_MOUNTS: &[(&str, &str)] = &[("tracefs", "tracefs"), ("cgroup-root", "cgroup mode")];
+/// Every row `observer check` prints for a node that has everything.
+const CHECK_ROWS: &[&str] = &[
+    "privileges",
+    "kernel version >= 5.15",
+    "kernel BTF",
+    "tracefs",
+    "tp_btf/sched_process_exec",
+    "tp_btf/sched_process_exit",
+    "tracepoint oom/mark_victim",
+    "tracepoints cgroup/*",
+    "cgroup mode",
+    "cgroup id -> path",
+    "kernel log",
+    "ring buffer maps",
+    "load and attach probes",
+];
+const AGENT_MEMORY_BUDGET: i128 = 64 << 20;
+const CHECK_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn ds() -> DaemonSet {
+    read_one(&deploy_dir().join("daemonset.yaml")).unwrap()
+}
+
+fn pod_spec(ds: &DaemonSet) -> &PodSpec {
+    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn agent_container(ds: &DaemonSet) -> &Container {
+    let spec = pod_spec(ds);
+    assert_eq!(spec.containers.len(), 1, "one container: the agent");
+    &spec.containers[0]
+}
+
+fn env<'a>(c: &'a Container, name: &str) -> Option<&'a k8s_openapi::api::core::v1::EnvVar> {
+    c.env.iter().flatten().find(|e| e.name == name)
+}
+
+fn kustomization() -> Value {
+    let docs = documents(&deploy_dir().join("kustomization.yaml")).unwrap();
+    docs.into_iter().next().unwrap()
+}
+
+fn namespace() -> String {
+    kustomization()["namespace"].as_str().unwrap().to_string()
+}
+
+/// Every manifest kustomization.yaml installs, and the example, read strictly into its type.
+#[test]
+fn every_manifest_reads_strictly_into_its_api_type() {
+    let dir = deploy_dir();
+    let listed: BTreeSet<String> = kustomization()["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(
+        listed, on_disk,
+        "kustomization.yaml installs every manifest in deploy/"
+    );
+
+    let mut kinds = BTreeMap::<String, usize>::new();
+    let mut files: Vec<PathBuf> = on_disk.iter().map(|n| dir.join(n)).collect();
+    files.push(dir.join("examples/readiness-gate.yaml"));
+    for file in files {
+        for doc in documents(&file).unwrap() {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let r = match kind.as_str() {
+                "Namespace" => strict::<Namespace>(&doc).map(drop),
+                "ServiceAccount" => strict::<ServiceAccount>(&doc).map(drop),
+                "ClusterRole" => strict::<ClusterRole>(&doc).map(drop),
+                "ClusterRoleBinding" => strict::<ClusterRoleBinding>(&doc).map(drop),
+                "ValidatingAdmissionPolicy" => strict::<ValidatingAdmissionPolicy>(&doc).map(drop),
+                "ValidatingAdmissionPolicyBinding" => {
+                    strict::<ValidatingAdmissionPolicyBinding>(&doc).map(drop)
+                }
+                "PriorityClass" => strict::<PriorityClass>(&doc).map(drop),
+                "DaemonSet" => strict::<DaemonSet>(&doc).map(drop),
+                "Service" => strict::<Service>(&doc).map(drop),
+                "Pod" => strict::<Pod>(&doc).map(drop),
+                other => panic!("{}: unexpected kind {other:?}", file.display()),
+            };
+            r.unwrap_or_else(|e| panic!("{}: {e:#}", file.display()));
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "PriorityClass",
+        "DaemonSet",
+        "Service",
+        "Pod",
+    ] {
+        assert_eq!(kinds.get(kind), Some(&1), "exactly one {kind}: {kinds:?}");
+    }
+}
+
+#[test]
+fn daemonset_runs_everywhere_with_named_privileges_only() {
+    let ds = ds();
+    let spec = pod_spec(&ds);
+    let c = agent_container(&ds);
+    let ns = namespace();
+    assert_eq!(ds.metadata.namespace.as_deref(), Some(ns.as_str()));
+
+    assert_eq!(
+        spec.host_pid,
+        Some(true),
+        "hostPID: /proc of every container"
+    );
+    assert_ne!(spec.host_network, Some(true), "no host network");
+    assert_ne!(spec.host_ipc, Some(true), "no host IPC");
+    // Tolerates every taint: one toleration, no key, operator Exists, any effect.
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    assert!(
+        tolerations.iter().any(|t| t.key.is_none()
+            && t.operator.as_deref() == Some("Exists")
+            && t.effect.is_none()),
+        "{tolerations:?}"
+    );
+    let pc: PriorityClass = read_one(&deploy_dir().join("priorityclass.yaml")).unwrap();
+    assert_eq!(spec.priority_class_name, pc.metadata.name);
+    assert!(pc.value >= 1_000_000 && pc.global_default != Some(true));
+    let sa: ServiceAccount = read_one(&deploy_dir().join("serviceaccount.yaml")).unwrap();
+    assert_eq!(spec.service_account_name, sa.metadata.name);
+    assert_ne!(spec.automount_service_account_token, Some(false));
+
+    // The image users get from `cargo xtask image`.
+    assert_eq!(c.image.as_deref(), Some(agent::NAME));
+    assert_eq!(c.command.as_deref(), Some(&[agent::BINARY.to_string()][..]));
+    assert_eq!(c.args.as_deref(), Some(&["run".to_string()][..]));
+
+    // The node name from the downward API.
+    let node = env(c, "NODE_NAME").expect("NODE_NAME");
+    let field = node.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+    assert_eq!(field.map(|f| f.field_path.as_str()), Some("spec.nodeName"));
+    // The cgroup view: --cgroupfs names the mount of the host's /sys/fs/cgroup.
+    let cgroupfs = env(c, "OBSERVER_CGROUPFS").and_then(|e| e.value.clone());
+    let cgroup_mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| Some(&m.mount_path) == cgroupfs.as_ref())
+        .expect("OBSERVER_CGROUPFS is a volume mount");
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == cgroup_mount.name)
+        .unwrap();
+    assert_eq!(
+        volume.host_path.as_ref().map(|h| h.path.as_str()),
+        Some("/sys/fs/cgroup")
+    );
+
+    // Security context: no privileged mode, every capability dropped but the proven ones.
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.privileged, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
+    let proven: BTreeSet<&str> = CAPABILITIES.iter().map(|(c, _)| *c).collect();
+    assert_eq!(added, proven, "the capabilities the container test proves");
+    let seccomp = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or(sc.seccomp_profile.as_ref());
+    assert_eq!(seccomp.map(|s| s.type_.as_str()), Some("RuntimeDefault"));
+
+    // Every hostPath is one deploy/README.md explains, mounted read-only.
+    let readme = std::fs::read_to_string(deploy_dir().join("README.md")).unwrap();
+    for v in spec.volumes.iter().flatten() {
+        let hp = v.host_path.as_ref().expect("only hostPath volumes");
+        assert!(
+            readme.contains(&hp.path),
+            "deploy/README.md explains {}",
+            hp.path
+        );
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == v.name)
+            .unwrap();
+        assert_eq!(m.read_only, Some(true), "{} is read-only", v.name);
+    }
+    // Each added capability and each host mount has its reason next to it in the manifest.
+    let text = std::fs::read_to_string(deploy_dir().join("daemonset.yaml")).unwrap();
+    for cap in &added {
+        assert_commented(&text, &format!("- {cap}"));
+    }
+    for m in c.volume_mounts.iter().flatten() {
+        assert_commented(&text, &format!("- name: {}", m.name));
+    }
+}
+
+/// The line holding `item` (its first occurrence) follows a comment line.
+fn assert_commented(text: &str, item: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.trim() == item)
+        .unwrap_or_else(|| panic!("{item:?} not in daemonset.yaml"));
+    assert!(
+        i > 0 && lines[i - 1].trim_start().starts_with('#'),
+        "{item:?} needs its reason in a comment above it"
+    );
+}
+
+#[test]
+fn daemonset_resources_probes_and_service_agree() {
+    let ds = ds();
+    let c = agent_container(&ds);
+    let r = c.resources.as_ref().unwrap();
+    let get = |m: &Option<BTreeMap<String, _>>, k: &str| {
+        let q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity = m
+            .as_ref()
+            .and_then(|m| m.get(k))
+            .unwrap_or_else(|| panic!("{k}"));
+        quantity_milli(&q.0).unwrap()
+    };
+    for res in ["cpu", "memory"] {
+        assert_eq!(
+            get(&r.requests, res),
+            get(&r.limits, res),
+            "{res}: requests == limits (Guaranteed QoS, oom_score_adj -997)"
+        );
+    }
+    assert_eq!(kubelet::qos_class(std::slice::from_ref(c)), Qos::Guaranteed);
+    // The budget (64 MiB peak RSS at 1000 pods) fits with room for the BPF maps and page cache.
+    let limit = get(&r.limits, "memory") / 1000;
+    assert!(
+        limit >= AGENT_MEMORY_BUDGET * 3 / 2,
+        "memory limit {limit} leaves headroom over the 64 MiB budget"
+    );
+
+    // Probes on the port the agent listens on.
+    let listen = env(c, "OBSERVER_LISTEN")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_else(|| "0.0.0.0:9891".into());
+    let port: i32 = listen.rsplit(':').next().unwrap().parse().unwrap();
+    let named = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.container_port == port)
+        .expect("the listen port is a container port");
+    let port_name = named.name.clone().expect("a named port");
+    let probe_path = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
+        let h = p.and_then(|p| p.http_get.as_ref()).expect("httpGet probe");
+        assert_eq!(h.port, IntOrString::String(port_name.clone()));
+        h.path.clone().unwrap()
+    };
+    assert_eq!(probe_path(c.liveness_probe.as_ref()), "/healthz");
+    assert_eq!(probe_path(c.readiness_probe.as_ref()), "/readyz");
+
+    let svc: Service = read_one(&deploy_dir().join("service.yaml")).unwrap();
+    let spec = svc.spec.unwrap();
+    assert_eq!(
+        spec.cluster_ip.as_deref(),
+        Some("None"),
+        "headless: every agent"
+    );
+    let pod_labels = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    for (k, v) in spec.selector.as_ref().unwrap() {
+        assert_eq!(pod_labels.get(k), Some(v), "Service selects the agent pods");
+    }
+    let sport = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(sport.port, port);
+    assert_eq!(sport.target_port, Some(IntOrString::String(port_name)));
+}
+
+#[test]
+fn rbac_is_exactly_what_the_agent_does() {
+    let docs = documents(&deploy_dir().join("rbac.yaml")).unwrap();
+    let role: ClusterRole = strict(&docs[0]).unwrap();
+    let binding: ClusterRoleBinding = strict(&docs[1]).unwrap();
+    let mut got = BTreeSet::new();
+    for rule in role.rules.iter().flatten() {
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none());
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                for v in &rule.verbs {
+                    got.insert(format!("{g}/{r}:{v}"));
+                }
+            }
+        }
+    }
+    let want: BTreeSet<String> = [
+        "/pods:get",
+        "/pods:list",
+        "/pods:watch",
+        "/pods/status:patch",
+        "events.k8s.io/events:create",
+        "events.k8s.io/events:patch",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        got, want,
+        "pods get/list/watch, pods/status patch, events create/patch"
+    );
+    assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "observer");
+    assert_eq!(subjects[0].namespace.as_deref(), Some(namespace().as_str()));
+}
+
+#[test]
+fn admission_policy_keeps_each_agent_to_its_node() {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = strict(&docs[1]).unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+
+    // Only the agent's service account, in the namespace kustomize installs it to.
+    let conditions = spec.match_conditions.unwrap();
+    let user = format!("system:serviceaccount:{}:observer", namespace());
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.expression == format!("request.userInfo.username == '{user}'")),
+        "{conditions:?}"
+    );
+    // UPDATE (PATCH) of pods/status and CREATE/UPDATE of events are matched.
+    let rules = spec
+        .match_constraints
+        .unwrap()
+        .resource_rules
+        .unwrap_or_default();
+    let covers = |group: &str, resource: &str, op: &str| {
+        rules.iter().any(|r| {
+            r.api_groups.iter().flatten().any(|g| g == group)
+                && r.resources.iter().flatten().any(|x| x == resource)
+                && r.operations.iter().flatten().any(|o| o == op)
+        })
+    };
+    assert!(covers("", "pods/status", "UPDATE"));
+    assert!(covers("events.k8s.io", "events", "CREATE"));
+    assert!(covers("events.k8s.io", "events", "UPDATE"));
+
+    // The node claim against the stored pod's spec.nodeName.
+    let claim = "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]";
+    let variables = spec.variables.unwrap();
+    let node = variables.iter().find(|v| v.name == "node").unwrap();
+    assert!(node.expression.contains(claim), "{}", node.expression);
+    let validations = spec.validations.unwrap();
+    assert!(validations.iter().any(|v| v
+        .expression
+        .contains("oldObject.spec.nodeName == variables.node")));
+    assert!(validations.iter().any(|v| v
+        .expression
+        .contains("object.reportingInstance == variables.node")));
+
+    assert_eq!(
+        binding.spec.as_ref().unwrap().policy_name,
+        policy.metadata.name
+    );
+    assert_eq!(
+        binding.spec.unwrap().validation_actions.as_deref(),
+        Some(&["Deny".to_string()][..])
+    );
+}
+
+#[test]
+fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
+    let ns: Namespace = read_one(&deploy_dir().join("namespace.yaml")).unwrap();
+    assert_eq!(ns.metadata.name.as_deref(), Some(namespace().as_str()));
+    assert_eq!(
+        ns.metadata
+            .labels
+            .unwrap()
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("privileged"),
+        "hostPID, hostPath and capabilities are outside the baseline profile"
+    );
+
+    let prefix = env(agent_container(&ds()), "OBSERVER_CONDITION_PREFIX")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_else(|| "observer.dev".into());
+    let pod: Pod = read_one(&deploy_dir().join("examples/readiness-gate.yaml")).unwrap();
+    let gates = pod.spec.unwrap().readiness_gates.unwrap();
+    assert_eq!(gates[0].condition_type, format!("{prefix}/ContainersAlive"));
+}
+
+/// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace.
+#[test]
+fn kustomization_renders() {
+    let Some(kubectl) = prereq::which("kubectl") else {
+        prereq::require("kustomization_renders", &["kubectl on PATH".into()]);
+        return;
+    };
+    let out = std::process::Command::new(kubectl)
+        .arg("kustomize")
+        .arg(deploy_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rendered = dir.path().join("rendered.yaml");
+    std::fs::write(&rendered, &out.stdout).unwrap();
+    let docs = documents(&rendered).unwrap();
+    assert_eq!(docs.len(), 9, "every object of deploy/ but the example");
+    let ns = namespace();
+    for d in &docs {
+        let cluster_scoped = matches!(
+            d["kind"].as_str().unwrap(),
+            "Namespace"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "PriorityClass"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        );
+        if !cluster_scoped {
+            assert_eq!(d["metadata"]["namespace"], ns.as_str(), "{d}");
+        }
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/part-of"], "observer",
+            "{d}"
+        );
+    }
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    strict::<DaemonSet>(ds).unwrap();
+}
+
+/// A node as the harness provides it, with the DaemonSet's hostPaths where they are here.
+fn test_node(pods_dir: &Path, containerd_dir: &Path) -> Node {
+    let mut node = Node::this_machine("node-under-test", pods_dir).unwrap();
+    // The agent's CRI endpoint names /run/containerd/containerd.sock: the harness's socket is
+    // containerd.sock in its own dir.
+    node.host_paths
+        .insert("/run/containerd".into(), containerd_dir.to_path_buf());
+    node
+}
+
+#[test]
+fn kubelet_translation_of_the_daemonset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = test_node(&dir.path().join("pods"), dir.path());
+    // Not every machine running unit tests has these; kubelet's type checks need the right kind.
+    for (src, make_dir) in [("/sys/kernel/tracing", true), ("/sys/fs/cgroup", true)] {
+        let p = dir.path().join(src.trim_start_matches('/'));
+        if make_dir {
+            std::fs::create_dir_all(&p).unwrap();
+        }
+        node.host_paths.insert(src.into(), p);
+    }
+    let kp: KubeletPod = kubelet::pod_for_node(&ds(), &node, "observer-abcde", dir.path()).unwrap();
+
+    let sb_linux = kp.sandbox.linux.as_ref().unwrap();
+    assert_eq!(
+        sb_linux.cgroup_parent,
+        format!("/kubepods/pod{}", kp.spec.uid)
+    );
+    let sb_sc = sb_linux.security_context.as_ref().unwrap();
+    let ns = sb_sc.namespace_options.as_ref().unwrap();
+    assert_eq!(ns.pid, api::NamespaceMode::Node as i32, "hostPID");
+    assert_eq!(ns.network, api::NamespaceMode::Pod as i32);
+    assert!(!sb_sc.privileged);
+    assert_eq!(kp.sandbox.hostname, "observer-abcde");
+    assert_eq!(kp.sandbox.metadata.as_ref().unwrap().namespace, namespace());
+
+    let c = kp.container("observer").unwrap();
+    assert_eq!(c.command, [agent::BINARY]);
+    assert_eq!(c.args, ["run"]);
+    let envs: BTreeMap<&str, &str> = c
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    assert_eq!(
+        envs["NODE_NAME"], "node-under-test",
+        "downward API resolved"
+    );
+    assert_eq!(envs["OBSERVER_CGROUPFS"], "/host/sys/fs/cgroup");
+    let linux = c.linux.as_ref().unwrap();
+    let r = linux.resources.as_ref().unwrap();
+    assert_eq!(
+        (r.cpu_period, r.cpu_quota, r.cpu_shares),
+        (100_000, 25_000, 256)
+    );
+    assert_eq!(r.memory_limit_in_bytes, 128 << 20);
+    assert_eq!(r.oom_score_adj, -997);
+    let sc = linux.security_context.as_ref().unwrap();
+    assert!(!sc.privileged && sc.readonly_rootfs && sc.no_new_privs);
+    assert_eq!(sc.run_as_user.as_ref().unwrap().value, 0);
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop_capabilities, ["ALL"]);
+    assert_eq!(
+        kubelet::capability_names(c),
+        CAPABILITIES
+            .iter()
+            .map(|(c, _)| format!("CAP_{c}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        sc.seccomp.as_ref().unwrap().profile_type,
+        api::security_profile::ProfileType::RuntimeDefault as i32
+    );
+    assert_eq!(sc.masked_paths, kubelet::DEFAULT_MASKED_PATHS);
+    assert_eq!(
+        sc.namespace_options.as_ref().unwrap().pid,
+        api::NamespaceMode::Node as i32
+    );
+    let mount = |path: &str| c.mounts.iter().find(|m| m.container_path == path).unwrap();
+    assert_eq!(
+        mount("/run/containerd").host_path,
+        dir.path().to_string_lossy()
+    );
+    assert!(mount("/run/containerd").readonly);
+    assert!(mount("/dev/termination-log")
+        .host_path
+        .starts_with(&*dir.path().to_string_lossy()));
+
+    // kubelet refuses a hostPath of the wrong type before it starts anything.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "").unwrap();
+    node.host_paths.insert("/sys/kernel/tracing".into(), file);
+    let err = kubelet::pod_for_node(&ds(), &node, "x", dir.path()).unwrap_err();
+    assert!(format!("{err:#}").contains("is not a Directory"), "{err:#}");
+}
+
+/// The release `observer` next to this test's target dir, if it is newer than every source file
+/// it is built from (the image must hold the code under test).
+fn fresh_observer_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("observer"))
+        .ok_or("no target dir")?;
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .map_err(|_| format!("{} (cargo build --release -p observer)", bin.display()))?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let newest = [
+        "observer-user/src",
+        "observer-ebpf/src",
+        "observer-common/src",
+    ]
+    .iter()
+    .filter_map(|d| newest_mtime(&root.join(d)))
+    .max()
+    .unwrap_or(SystemTime::UNIX_EPOCH);
+    if built < newest {
+        return Err(format!(
+            "an up-to-date {} (older than its sources: cargo build --release -p observer)",
+            bin.display()
+        ));
+    }
+    Ok(bin)
+}
+
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            newest_mtime(&p)
+        } else {
+            e.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// What one container printed, from its CRI log file (`<time> <stream> <tag> <line>`).
+fn container_output(pod: &observer_tests::Pod, config: &api::ContainerConfig) -> String {
+    let text =
+        std::fs::read_to_string(pod.log_directory.join(&config.log_path)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `observer check`'s verdict per row: name → ok.
+fn check_rows(output: &str) -> BTreeMap<String, bool> {
+    let mut rows = BTreeMap::new();
+    for line in output.lines() {
+        let (status, rest) = match line.split_once(' ') {
+            Some(x) => x,
+            None => continue,
+        };
+        let ok = match status {
+            "ok" => true,
+            "MISSING" => false,
+            _ => continue,
+        };
+        // Row names are padded to 34 columns and may contain single spaces.
+        let name = rest.trim_start();
+        let name = name.split("  ").next().unwrap_or(name).trim().to_string();
+        rows.insert(name, ok);
+    }
+    rows
+}
+
+struct Run {
+    exit_code: i32,
+    output: String,
+    info: Value,
+}
+
+/// Runs the agent's container of `kp`, renamed `name` and changed by `edit`, with `observer check`
+/// in place of `observer run`, in `pod`; waits for it to exit.
+async fn run_check(
+    ctrd: &Containerd,
+    pod: &mut observer_tests::Pod,
+    kp: &KubeletPod,
+    name: &str,
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> Run {
+    let mut config = kp.container("observer").unwrap().clone();
+    config.metadata.as_mut().unwrap().name = name.into();
+    config.log_path = format!("{name}/0.log");
+    config.args = vec!["check".into()];
+    edit(&mut config);
+    let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
+    let info = ctrd.container_info(&id).await.unwrap_or_default();
+    let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
+    Run {
+        exit_code: status.exit_code,
+        output: container_output(pod, &config),
+        info,
+    }
+}
+
+fn security(config: &mut api::ContainerConfig) -> &mut api::LinuxContainerSecurityContext {
+    config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemonset_gives_the_agent_what_it_needs() {
+    if !require_containerd() {
+        return;
+    }
+    let bin = match fresh_observer_binary() {
+        Ok(b) => b,
+        Err(missing) => {
+            prereq::require("the DaemonSet container test", &[missing]);
+            return;
+        }
+    };
+    init_tracing();
+    let ctrd = Containerd::start().await.unwrap();
+
+    // The image, from the same recipe as `cargo xtask image`, into the runtime.
+    let image = AgentImage::build(&bin).unwrap();
+    let archive = ctrd.dir().join("observer-image.tar");
+    image.write_archive(&archive).unwrap();
+    ctrd.import_archive(&archive).await.unwrap();
+
+    // The DaemonSet's pod for this node, as kubelet would run it; only the network differs (no CNI).
+    let node = test_node(&ctrd.dir().join("kubelet-pods"), ctrd.dir());
+    let mut kp = kubelet::pod_for_node(&ds(), &node, "observer-test", &ctrd.logs_root()).unwrap();
+    kp.use_node_network();
+    let mut pod = ctrd
+        .run_sandbox_with(&kp.spec, kp.sandbox.clone())
+        .await
+        .unwrap();
+
+    // 1. As the manifest says: everything is there, the probes load and attach.
+    let full = run_check(&ctrd, &mut pod, &kp, "observer", |_| {}).await;
+    let rows = check_rows(&full.output);
+    let spec = &full.info["runtimeSpec"];
+    eprintln!(
+        "observer check in the DaemonSet's container (exit {}):\n{}\n\ncgroup namespace: {}\neffective capabilities: {}",
+        full.exit_code,
+        full.output,
+        spec["linux"]["namespaces"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["type"] == "cgroup")),
+        spec["process"]["capabilities"]["effective"]
+    );
+    for row in CHECK_ROWS {
+        assert_eq!(rows.get(*row), Some(&true), "{row} ok:\n{}", full.output);
+    }
+    assert!(
+        full.output.contains("all requirements met"),
+        "{}",
+        full.output
+    );
+    assert_eq!(full.exit_code, 0, "{}", full.output);
+    // The runtime really applied the manifest's restrictions.
+    let effective: BTreeSet<&str> = spec["process"]["capabilities"]["effective"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let want: BTreeSet<String> = CAPABILITIES
+        .iter()
+        .map(|(c, _)| format!("CAP_{c}"))
+        .collect();
+    assert_eq!(
+        effective,
+        want.iter().map(String::as_str).collect(),
+        "the container has exactly the manifest's capabilities"
+    );
+    assert!(
+        spec["linux"]["seccomp"].is_object(),
+        "RuntimeDefault seccomp applied"
+    );
+    assert_eq!(spec["root"]["readonly"], true);
+    assert_eq!(spec["process"]["noNewPrivileges"], true);
+
+    // 2. Each capability taken away: the check fails at the requirement it is there for.
+    let dmesg_restrict =
+        std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|v| v.trim() == "1");
+    for (cap, row) in CAPABILITIES {
+        if *cap == "SYSLOG" && !dmesg_restrict {
+            eprintln!("CAP_SYSLOG not exercised: kernel.dmesg_restrict is 0 on this host");
+            continue;
+        }
+        let name = format!("without-{}", cap.to_lowercase().replace('_', "-"));
+        let run = run_check(&ctrd, &mut pod, &kp, &name, |c| {
+            security(c)
+                .capabilities
+                .as_mut()
+                .unwrap()
+                .add_capabilities
+                .retain(|c| c != cap);
+        })
+        .await;
+        let rows = check_rows(&run.output);
+        eprintln!("without CAP_{cap}: {row} -> {:?}", rows.get(*row));
+        assert_ne!(run.exit_code, 0, "without CAP_{cap}:\n{}", run.output);
+        assert_eq!(
+            rows.get(*row),
+            Some(&false),
+            "without CAP_{cap}, {row} fails:\n{}",
+            run.output
+        );
+    }
+
+    // 3. Each host mount taken away: the check fails at the requirement it is there for.
+    let template = kubelet::template(&ds()).unwrap().clone();
+    let mount_path = |volume: &str| {
+        template.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == volume)
+            .unwrap()
+            .mount_path
+            .clone()
+    };
+    for (volume, row) in CHECKED_MOUNTS {
+        let path = mount_path(volume);
+        let run = run_check(&ctrd, &mut pod, &kp, &format!("without-{volume}"), |c| {
+            c.mounts.retain(|m| m.container_path != path);
+        })
+        .await;
+        let rows = check_rows(&run.output);
+        eprintln!("without the {volume} mount: {row} -> {:?}", rows.get(*row));
+        assert_ne!(run.exit_code, 0, "without {volume}:\n{}", run.output);
+        assert_eq!(
+            rows.get(*row),
+            Some(&false),
+            "without the {volume} mount, {row} fails:\n{}",
+            run.output
+        );
+    }
+}
+
+/// The Containerfile's image is configured like `cargo xtask image`'s (its files are the same by
+/// construction: it copies what `cargo xtask image --rootfs` lays out).
+#[test]
+fn containerfile_matches_the_xtask_image() {
+    let text = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    let last_stage = text.rsplit("\nFROM ").next().unwrap();
+    assert!(
+        last_stage.starts_with("scratch"),
+        "the image starts from scratch"
+    );
+    let json = |v: &[&str]| serde_json::to_string(v).unwrap().replace(',', ", ");
+    assert!(last_stage.contains(&format!("ENTRYPOINT {}", json(agent::ENTRYPOINT))));
+    assert!(last_stage.contains(&format!("CMD {}", json(agent::CMD))));
+    for env in agent::ENV {
+        assert!(last_stage.contains(&format!("ENV {env}")), "{env}");
+    }
+    assert!(text.contains("cargo xtask image --rootfs /rootfs"));
+    assert!(last_stage.contains("COPY --from=build /rootfs/ /"));
+}
