@@ -32,7 +32,7 @@ const CAPABILITIES: &[(&str, &str)] = &[
     ("SYSLOG", "kernel log"),
 ];
 /// The host mounts `observer check` can prove (volume name, the row that fails without it). The
-/// CRI socket's is proven by `observer run` (issue 8 item 5), not by the check.
+/// CRI socket's is proven by `observer status` in the same container.
 const CHECKED_MOUNTS: &[(&str, &str)] = &[("tracefs", "tracefs"), ("cgroup-root", "cgroup mode")];
 /// Every row `observer check` prints for a node that has everything.
 const CHECK_ROWS: &[&str] = &[
@@ -633,14 +633,21 @@ fn newest_mtime(dir: &Path) -> Option<SystemTime> {
     newest
 }
 
-/// What one container printed, from its CRI log file (`<time> <stream> <tag> <line>`).
-fn container_output(pod: &observer_tests::Pod, config: &api::ContainerConfig) -> String {
+/// What one container printed, from its CRI log file (`<time> <stream> <tag> <line>`): all of
+/// it, and stdout alone.
+fn container_output(pod: &observer_tests::Pod, config: &api::ContainerConfig) -> (String, String) {
     let text =
         std::fs::read_to_string(pod.log_directory.join(&config.log_path)).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.splitn(4, ' ').nth(3))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let (mut all, mut stdout) = (Vec::new(), Vec::new());
+    for parts in text.lines().map(|l| l.splitn(4, ' ').collect::<Vec<_>>()) {
+        if let [_, stream, _, line] = parts.as_slice() {
+            all.push(*line);
+            if *stream == "stdout" {
+                stdout.push(*line);
+            }
+        }
+    }
+    (all.join("\n"), stdout.join("\n"))
 }
 
 /// `observer check`'s verdict per row: name → ok.
@@ -666,12 +673,50 @@ fn check_rows(output: &str) -> BTreeMap<String, bool> {
 
 struct Run {
     exit_code: i32,
+    /// stdout and stderr, interleaved.
     output: String,
+    stdout: String,
     info: Value,
 }
 
-/// Runs the agent's container of `kp`, renamed `name` and changed by `edit`, with `observer check`
-/// in place of `observer run`, in `pod`; waits for it to exit.
+/// Runs the agent's container of `kp`, renamed `name` and changed by `edit`, with `args` (kubelet
+/// expands their `$(VAR)`s from the container's env) in place of `run`, in `pod`; waits for it to
+/// exit.
+async fn run_agent(
+    ctrd: &Containerd,
+    pod: &mut observer_tests::Pod,
+    kp: &KubeletPod,
+    name: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> Run {
+    let mut config = kp.container("observer").unwrap().clone();
+    // As kubelet would name a container `name`: metadata, its label, its log.
+    config.metadata.as_mut().unwrap().name = name.into();
+    config
+        .labels
+        .insert(observer::cri::keys::CONTAINER_NAME.into(), name.into());
+    config.log_path = format!("{name}/0.log");
+    let vars: std::collections::HashMap<&str, &str> = config
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    config.args = args.iter().map(|a| kubelet::expand(a, &vars)).collect();
+    edit(&mut config);
+    let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
+    let info = ctrd.container_info(&id).await.unwrap_or_default();
+    let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
+    let (output, stdout) = container_output(pod, &config);
+    Run {
+        exit_code: status.exit_code,
+        output,
+        stdout,
+        info,
+    }
+}
+
+/// [`run_agent`] with `observer check`.
 async fn run_check(
     ctrd: &Containerd,
     pod: &mut observer_tests::Pod,
@@ -679,20 +724,21 @@ async fn run_check(
     name: &str,
     edit: impl FnOnce(&mut api::ContainerConfig),
 ) -> Run {
-    let mut config = kp.container("observer").unwrap().clone();
-    config.metadata.as_mut().unwrap().name = name.into();
-    config.log_path = format!("{name}/0.log");
-    config.args = vec!["check".into()];
-    edit(&mut config);
-    let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
-    let info = ctrd.container_info(&id).await.unwrap_or_default();
-    let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
-    Run {
-        exit_code: status.exit_code,
-        output: container_output(pod, &config),
-        info,
-    }
+    run_agent(ctrd, pod, kp, name, &["check"], edit).await
 }
+
+/// `observer status` in the agent's container, configured by the manifest's own variables: the
+/// whole pipeline (probes, the start-up walk through the host's /proc and cgroup tree, CRI over
+/// the mounted socket, the kernel log).
+const STATUS_ARGS: &[&str] = &[
+    "status",
+    "-o",
+    "json",
+    "--cgroupfs",
+    "$(OBSERVER_CGROUPFS)",
+    "--cri-endpoint",
+    "$(OBSERVER_CRI_ENDPOINT)",
+];
 
 fn security(config: &mut api::ContainerConfig) -> &mut api::LinuxContainerSecurityContext {
     config
@@ -808,6 +854,42 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
         );
     }
 
+    // 2b. The pipeline `observer run` starts, in the same container: it lists the pod it runs in,
+    // found through the CRI socket mount and matched to the kernel's view of its cgroups.
+    let status = run_agent(&ctrd, &mut pod, &kp, "status", STATUS_ARGS, |_| {}).await;
+    assert_eq!(status.exit_code, 0, "{}", status.output);
+    let pods: Value =
+        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", status.output));
+    let own = pods
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "observer-test")
+        .unwrap_or_else(|| panic!("its own pod is listed: {}", status.output));
+    assert_eq!(own["namespace"], namespace().as_str());
+    let me = own["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "status")
+        .unwrap_or_else(|| panic!("the status container: {own}"));
+    assert_eq!(me["state"], "running", "{own}");
+    assert!(
+        me["init_pid"].as_u64().is_some_and(|p| p > 0),
+        "init pid from the host's /proc: {own}"
+    );
+    let check = own["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "observer")
+        .unwrap_or_else(|| panic!("the first check container: {own}"));
+    assert_eq!(check["exit_code"], 0, "{own}");
+    eprintln!(
+        "observer status in the DaemonSet's container: its own pod {} {}, its own container {} (init pid {})",
+        own["status"], own["ready"], me["state"], me["init_pid"]
+    );
+
     // 3. Each host mount taken away: the check fails at the requirement it is there for.
     let template = kubelet::template(&ds()).unwrap().clone();
     let mount_path = |volume: &str| {
@@ -836,6 +918,21 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
             run.output
         );
     }
+    let cri = mount_path("containerd-run");
+    let run = run_agent(&ctrd, &mut pod, &kp, "without-cri", STATUS_ARGS, |c| {
+        c.mounts.retain(|m| m.container_path != cri);
+    })
+    .await;
+    eprintln!(
+        "without the containerd-run mount: status exits {}",
+        run.exit_code
+    );
+    assert_ne!(
+        run.exit_code, 0,
+        "status without the CRI socket:\n{}",
+        run.output
+    );
+    assert!(run.output.contains("does not answer"), "{}", run.output);
 }
 
 /// The Containerfile's image is configured like `cargo xtask image`'s (its files are the same by
