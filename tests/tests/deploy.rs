@@ -424,6 +424,175 @@ fn admission_policy_keeps_each_agent_to_its_node() {
     );
 }
 
+/// The admission request as the policy's CEL sees it.
+struct Admission {
+    user: String,
+    node_claim: Option<&'static str>,
+    resource: &'static str,
+    operation: &'static str,
+    object: Value,
+    old_object: Value,
+}
+
+impl Admission {
+    fn agent(node_claim: Option<&'static str>) -> Self {
+        Admission {
+            user: format!("system:serviceaccount:{}:observer", namespace()),
+            node_claim,
+            resource: "pods",
+            operation: "UPDATE",
+            object: Value::Null,
+            old_object: Value::Null,
+        }
+    }
+
+    fn pod_on(mut self, node: &str) -> Self {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "web"}]},
+        });
+        self.object = pod.clone();
+        self.old_object = pod;
+        self
+    }
+
+    fn event(mut self, op: &'static str, kind: &str, controller: &str, instance: &str) -> Self {
+        self.resource = "events";
+        self.operation = op;
+        self.object = serde_json::json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "web.1", "namespace": "default"},
+            "regarding": {"apiVersion": "v1", "kind": kind, "name": "web", "namespace": "default"},
+            "reportingController": controller,
+            "reportingInstance": instance,
+            "reason": "ContainerDied", "action": "Observed", "type": "Warning",
+        });
+        self.old_object = if op == "UPDATE" {
+            self.object.clone()
+        } else {
+            Value::Null
+        };
+        self
+    }
+
+    fn old_instance(mut self, instance: &str) -> Self {
+        self.old_object["reportingInstance"] = instance.into();
+        self
+    }
+
+    /// What the policy decides: not matched (None), allowed, or the failing validations.
+    fn evaluate(&self, policy: &ValidatingAdmissionPolicy) -> Option<Result<(), Vec<String>>> {
+        let spec = policy.spec.as_ref().unwrap();
+        let mut extra = serde_json::Map::new();
+        if let Some(node) = self.node_claim {
+            extra.insert(
+                "authentication.kubernetes.io/node-name".into(),
+                serde_json::json!([node]),
+            );
+        }
+        let request = serde_json::json!({
+            "operation": self.operation,
+            "resource": {"group": if self.resource == "events" { "events.k8s.io" } else { "" },
+                         "version": "v1", "resource": self.resource},
+            "subResource": if self.resource == "pods" { "status" } else { "" },
+            "userInfo": {"username": self.user, "extra": extra},
+        });
+        let eval = |expr: &str, variables: &serde_json::Map<String, Value>| -> cel::Value {
+            let program = cel::Program::compile(expr)
+                .unwrap_or_else(|e| panic!("CEL does not compile: {expr}: {e}"));
+            let mut ctx = cel::Context::default();
+            ctx.add_variable_from_value("request", cel::to_value(&request).unwrap());
+            ctx.add_variable_from_value("object", cel::to_value(&self.object).unwrap());
+            ctx.add_variable_from_value("oldObject", cel::to_value(&self.old_object).unwrap());
+            ctx.add_variable_from_value("variables", cel::to_value(variables).unwrap());
+            program
+                .execute(&ctx)
+                .unwrap_or_else(|e| panic!("CEL fails: {expr}: {e}"))
+        };
+        let none = serde_json::Map::new();
+        for c in spec.match_conditions.iter().flatten() {
+            if eval(&c.expression, &none) != cel::Value::Bool(true) {
+                return None;
+            }
+        }
+        let mut variables = serde_json::Map::new();
+        for v in spec.variables.iter().flatten() {
+            let value = match eval(&v.expression, &variables) {
+                cel::Value::String(s) => Value::String(s.to_string()),
+                other => panic!("variable {} is {other:?}", v.name),
+            };
+            variables.insert(v.name.clone(), value);
+        }
+        let failed: Vec<String> = spec
+            .validations
+            .iter()
+            .flatten()
+            .filter(|v| eval(&v.expression, &variables) != cel::Value::Bool(true))
+            .map(|v| {
+                v.message
+                    .clone()
+                    .or(v.message_expression.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        Some(if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        })
+    }
+}
+
+/// The policy's CEL, evaluated on the requests an agent makes and on the ones it must not make.
+#[test]
+fn admission_policy_decides_as_documented() {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let allowed = |a: Admission| a.evaluate(&policy) == Some(Ok(()));
+    let denied = |a: Admission, why: &str| match a.evaluate(&policy) {
+        Some(Err(messages)) => assert!(
+            messages.iter().any(|m| m.contains(why)),
+            "denied, but not for {why:?}: {messages:?}"
+        ),
+        other => panic!("not denied ({why}): {other:?}"),
+    };
+    let agent = || Admission::agent(Some("node-a"));
+    const AGENT: &str = "observer.dev/agent";
+
+    // Pods: only those bound to the token's node.
+    assert!(allowed(agent().pod_on("node-a")));
+    denied(
+        agent().pod_on("node-b"),
+        "may only change pods bound to that node",
+    );
+    denied(
+        Admission::agent(None).pod_on("node-a"),
+        "must use its pod-bound token",
+    );
+    // Anyone else is not this policy's business.
+    let mut kubelet = agent().pod_on("node-b");
+    kubelet.user = "system:node:node-b".into();
+    assert_eq!(kubelet.evaluate(&policy), None);
+
+    // Events: about pods, as the agent, from its own node; series only of its own events.
+    assert!(allowed(agent().event("CREATE", "Pod", AGENT, "node-a")));
+    assert!(allowed(agent().event("UPDATE", "Pod", AGENT, "node-a")));
+    let only_pods = "may only write events about pods";
+    denied(agent().event("CREATE", "Pod", AGENT, "node-b"), only_pods);
+    denied(agent().event("CREATE", "Node", AGENT, "node-a"), only_pods);
+    denied(
+        agent().event("CREATE", "Pod", "kubelet", "node-a"),
+        only_pods,
+    );
+    denied(
+        agent()
+            .event("UPDATE", "Pod", AGENT, "node-a")
+            .old_instance("node-b"),
+        "may only update events its own node wrote",
+    );
+}
+
 #[test]
 fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
     let ns: Namespace = read_one(&deploy_dir().join("namespace.yaml")).unwrap();
