@@ -527,13 +527,11 @@ fn mounts(ctx: &Ctx<'_>, c: &Container) -> Result<Vec<api::Mount>> {
         if vm.sub_path.is_some() || vm.sub_path_expr.is_some() {
             bail!("volumeMount {}: subPath is not translated", vm.name);
         }
-        if vm
-            .recursive_read_only
-            .as_deref()
-            .is_some_and(|r| r != "Disabled")
-        {
+        // containerd 1.6 does not announce recursive read-only support, so kubelet refuses
+        // Enabled and falls back to a plain read-only mount for IfPossible.
+        if vm.recursive_read_only.as_deref() == Some("Enabled") {
             bail!(
-                "volumeMount {}: recursiveReadOnly is not translated",
+                "volumeMount {}: recursiveReadOnly Enabled needs containerd 2.0+",
                 vm.name
             );
         }

@@ -232,6 +232,12 @@ fn daemonset_runs_everywhere_with_named_privileges_only() {
             .find(|m| m.name == v.name)
             .unwrap();
         assert_eq!(m.read_only, Some(true), "{} is read-only", v.name);
+        assert_eq!(
+            m.recursive_read_only.as_deref(),
+            Some("IfPossible"),
+            "{}",
+            v.name
+        );
     }
     // Each added capability and each host mount has its reason next to it in the manifest.
     let text = std::fs::read_to_string(deploy_dir().join("daemonset.yaml")).unwrap();
