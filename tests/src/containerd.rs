@@ -708,6 +708,37 @@ impl Drop for Containerd {
     }
 }
 
+/// What a container printed, from its CRI log file.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerLog {
+    /// stdout and stderr, interleaved as written.
+    pub all: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Reads the CRI log (`<time> <stream> <tag> <line>` per line) of the container whose config had
+/// `log_path`, in `pod`; empty if there is none yet.
+pub fn read_container_log(pod: &Pod, log_path: &str) -> ContainerLog {
+    let text = fs::read_to_string(pod.log_directory.join(log_path)).unwrap_or_default();
+    let (mut all, mut stdout, mut stderr) = (Vec::new(), Vec::new(), Vec::new());
+    for parts in text.lines().map(|l| l.splitn(4, ' ').collect::<Vec<_>>()) {
+        if let [_, stream, _, line] = parts.as_slice() {
+            all.push(*line);
+            match *stream {
+                "stdout" => stdout.push(*line),
+                "stderr" => stderr.push(*line),
+                _ => {}
+            }
+        }
+    }
+    ContainerLog {
+        all: all.join("\n"),
+        stdout: stdout.join("\n"),
+        stderr: stderr.join("\n"),
+    }
+}
+
 /// The CRI removals of teardown, on a runtime of their own: Drop may run inside a test's runtime
 /// (where blocking on another future is not allowed) or outside any.
 fn remove_sandboxes_blocking(endpoint: CriEndpoint, ids: Vec<String>) -> Result<()> {
@@ -930,6 +961,33 @@ fn import_images(dir: &Path, socket: &Path, snapshotter: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_logs_split_by_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = Pod {
+            sandbox_id: String::new(),
+            name: "p".into(),
+            namespace: "n".into(),
+            uid: "u".into(),
+            qos: crate::Qos::BestEffort,
+            cgroup_parent: String::new(),
+            log_directory: dir.path().to_path_buf(),
+            sandbox_config: Default::default(),
+            containers: vec![],
+        };
+        fs::create_dir_all(dir.path().join("c")).unwrap();
+        fs::write(
+            dir.path().join("c/0.log"),
+            "2026-01-01T00:00:00Z stdout F {\"a\": 1}\n2026-01-01T00:00:00Z stderr F warn: x y\n",
+        )
+        .unwrap();
+        let log = read_container_log(&pod, "c/0.log");
+        assert_eq!(log.stdout, "{\"a\": 1}");
+        assert_eq!(log.stderr, "warn: x y");
+        assert_eq!(log.all, "{\"a\": 1}\nwarn: x y");
+        assert!(read_container_log(&pod, "none/0.log").all.is_empty());
+    }
 
     #[test]
     fn pid_files_parse() {

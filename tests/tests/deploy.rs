@@ -7,7 +7,7 @@
 //! reason the manifest gives for it: the set is sufficient and nothing in it is spare.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -763,68 +763,6 @@ fn kubelet_translation_of_the_daemonset() {
     assert!(format!("{err:#}").contains("is not a Directory"), "{err:#}");
 }
 
-/// The release `observer` next to this test's target dir, if it is newer than every source file
-/// it is built from (the image must hold the code under test).
-fn fresh_observer_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("observer"))
-        .ok_or("no target dir")?;
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .map_err(|_| format!("{} (cargo build --release -p observer)", bin.display()))?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let newest = [
-        "observer-user/src",
-        "observer-ebpf/src",
-        "observer-common/src",
-    ]
-    .iter()
-    .filter_map(|d| newest_mtime(&root.join(d)))
-    .max()
-    .unwrap_or(SystemTime::UNIX_EPOCH);
-    if built < newest {
-        return Err(format!(
-            "an up-to-date {} (older than its sources: cargo build --release -p observer)",
-            bin.display()
-        ));
-    }
-    Ok(bin)
-}
-
-fn newest_mtime(dir: &Path) -> Option<SystemTime> {
-    let mut newest = None;
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        let t = if p.is_dir() {
-            newest_mtime(&p)
-        } else {
-            e.metadata().and_then(|m| m.modified()).ok()
-        };
-        newest = newest.max(t);
-    }
-    newest
-}
-
-/// What one container printed, from its CRI log file (`<time> <stream> <tag> <line>`): all of
-/// it, and stdout alone.
-fn container_output(pod: &observer_tests::Pod, config: &api::ContainerConfig) -> (String, String) {
-    let text =
-        std::fs::read_to_string(pod.log_directory.join(&config.log_path)).unwrap_or_default();
-    let (mut all, mut stdout) = (Vec::new(), Vec::new());
-    for parts in text.lines().map(|l| l.splitn(4, ' ').collect::<Vec<_>>()) {
-        if let [_, stream, _, line] = parts.as_slice() {
-            all.push(*line);
-            if *stream == "stdout" {
-                stdout.push(*line);
-            }
-        }
-    }
-    (all.join("\n"), stdout.join("\n"))
-}
-
 /// `observer check`'s verdict per row: name → ok.
 fn check_rows(output: &str) -> BTreeMap<String, bool> {
     let mut rows = BTreeMap::new();
@@ -882,11 +820,11 @@ async fn run_agent(
     let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
     let info = ctrd.container_info(&id).await.unwrap_or_default();
     let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
-    let (output, stdout) = container_output(pod, &config);
+    let log = observer_tests::containerd::read_container_log(pod, &config.log_path);
     Run {
         exit_code: status.exit_code,
-        output,
-        stdout,
+        output: log.all,
+        stdout: log.stdout,
         info,
     }
 }
@@ -930,7 +868,7 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
     if !require_containerd() {
         return;
     }
-    let bin = match fresh_observer_binary() {
+    let bin = match prereq::observer_release_binary() {
         Ok(b) => b,
         Err(missing) => {
             prereq::require("the DaemonSet container test", &[missing]);
