@@ -23,6 +23,9 @@
 
 // The workload binary's; libraries cannot leave a dependency to one bin target.
 use libc as _;
+// The deploy test's dev-dependency, which the library's unit tests see too.
+#[cfg(test)]
+use cel as _;
 
 pub mod agent;
 pub mod containerd;

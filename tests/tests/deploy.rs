@@ -5,6 +5,7 @@
 //! command: every requirement must be met, the probes really loaded and attached. Each added
 //! capability and each host mount is then taken away in turn, and the check must fail for the
 //! reason the manifest gives for it: the set is sufficient and nothing in it is spare.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,9 +20,10 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use observer::cri::api;
 use observer_image::agent::{self, AgentImage};
+use observer_tests::containerd::read_container_log;
 use observer_tests::kubelet::{self, quantity_milli, KubeletPod, Node};
 use observer_tests::manifests::{deploy_dir, documents, read_one, strict};
-use observer_tests::{init_tracing, prereq, require_containerd, Containerd, Qos};
+use observer_tests::{init_tracing, poll_until_async, prereq, require_containerd, Containerd, Qos};
 use serde_json::Value;
 
 /// The capabilities the agent is given, each with the `observer check` row that fails without it.
@@ -788,23 +790,19 @@ struct Run {
     exit_code: i32,
     /// stdout and stderr, interleaved.
     output: String,
-    stdout: String,
     info: Value,
 }
 
-/// Runs the agent's container of `kp`, renamed `name` and changed by `edit`, with `args` (kubelet
-/// expands their `$(VAR)`s from the container's env) in place of `run`, in `pod`; waits for it to
-/// exit.
-async fn run_agent(
-    ctrd: &Containerd,
-    pod: &mut observer_tests::Pod,
+/// The agent's container of `kp` as kubelet would make it if it were named `name` (metadata, the
+/// name label, the log) with `args` in place of `run` (their `$(VAR)`s expanded from the
+/// container's env, as kubelet does), changed by `edit`.
+fn agent_config(
     kp: &KubeletPod,
     name: &str,
     args: &[&str],
     edit: impl FnOnce(&mut api::ContainerConfig),
-) -> Run {
+) -> api::ContainerConfig {
     let mut config = kp.container("observer").unwrap().clone();
-    // As kubelet would name a container `name`: metadata, its label, its log.
     config.metadata.as_mut().unwrap().name = name.into();
     config
         .labels
@@ -817,14 +815,26 @@ async fn run_agent(
         .collect();
     config.args = args.iter().map(|a| kubelet::expand(a, &vars)).collect();
     edit(&mut config);
+    config
+}
+
+/// Runs [`agent_config`]'s container in `pod` and waits for it to exit.
+async fn run_agent(
+    ctrd: &Containerd,
+    pod: &mut observer_tests::Pod,
+    kp: &KubeletPod,
+    name: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> Run {
+    let config = agent_config(kp, name, args, edit);
     let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
     let info = ctrd.container_info(&id).await.unwrap_or_default();
     let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
-    let log = observer_tests::containerd::read_container_log(pod, &config.log_path);
+    let log = read_container_log(pod, &config.log_path);
     Run {
         exit_code: status.exit_code,
         output: log.all,
-        stdout: log.stdout,
         info,
     }
 }
@@ -852,6 +862,23 @@ const STATUS_ARGS: &[&str] = &[
     "--cri-endpoint",
     "$(OBSERVER_CRI_ENDPOINT)",
 ];
+
+/// From one `observer status -o json --watch` line: the agent's own pod, if it shows the `status`
+/// container running with its init pid (found in the host's /proc).
+fn own_pod_running(line: &str) -> Option<Value> {
+    let pods: Value = serde_json::from_str(line).ok()?;
+    let own = pods
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == "observer-test")?
+        .clone();
+    let running = own["containers"].as_array()?.iter().any(|c| {
+        c["name"] == "status"
+            && c["state"] == "running"
+            && c["init_pid"].as_u64().is_some_and(|p| p > 0)
+    });
+    running.then_some(own)
+}
 
 fn security(config: &mut api::ContainerConfig) -> &mut api::LinuxContainerSecurityContext {
     config
@@ -968,29 +995,31 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
     }
 
     // 2b. The pipeline `observer run` starts, in the same container: it lists the pod it runs in,
-    // found through the CRI socket mount and matched to the kernel's view of its cgroups.
-    let status = run_agent(&ctrd, &mut pod, &kp, "status", STATUS_ARGS, |_| {}).await;
-    assert_eq!(status.exit_code, 0, "{}", status.output);
-    let pods: Value =
-        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", status.output));
-    let own = pods
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "observer-test")
-        .unwrap_or_else(|| panic!("its own pod is listed: {}", status.output));
+    // found through the CRI socket mount and matched to the kernel's view of its cgroups. With
+    // --watch it prints the view at every change, until the pod shows with this container
+    // running.
+    let watch_args: Vec<&str> = STATUS_ARGS.iter().copied().chain(["--watch"]).collect();
+    let config = agent_config(&kp, "status", &watch_args, |_| {});
+    let id = ctrd
+        .add_container_with(&mut pod, config.clone())
+        .await
+        .unwrap();
+    let seen = poll_until_async(CHECK_TIMEOUT, || {
+        let log = read_container_log(&pod, &config.log_path);
+        log.stdout.lines().rev().find_map(own_pod_running)
+    })
+    .await;
+    let log = read_container_log(&pod, &config.log_path);
+    ctrd.stop_container(&id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let own = seen.unwrap_or_else(|| {
+        panic!(
+            "observer status never listed its own pod with its container running:\n{}",
+            log.all
+        )
+    });
     assert_eq!(own["namespace"], namespace().as_str());
-    let me = own["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "status")
-        .unwrap_or_else(|| panic!("the status container: {own}"));
-    assert_eq!(me["state"], "running", "{own}");
-    assert!(
-        me["init_pid"].as_u64().is_some_and(|p| p > 0),
-        "init pid from the host's /proc: {own}"
-    );
     let check = own["containers"]
         .as_array()
         .unwrap()
@@ -999,8 +1028,8 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
         .unwrap_or_else(|| panic!("the first check container: {own}"));
     assert_eq!(check["exit_code"], 0, "{own}");
     eprintln!(
-        "observer status in the DaemonSet's container: its own pod {} {}, its own container {} (init pid {})",
-        own["status"], own["ready"], me["state"], me["init_pid"]
+        "observer status --watch in the DaemonSet's container: its own pod {} {}",
+        own["status"], own["ready"]
     );
 
     // 3. Each host mount taken away: the check fails at the requirement it is there for.
