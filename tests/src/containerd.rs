@@ -972,6 +972,7 @@ mod tests {
             uid: "u".into(),
             qos: crate::Qos::BestEffort,
             cgroup_parent: String::new(),
+            pid: crate::pod::PidMode::Container,
             log_directory: dir.path().to_path_buf(),
             sandbox_config: Default::default(),
             containers: vec![],

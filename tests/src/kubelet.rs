@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use observer::cri::api;
 
-use crate::pod::{self, Qos};
+use crate::pod::{self, PidMode, Qos};
 
 /// kubelet's defaults (pkg/securitycontext/util.go) for containers that are not privileged.
 pub const DEFAULT_MASKED_PATHS: &[&str] = &[
@@ -203,7 +203,17 @@ pub fn configs(
     }
     let meta = template.metadata.clone().unwrap_or_default();
     let qos = qos_class(&spec.containers);
-    let mut pspec = pod::PodSpec::new(pod_name).namespace(namespace).qos(qos);
+    let pid = if spec.host_pid == Some(true) {
+        PidMode::Node
+    } else if spec.share_process_namespace == Some(true) {
+        PidMode::Pod
+    } else {
+        PidMode::Container
+    };
+    let mut pspec = pod::PodSpec::new(pod_name)
+        .namespace(namespace)
+        .qos(qos)
+        .pid(pid);
     for (k, v) in meta.labels.iter().flatten() {
         pspec = pspec.label(k, v);
     }
@@ -216,13 +226,11 @@ pub fn configs(
     let host_network = spec.host_network == Some(true);
     let ns = api::NamespaceOption {
         network: mode(host_network, api::NamespaceMode::Pod),
-        pid: if spec.host_pid == Some(true) {
-            api::NamespaceMode::Node as i32
-        } else if spec.share_process_namespace == Some(true) {
-            api::NamespaceMode::Pod as i32
-        } else {
-            api::NamespaceMode::Container as i32
-        },
+        pid: match pid {
+            PidMode::Node => api::NamespaceMode::Node,
+            PidMode::Pod => api::NamespaceMode::Pod,
+            PidMode::Container => api::NamespaceMode::Container,
+        } as i32,
         ipc: mode(spec.host_ipc == Some(true), api::NamespaceMode::Pod),
         ..Default::default()
     };
@@ -280,6 +288,7 @@ pub fn configs(
         namespace: pspec.namespace.clone(),
         uid: pspec.uid.clone(),
         qos,
+        pid,
         cgroup_parent: pspec.cgroup_parent(),
         log_directory: log_directory.clone(),
         sandbox_config: sandbox.clone(),
