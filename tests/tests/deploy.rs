@@ -73,6 +73,11 @@ fn env<'a>(c: &'a Container, name: &str) -> Option<&'a k8s_openapi::api::core::v
     c.env.iter().flatten().find(|e| e.name == name)
 }
 
+/// The agent's status-manager settings where the manifest does not set them.
+fn agent_defaults() -> observer::kube::StatusConfig {
+    observer::kube::StatusConfig::new("node", observer::kube::StatusMode::default())
+}
+
 fn kustomization() -> Value {
     let docs = documents(&deploy_dir().join("kustomization.yaml")).unwrap();
     docs.into_iter().next().unwrap()
@@ -566,7 +571,9 @@ fn admission_policy_decides_as_documented() {
         other => panic!("not denied ({why}): {other:?}"),
     };
     let agent = || Admission::agent(Some("node-a"));
-    const AGENT: &str = "observer.dev/agent";
+    // The agent's own Reporter: its StatusConfig's reporter, with the node name as the instance.
+    let reporter = agent_defaults().reporter;
+    let agent_id = reporter.as_str();
 
     // Pods: only those bound to the token's node.
     assert!(allowed(agent().pod_on("node-a")));
@@ -584,18 +591,24 @@ fn admission_policy_decides_as_documented() {
     assert_eq!(kubelet.evaluate(&policy), None);
 
     // Events: about pods, as the agent, from its own node; series only of its own events.
-    assert!(allowed(agent().event("CREATE", "Pod", AGENT, "node-a")));
-    assert!(allowed(agent().event("UPDATE", "Pod", AGENT, "node-a")));
+    assert!(allowed(agent().event("CREATE", "Pod", agent_id, "node-a")));
+    assert!(allowed(agent().event("UPDATE", "Pod", agent_id, "node-a")));
     let only_pods = "may only write events about pods";
-    denied(agent().event("CREATE", "Pod", AGENT, "node-b"), only_pods);
-    denied(agent().event("CREATE", "Node", AGENT, "node-a"), only_pods);
+    denied(
+        agent().event("CREATE", "Pod", agent_id, "node-b"),
+        only_pods,
+    );
+    denied(
+        agent().event("CREATE", "Node", agent_id, "node-a"),
+        only_pods,
+    );
     denied(
         agent().event("CREATE", "Pod", "kubelet", "node-a"),
         only_pods,
     );
     denied(
         agent()
-            .event("UPDATE", "Pod", AGENT, "node-a")
+            .event("UPDATE", "Pod", agent_id, "node-a")
             .old_instance("node-b"),
         "may only update events its own node wrote",
     );
@@ -617,7 +630,7 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
 
     let prefix = env(agent_container(&ds()), "OBSERVER_CONDITION_PREFIX")
         .and_then(|e| e.value.clone())
-        .unwrap_or_else(|| "observer.dev".into());
+        .unwrap_or_else(|| agent_defaults().condition_prefix);
     let pod: Pod = read_one(&deploy_dir().join("examples/readiness-gate.yaml")).unwrap();
     let gates = pod.spec.unwrap().readiness_gates.unwrap();
     assert_eq!(gates[0].condition_type, format!("{prefix}/ContainersAlive"));
