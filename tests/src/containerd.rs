@@ -13,10 +13,8 @@ use observer::cri::{api, CriClient, CriConfig, CriEndpoint};
 use sha2::{Digest, Sha256};
 
 use crate::events::TaskExitStream;
-use crate::image::{self, ImageSpec, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
-use crate::pod::{
-    container_config, container_log_path, sandbox_config, Container, ContainerSpec, Pod, PodSpec,
-};
+use crate::image::{self, ImageSpec, BUSYBOX_ENV, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
+use crate::pod::{container_config, sandbox_config, Container, ContainerSpec, Pod, PodSpec};
 use crate::sys;
 
 /// Temp dirs of this harness start with this; a dead owner marks one as a crashed run's leftover.
@@ -127,6 +125,15 @@ impl Containerd {
     /// Where the sandboxes' log directories go (kubelet's /var/log/pods).
     pub fn logs_root(&self) -> PathBuf {
         self.dir.join("pods")
+    }
+
+    /// Imports an OCI image archive (e.g. the agent's, from `observer_image`) for the CRI plugin.
+    pub async fn import_archive(&self, archive: &Path) -> Result<()> {
+        let (socket, archive, snapshotter) =
+            (self.socket.clone(), archive.to_path_buf(), self.snapshotter);
+        tokio::task::spawn_blocking(move || image::import(&socket, &archive, snapshotter))
+            .await
+            .context("image import task")?
     }
 
     /// A CRI client connected to this containerd (reconnected after [`Containerd::restart`]).
@@ -307,11 +314,25 @@ state = "{d}/state"
 
     /// RunPodSandbox only (`spec.containers` is ignored).
     pub async fn run_sandbox(&self, spec: &PodSpec) -> Result<Pod> {
-        let log_directory = spec.log_directory(&self.logs_root());
+        let config = sandbox_config(spec, &spec.log_directory(&self.logs_root()));
+        self.run_sandbox_with(spec, config).await
+    }
+
+    /// RunPodSandbox with a config built elsewhere (e.g. [`crate::kubelet`]'s, from a manifest)
+    /// for `spec`'s pod; `config.log_directory` should be under [`Containerd::logs_root`].
+    pub async fn run_sandbox_with(
+        &self,
+        spec: &PodSpec,
+        config: api::PodSandboxConfig,
+    ) -> Result<Pod> {
+        let log_directory = PathBuf::from(&config.log_directory);
         // kubelet creates the pod's log directory before RunPodSandbox.
         fs::create_dir_all(&log_directory)?;
-        let config = sandbox_config(spec, &log_directory);
-        let cgroup_parent = spec.cgroup_parent();
+        let cgroup_parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_else(|| spec.cgroup_parent());
         // Before the call: runc may create the pod cgroup even when RunPodSandbox then fails.
         self.remember("cgroups", &cgroup_parent, |c| &mut c.cgroups)?;
         let cri = self.cri()?;
@@ -339,6 +360,29 @@ state = "{d}/state"
             sandbox_config: config,
             containers: vec![],
         })
+    }
+
+    /// CreateContainer + StartContainer with a config built elsewhere; the container is added to
+    /// `pod`. Returns its id.
+    pub async fn add_container_with(
+        &self,
+        pod: &mut Pod,
+        config: api::ContainerConfig,
+    ) -> Result<String> {
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let restart_count = config.metadata.as_ref().map_or(0, |m| m.attempt);
+        let id = self.create_container_with(pod, config).await?;
+        self.start_container(&id).await?;
+        pod.containers.push(Container {
+            id: id.clone(),
+            name,
+            restart_count,
+        });
+        Ok(id)
     }
 
     /// Records something teardown must remove, in memory and (for the cleanup of a run that
@@ -374,11 +418,26 @@ state = "{d}/state"
 
     /// CreateContainer only. Returns the container id.
     pub async fn create_container(&self, pod: &Pod, spec: &ContainerSpec) -> Result<String> {
+        self.create_container_with(pod, container_config(pod, spec))
+            .await
+    }
+
+    /// CreateContainer with a config built elsewhere. Returns the container id.
+    pub async fn create_container_with(
+        &self,
+        pod: &Pod,
+        config: api::ContainerConfig,
+    ) -> Result<String> {
         // kubelet creates the container's log directory inside the pod's.
-        let log = pod.log_directory.join(container_log_path(spec));
+        let log = pod.log_directory.join(&config.log_path);
         if let Some(parent) = log.parent() {
             fs::create_dir_all(parent)?;
         }
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         let cri = self.cri()?;
         let mut rt = cri.runtime();
         let resp = cri
@@ -386,16 +445,15 @@ state = "{d}/state"
                 "CreateContainer",
                 rt.create_container(api::CreateContainerRequest {
                     pod_sandbox_id: pod.sandbox_id.clone(),
-                    config: Some(container_config(pod, spec)),
+                    config: Some(config),
                     sandbox_config: Some(pod.sandbox_config.clone()),
                 }),
             )
             .await
             .with_context(|| {
                 format!(
-                    "CreateContainer {}/{}:\n{}",
+                    "CreateContainer {}/{name}:\n{}",
                     pod.name,
-                    spec.name,
                     self.log_tail(15)
                 )
             })?;
@@ -540,6 +598,27 @@ state = "{d}/state"
         Ok(self.cri()?.container_status(id).await?)
     }
 
+    /// containerd's verbose ContainerStatus info: the pid, and the OCI runtime spec it made from
+    /// the CRI config (`runtimeSpec`: namespaces, capabilities, mounts, seccomp).
+    pub async fn container_info(&self, id: &str) -> Result<serde_json::Value> {
+        let cri = self.cri()?;
+        let mut rt = cri.runtime();
+        let resp = cri
+            .timed(
+                "ContainerStatus",
+                rt.container_status(api::ContainerStatusRequest {
+                    container_id: id.to_string(),
+                    verbose: true,
+                }),
+            )
+            .await?;
+        let info = resp
+            .info
+            .get("info")
+            .context("verbose status has no info")?;
+        serde_json::from_str(info).context("parsing verbose info")
+    }
+
     /// The host pid of the container's init (from containerd's verbose ContainerStatus).
     pub async fn container_pid(&self, id: &str) -> Result<u32> {
         self.cri()?
@@ -626,6 +705,37 @@ impl Drop for Containerd {
         if let Err(e) = self.teardown() {
             eprintln!("observer-tests: {e:#}");
         }
+    }
+}
+
+/// What a container printed, from its CRI log file.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerLog {
+    /// stdout and stderr, interleaved as written.
+    pub all: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Reads the CRI log (`<time> <stream> <tag> <line>` per line) of the container whose config had
+/// `log_path`, in `pod`; empty if there is none yet.
+pub fn read_container_log(pod: &Pod, log_path: &str) -> ContainerLog {
+    let text = fs::read_to_string(pod.log_directory.join(log_path)).unwrap_or_default();
+    let (mut all, mut stdout, mut stderr) = (Vec::new(), Vec::new(), Vec::new());
+    for parts in text.lines().map(|l| l.splitn(4, ' ').collect::<Vec<_>>()) {
+        if let [_, stream, _, line] = parts.as_slice() {
+            all.push(*line);
+            match *stream {
+                "stdout" => stdout.push(*line),
+                "stderr" => stderr.push(*line),
+                _ => {}
+            }
+        }
+    }
+    ContainerLog {
+        all: all.join("\n"),
+        stdout: stdout.join("\n"),
+        stderr: stderr.join("\n"),
     }
 }
 
@@ -831,12 +941,14 @@ fn import_images(dir: &Path, socket: &Path, snapshotter: &str) -> Result<()> {
                 name: BUSYBOX_IMAGE,
                 entrypoint: &["/bin/sh"],
                 cmd: &[],
+                env: BUSYBOX_ENV,
                 layer: &layer,
             },
             ImageSpec {
                 name: PAUSE_IMAGE,
                 entrypoint: PAUSE_ENTRYPOINT,
                 cmd: &[],
+                env: BUSYBOX_ENV,
                 layer: &layer,
             },
         ],
@@ -849,6 +961,34 @@ fn import_images(dir: &Path, socket: &Path, snapshotter: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_logs_split_by_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = Pod {
+            sandbox_id: String::new(),
+            name: "p".into(),
+            namespace: "n".into(),
+            uid: "u".into(),
+            qos: crate::Qos::BestEffort,
+            cgroup_parent: String::new(),
+            pid: crate::pod::PidMode::Container,
+            log_directory: dir.path().to_path_buf(),
+            sandbox_config: Default::default(),
+            containers: vec![],
+        };
+        fs::create_dir_all(dir.path().join("c")).unwrap();
+        fs::write(
+            dir.path().join("c/0.log"),
+            "2026-01-01T00:00:00Z stdout F {\"a\": 1}\n2026-01-01T00:00:00Z stderr F warn: x y\n",
+        )
+        .unwrap();
+        let log = read_container_log(&pod, "c/0.log");
+        assert_eq!(log.stdout, "{\"a\": 1}");
+        assert_eq!(log.stderr, "warn: x y");
+        assert_eq!(log.all, "{\"a\": 1}\nwarn: x y");
+        assert!(read_container_log(&pod, "none/0.log").all.is_empty());
+    }
 
     #[test]
     fn pid_files_parse() {

@@ -23,12 +23,17 @@
 
 // The workload binary's; libraries cannot leave a dependency to one bin target.
 use libc as _;
+// The deploy test's dev-dependency, which the library's unit tests see too.
+#[cfg(test)]
+use cel as _;
 
 pub mod agent;
 pub mod containerd;
 pub mod events;
 pub mod image;
 pub mod kernel;
+pub mod kubelet;
+pub mod manifests;
 pub mod pod;
 pub mod prereq;
 pub mod process;

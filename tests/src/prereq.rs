@@ -90,6 +90,55 @@ pub fn require_containerd() -> bool {
     require("this containerd test", &missing)
 }
 
+/// The release `observer` binary of this build (next to the running test's target dir), if it is
+/// newer than every source file it is built from: a test that runs it (in an image, say) must run
+/// the code under test. `cargo test --release` of the workspace builds it; otherwise
+/// `cargo build --release -p observer`. The error says what is missing, for [`require`].
+pub fn observer_release_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("observer"))
+        .ok_or("no target dir")?;
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .map_err(|_| format!("{} (cargo build --release -p observer)", bin.display()))?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace root")?;
+    let newest = [
+        "observer-user/src",
+        "observer-ebpf/src",
+        "observer-common/src",
+    ]
+    .iter()
+    .filter_map(|d| newest_mtime(&root.join(d)))
+    .max()
+    .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+    if built < newest {
+        return Err(format!(
+            "an up-to-date {} (older than its sources: cargo build --release -p observer)",
+            bin.display()
+        ));
+    }
+    Ok(bin)
+}
+
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            newest_mtime(&p)
+        } else {
+            e.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
 /// Finds `name` on PATH, plus the sbin directories root's PATH usually has.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -1,6 +1,5 @@
 //! Developer tasks: `cargo xtask <task>`. One module per task that is more than a command line.
-// Used by the image and VM tasks (being added).
-#[allow(dead_code)]
+// For the VM task (being added); the image task's recipe is in observer-image.
 mod rootfs;
 use std::{path::PathBuf, process::Command};
 
@@ -24,6 +23,24 @@ enum Task {
         /// Only benchmarks whose name contains this.
         filter: Option<String>,
     },
+    /// Build the agent's OCI image archive (no container engine needed): the release `observer`
+    /// and only the files it needs to start. Import it with `ctr -n k8s.io images import`,
+    /// `podman load`, or `skopeo copy oci-archive:<file> docker://<registry>/observer:<tag>`.
+    Image {
+        /// Where to write the archive.
+        #[arg(long, default_value = "target/image/observer-image.tar")]
+        out: PathBuf,
+        /// Use this `observer` binary instead of building the release one.
+        #[arg(long)]
+        binary: Option<PathBuf>,
+        /// Also unpack the image's files into this directory (what deploy/Containerfile copies
+        /// into its `scratch` stage).
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        /// Cargo build jobs (the build is skipped with --binary).
+        #[arg(long, short)]
+        jobs: Option<u32>,
+    },
 }
 
 fn root() -> PathBuf {
@@ -44,8 +61,58 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+fn image(
+    out: PathBuf,
+    binary: Option<PathBuf>,
+    rootfs: Option<PathBuf>,
+    jobs: Option<u32>,
+) -> Result<()> {
+    let binary = match binary {
+        Some(b) => b,
+        None => {
+            let mut build = Command::new("cargo");
+            build.args(["build", "--release", "-p", "observer"]);
+            if let Some(j) = jobs {
+                build.arg("-j").arg(j.to_string());
+            }
+            run(&mut build)?;
+            root().join("target/release/observer")
+        }
+    };
+    let out = root().join(out);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let image = observer_image::agent::AgentImage::build(&binary)
+        .with_context(|| format!("building the image of {}", binary.display()))?;
+    image.write_archive(&out)?;
+    if let Some(dir) = rootfs {
+        image.unpack(&root().join(dir))?;
+    }
+    let archive = std::fs::metadata(&out)?.len();
+    println!("{}  {}", observer_image::agent::NAME, out.display());
+    for (path, size) in &image.files {
+        println!(
+            "  {path:<45} {:>7.1} MiB",
+            *size as f64 / f64::from(1 << 20)
+        );
+    }
+    println!(
+        "  layer {:.1} MiB uncompressed, archive {:.1} MiB",
+        image.layer.len() as f64 / f64::from(1 << 20),
+        archive as f64 / f64::from(1 << 20)
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     match Cli::parse().task {
+        Task::Image {
+            out,
+            binary,
+            rootfs,
+            jobs,
+        } => image(out, binary, rootfs, jobs),
         Task::Bootstrap => run(&mut Command::new("./scripts/bootstrap.sh")),
         Task::BuildEbpf => run(Command::new("cargo").args([
             "+nightly",

@@ -1,10 +1,10 @@
 //! `observer check`: preflight. Each requirement is printed as ok / missing with what was found,
 //! then the probes are really loaded and attached, which is the only test that cannot lie.
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
-    cgroup::{CgroupMode, CgroupMounts},
-    kernel::{btf::KernelBtf, tracefs, ProbeOptions, Probes},
+    cgroup::{cgroup_id, index::path_of_id, CgroupMode, CgroupMounts, HierarchyMount},
+    kernel::{btf::KernelBtf, kmsg, tracefs, ProbeOptions, Probes},
 };
 
 #[derive(Debug, clap::Args)]
@@ -12,6 +12,10 @@ pub struct CheckArgs {
     /// Skip the final load-and-attach of the probes.
     #[arg(long)]
     pub no_load: bool,
+    /// Where the host's cgroup filesystems are mounted, when observer runs in a container that
+    /// mounts them elsewhere (e.g. /host/sys/fs/cgroup); the same variable as `observer run`'s.
+    #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUPFS")]
+    pub cgroupfs: Option<PathBuf>,
 }
 
 struct Report {
@@ -31,6 +35,39 @@ impl Report {
 
     fn note(&self, name: &str, detail: impl std::fmt::Display) {
         println!("{:<8} {name:<34} {detail}", "note");
+    }
+}
+
+/// Resolves this process's own cgroup from its id the way the agent resolves the kernel's ids
+/// (open_by_handle_at, which needs CAP_DAC_READ_SEARCH).
+fn id_to_path(unified: &HierarchyMount) -> (bool, String) {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return (false, "no cgroup2 line in /proc/self/cgroup".into());
+    };
+    let Some(abs) = unified.to_absolute(rel) else {
+        return (
+            false,
+            format!(
+                "own cgroup {rel} is outside {}",
+                unified.mount_point.display()
+            ),
+        );
+    };
+    let id = match cgroup_id(&abs) {
+        Ok(id) => id,
+        Err(e) => return (false, e.to_string()),
+    };
+    match path_of_id(&unified.mount_point, id) {
+        Some(p) if p == abs => (true, format!("id {id} -> {}", p.display())),
+        Some(p) => (
+            false,
+            format!("id {id} -> {}, expected {}", p.display(), abs.display()),
+        ),
+        None => (
+            false,
+            format!("open_by_handle_at failed for id {id} (needs CAP_DAC_READ_SEARCH)"),
+        ),
     }
 }
 
@@ -129,10 +166,17 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    match CgroupMounts::detect(None) {
+    match CgroupMounts::detect(args.cgroupfs.as_deref()) {
         Ok(m) => {
             let mode = m.mode();
+            let whole = m.unified().is_some_and(|u| u.root == "/");
             let detail = match (mode, m.unified()) {
+                // A container's own /sys/fs/cgroup shows only its own cgroup.
+                (_, Some(u)) if !whole => format!(
+                    "cgroup2 at {} shows only {}: mount the host's /sys/fs/cgroup and pass --cgroupfs",
+                    u.mount_point.display(),
+                    u.root
+                ),
                 (CgroupMode::Unified, Some(u)) => {
                     format!("v2 (unified) at {}", u.mount_point.display())
                 }
@@ -142,9 +186,29 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 ),
                 _ => "v1 only: observer needs a cgroup2 hierarchy for cgroup ids".to_string(),
             };
-            r.row("cgroup mode", m.unified().is_some(), detail);
+            r.row("cgroup mode", whole, detail);
+            if let Some(u) = m.unified().filter(|_| whole) {
+                let (ok, detail) = id_to_path(u);
+                r.row("cgroup id -> path", ok, detail);
+            }
         }
         Err(e) => r.row("cgroup mode", false, e),
+    }
+
+    match kmsg::read_history_from() {
+        Ok((history, source)) => r.row(
+            "kernel log",
+            true,
+            format!(
+                "read through {source}, {} OOM kill(s) in it",
+                history.kills.len()
+            ),
+        ),
+        Err(e) => r.row(
+            "kernel log",
+            false,
+            format!("{e}: OOM kills from before start-up are not reported"),
+        ),
     }
 
     match aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {

@@ -75,8 +75,60 @@ fn mono_to_wall(at_us: u64) -> SystemTime {
     SystemTime::now() - mono.saturating_sub(Duration::from_micros(at_us))
 }
 
+/// Where [`read_history_from`] found the kernel log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogSource {
+    DevKmsg,
+    Syslog,
+}
+
+impl std::fmt::Display for LogSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LogSource::DevKmsg => "/dev/kmsg",
+            LogSource::Syslog => "syslog(2)",
+        })
+    }
+}
+
 /// Reads every OOM kill still in the kernel log, without blocking.
 pub fn read_history() -> std::io::Result<History> {
+    read_history_from().map(|(history, _)| history)
+}
+
+/// [`read_history`], and where it read. /dev/kmsg first; where it cannot be opened, syslog(2)
+/// (the same ring, as text). A container that is not privileged cannot open /dev/kmsg even when
+/// it is bind-mounted: the runtime's device cgroup allows only its default devices. syslog(2)
+/// needs CAP_SYSLOG alone (with kernel.dmesg_restrict=1; runtime-default seccomp profiles allow
+/// the call exactly when that capability is granted).
+pub fn read_history_from() -> std::io::Result<(History, LogSource)> {
+    let (records, source) = match read_dev_kmsg() {
+        Ok(records) => (records, LogSource::DevKmsg),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::EACCES | libc::ENOENT)
+            ) =>
+        {
+            let records = read_syslog().map_err(|s| {
+                std::io::Error::new(s.kind(), format!("/dev/kmsg: {e}; syslog(2): {s}"))
+            })?;
+            (records, LogSource::Syslog)
+        }
+        Err(e) => return Err(e),
+    };
+    let since = records
+        .first()
+        .and_then(|r| r.split(';').next()?.split(',').nth(2)?.parse().ok())
+        .map(mono_to_wall);
+    let history = History {
+        kills: parse(records.iter().map(String::as_str)),
+        since,
+    };
+    Ok((history, source))
+}
+
+fn read_dev_kmsg() -> std::io::Result<Vec<String>> {
     let mut f = File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -94,14 +146,51 @@ pub fn read_history() -> std::io::Result<History> {
             Err(e) => return Err(e),
         }
     }
-    let since = records
-        .first()
-        .and_then(|r| r.split(';').next()?.split(',').nth(2)?.parse().ok())
-        .map(mono_to_wall);
-    Ok(History {
-        kills: parse(records.iter().map(String::as_str)),
-        since,
-    })
+    Ok(records)
+}
+
+/// The whole ring through syslog(2) (SYSLOG_ACTION_READ_ALL, which does not consume it), each
+/// line turned into a /dev/kmsg record for [`parse`].
+fn read_syslog() -> std::io::Result<Vec<String>> {
+    const SYSLOG_ACTION_READ_ALL: libc::c_int = 3;
+    const SYSLOG_ACTION_SIZE_BUFFER: libc::c_int = 10;
+    // SAFETY: SIZE_BUFFER takes no buffer.
+    let size = unsafe { libc::klogctl(SYSLOG_ACTION_SIZE_BUFFER, std::ptr::null_mut(), 0) };
+    if size < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; size as usize];
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        libc::klogctl(
+            SYSLOG_ACTION_READ_ALL,
+            buf.as_mut_ptr().cast(),
+            buf.len() as libc::c_int,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(String::from_utf8_lossy(&buf)
+        .lines()
+        .filter_map(syslog_line_to_record)
+        .collect())
+}
+
+/// `<6>[ 3433.177016] text` → `6,0,3433177016,-;text`. Without printk timestamps the time is 0.
+fn syslog_line_to_record(line: &str) -> Option<String> {
+    let (prio, rest) = line.strip_prefix('<')?.split_once('>')?;
+    let (usec, msg) = match rest.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+        Some((stamp, msg)) => {
+            let (sec, frac) = stamp.trim().split_once('.')?;
+            let sec: u64 = sec.parse().ok()?;
+            let frac: u64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
+            (sec * 1_000_000 + frac, msg)
+        }
+        None => (0, rest),
+    };
+    Some(format!("{prio},0,{usec},-;{msg}"))
 }
 
 /// New OOM kills as the kernel logs them, from the moment it is opened. Woken by epoll.
@@ -333,6 +422,26 @@ mod tests {
             ]
         );
         assert_eq!(kills[1].anon_rss_kb, Some(1));
+    }
+
+    #[test]
+    fn syslog_lines_become_records() {
+        let lines = [
+            "<6>[3433.177016] oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/kubepods/x,task=sh,pid=28078,uid=0",
+            "<3>[ 3433.177070] Memory cgroup out of memory: Killed process 28078 (sh) total-vm:39136kB, anon-rss:32000kB, file-rss:1424kB, shmem-rss:0kB, UID:0 pgtables:108kB oom_score_adj:500",
+            "<6>no timestamp",
+            "not a syslog line",
+        ];
+        let records: Vec<String> = lines
+            .iter()
+            .filter_map(|l| syslog_line_to_record(l))
+            .collect();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[2], "6,0,0,-;no timestamp");
+        let kills = parse(records.iter().map(String::as_str));
+        assert_eq!(kills.len(), 1, "{kills:?}");
+        assert_eq!((kills[0].pid, kills[0].at_us), (28078, 3433177016));
+        assert_eq!(kills[0].anon_rss_kb, Some(32000));
     }
 
     #[test]

@@ -1,0 +1,1111 @@
+//! deploy/ under test. The manifests are read into k8s-openapi types (strictly: no field the API
+//! does not have) and their invariants checked; then the agent's image, built by the same code as
+//! `cargo xtask image`, is imported into a private containerd and started from the DaemonSet's
+//! own pod template, translated to CRI the way kubelet does it, with `observer check` as its
+//! command: every requirement must be met, the probes really loaded and attached. Each added
+//! capability and each host mount is then taken away in turn, and the check must fail for the
+//! reason the manifest gives for it: the set is sufficient and nothing in it is spare.
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use observer::cri::api;
+use observer_image::agent::{self, AgentImage};
+use observer_tests::containerd::read_container_log;
+use observer_tests::kubelet::{self, quantity_milli, KubeletPod, Node};
+use observer_tests::manifests::{deploy_dir, documents, read_one, strict};
+use observer_tests::{init_tracing, poll_until_async, prereq, require_containerd, Containerd, Qos};
+use serde_json::Value;
+
+/// The capabilities the agent is given, each with the `observer check` row that fails without it.
+const CAPABILITIES: &[(&str, &str)] = &[
+    ("BPF", "ring buffer maps"),
+    ("PERFMON", "load and attach probes"),
+    ("DAC_READ_SEARCH", "cgroup id -> path"),
+    ("SYSLOG", "kernel log"),
+];
+/// The host mounts `observer check` can prove (volume name, the row that fails without it). The
+/// CRI socket's is proven by `observer status` in the same container.
+const CHECKED_MOUNTS: &[(&str, &str)] = &[("tracefs", "tracefs"), ("cgroup-root", "cgroup mode")];
+/// Every row `observer check` prints for a node that has everything.
+const CHECK_ROWS: &[&str] = &[
+    "privileges",
+    "kernel version >= 5.15",
+    "kernel BTF",
+    "tracefs",
+    "tp_btf/sched_process_exec",
+    "tp_btf/sched_process_exit",
+    "tracepoint oom/mark_victim",
+    "tracepoints cgroup/*",
+    "cgroup mode",
+    "cgroup id -> path",
+    "kernel log",
+    "ring buffer maps",
+    "load and attach probes",
+];
+const AGENT_MEMORY_BUDGET: i128 = 64 << 20;
+const CHECK_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn ds() -> DaemonSet {
+    read_one(&deploy_dir().join("daemonset.yaml")).unwrap()
+}
+
+fn pod_spec(ds: &DaemonSet) -> &PodSpec {
+    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn agent_container(ds: &DaemonSet) -> &Container {
+    let spec = pod_spec(ds);
+    assert_eq!(spec.containers.len(), 1, "one container: the agent");
+    &spec.containers[0]
+}
+
+fn env<'a>(c: &'a Container, name: &str) -> Option<&'a k8s_openapi::api::core::v1::EnvVar> {
+    c.env.iter().flatten().find(|e| e.name == name)
+}
+
+/// The agent's status-manager settings where the manifest does not set them.
+fn agent_defaults() -> observer::kube::StatusConfig {
+    observer::kube::StatusConfig::new("node", observer::kube::StatusMode::default())
+}
+
+fn kustomization() -> Value {
+    let docs = documents(&deploy_dir().join("kustomization.yaml")).unwrap();
+    docs.into_iter().next().unwrap()
+}
+
+fn namespace() -> String {
+    kustomization()["namespace"].as_str().unwrap().to_string()
+}
+
+/// Every manifest kustomization.yaml installs, and the example, read strictly into its type.
+#[test]
+fn every_manifest_reads_strictly_into_its_api_type() {
+    let dir = deploy_dir();
+    let listed: BTreeSet<String> = kustomization()["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(
+        listed, on_disk,
+        "kustomization.yaml installs every manifest in deploy/"
+    );
+
+    let mut kinds = BTreeMap::<String, usize>::new();
+    let mut files: Vec<PathBuf> = on_disk.iter().map(|n| dir.join(n)).collect();
+    files.push(dir.join("examples/readiness-gate.yaml"));
+    for file in files {
+        for doc in documents(&file).unwrap() {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let r = match kind.as_str() {
+                "Namespace" => strict::<Namespace>(&doc).map(drop),
+                "ServiceAccount" => strict::<ServiceAccount>(&doc).map(drop),
+                "ClusterRole" => strict::<ClusterRole>(&doc).map(drop),
+                "ClusterRoleBinding" => strict::<ClusterRoleBinding>(&doc).map(drop),
+                "ValidatingAdmissionPolicy" => strict::<ValidatingAdmissionPolicy>(&doc).map(drop),
+                "ValidatingAdmissionPolicyBinding" => {
+                    strict::<ValidatingAdmissionPolicyBinding>(&doc).map(drop)
+                }
+                "PriorityClass" => strict::<PriorityClass>(&doc).map(drop),
+                "DaemonSet" => strict::<DaemonSet>(&doc).map(drop),
+                "Service" => strict::<Service>(&doc).map(drop),
+                "Pod" => strict::<Pod>(&doc).map(drop),
+                other => panic!("{}: unexpected kind {other:?}", file.display()),
+            };
+            r.unwrap_or_else(|e| panic!("{}: {e:#}", file.display()));
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "PriorityClass",
+        "DaemonSet",
+        "Service",
+        "Pod",
+    ] {
+        assert_eq!(kinds.get(kind), Some(&1), "exactly one {kind}: {kinds:?}");
+    }
+}
+
+#[test]
+fn daemonset_runs_everywhere_with_named_privileges_only() {
+    let ds = ds();
+    let spec = pod_spec(&ds);
+    let c = agent_container(&ds);
+    let ns = namespace();
+    assert_eq!(ds.metadata.namespace.as_deref(), Some(ns.as_str()));
+
+    assert_eq!(
+        spec.host_pid,
+        Some(true),
+        "hostPID: /proc of every container"
+    );
+    assert_ne!(spec.host_network, Some(true), "no host network");
+    assert_ne!(spec.host_ipc, Some(true), "no host IPC");
+    // Tolerates every taint: one toleration, no key, operator Exists, any effect.
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    assert!(
+        tolerations.iter().any(|t| t.key.is_none()
+            && t.operator.as_deref() == Some("Exists")
+            && t.effect.is_none()),
+        "{tolerations:?}"
+    );
+    let pc: PriorityClass = read_one(&deploy_dir().join("priorityclass.yaml")).unwrap();
+    assert_eq!(spec.priority_class_name, pc.metadata.name);
+    assert!(pc.value >= 1_000_000 && pc.global_default != Some(true));
+    let sa: ServiceAccount = read_one(&deploy_dir().join("serviceaccount.yaml")).unwrap();
+    assert_eq!(spec.service_account_name, sa.metadata.name);
+    assert_ne!(spec.automount_service_account_token, Some(false));
+
+    // The image users get from `cargo xtask image`.
+    assert_eq!(c.image.as_deref(), Some(agent::NAME));
+    assert_eq!(c.command.as_deref(), Some(&[agent::BINARY.to_string()][..]));
+    assert_eq!(c.args.as_deref(), Some(&["run".to_string()][..]));
+
+    // The node name from the downward API.
+    let node = env(c, "NODE_NAME").expect("NODE_NAME");
+    let field = node.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+    assert_eq!(field.map(|f| f.field_path.as_str()), Some("spec.nodeName"));
+    // The cgroup view: --cgroupfs names the mount of the host's /sys/fs/cgroup.
+    let cgroupfs = env(c, "OBSERVER_CGROUPFS").and_then(|e| e.value.clone());
+    let cgroup_mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| Some(&m.mount_path) == cgroupfs.as_ref())
+        .expect("OBSERVER_CGROUPFS is a volume mount");
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == cgroup_mount.name)
+        .unwrap();
+    assert_eq!(
+        volume.host_path.as_ref().map(|h| h.path.as_str()),
+        Some("/sys/fs/cgroup")
+    );
+
+    // Security context: no privileged mode, every capability dropped but the proven ones.
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.privileged, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
+    let proven: BTreeSet<&str> = CAPABILITIES.iter().map(|(c, _)| *c).collect();
+    assert_eq!(added, proven, "the capabilities the container test proves");
+    let seccomp = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or(sc.seccomp_profile.as_ref());
+    assert_eq!(seccomp.map(|s| s.type_.as_str()), Some("RuntimeDefault"));
+
+    // Every hostPath is one deploy/README.md explains, mounted read-only.
+    let readme = std::fs::read_to_string(deploy_dir().join("README.md")).unwrap();
+    for v in spec.volumes.iter().flatten() {
+        let hp = v.host_path.as_ref().expect("only hostPath volumes");
+        assert!(
+            readme.contains(&hp.path),
+            "deploy/README.md explains {}",
+            hp.path
+        );
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == v.name)
+            .unwrap();
+        assert_eq!(m.read_only, Some(true), "{} is read-only", v.name);
+        assert_eq!(
+            m.recursive_read_only.as_deref(),
+            Some("IfPossible"),
+            "{}",
+            v.name
+        );
+    }
+    // Each added capability and each host mount has its reason next to it in the manifest.
+    let text = std::fs::read_to_string(deploy_dir().join("daemonset.yaml")).unwrap();
+    for cap in &added {
+        assert_commented(&text, &format!("- {cap}"));
+    }
+    for m in c.volume_mounts.iter().flatten() {
+        assert_commented(&text, &format!("- name: {}", m.name));
+    }
+}
+
+/// The line holding `item` (its first occurrence) follows a comment line.
+fn assert_commented(text: &str, item: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.trim() == item)
+        .unwrap_or_else(|| panic!("{item:?} not in daemonset.yaml"));
+    assert!(
+        i > 0 && lines[i - 1].trim_start().starts_with('#'),
+        "{item:?} needs its reason in a comment above it"
+    );
+}
+
+#[test]
+fn daemonset_resources_probes_and_service_agree() {
+    let ds = ds();
+    let c = agent_container(&ds);
+    let r = c.resources.as_ref().unwrap();
+    let get = |m: &Option<BTreeMap<String, _>>, k: &str| {
+        let q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity = m
+            .as_ref()
+            .and_then(|m| m.get(k))
+            .unwrap_or_else(|| panic!("{k}"));
+        quantity_milli(&q.0).unwrap()
+    };
+    for res in ["cpu", "memory"] {
+        assert_eq!(
+            get(&r.requests, res),
+            get(&r.limits, res),
+            "{res}: requests == limits (Guaranteed QoS, oom_score_adj -997)"
+        );
+    }
+    assert_eq!(kubelet::qos_class(std::slice::from_ref(c)), Qos::Guaranteed);
+    // The budget (64 MiB peak RSS at 1000 pods) fits with room for the BPF maps and page cache.
+    let limit = get(&r.limits, "memory") / 1000;
+    assert!(
+        limit >= AGENT_MEMORY_BUDGET * 3 / 2,
+        "memory limit {limit} leaves headroom over the 64 MiB budget"
+    );
+
+    // Probes on the port the agent listens on.
+    let listen = env(c, "OBSERVER_LISTEN")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_else(|| "0.0.0.0:9891".into());
+    let port: i32 = listen.rsplit(':').next().unwrap().parse().unwrap();
+    let named = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.container_port == port)
+        .expect("the listen port is a container port");
+    let port_name = named.name.clone().expect("a named port");
+    let probe_path = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
+        let h = p.and_then(|p| p.http_get.as_ref()).expect("httpGet probe");
+        assert_eq!(h.port, IntOrString::String(port_name.clone()));
+        h.path.clone().unwrap()
+    };
+    assert_eq!(probe_path(c.liveness_probe.as_ref()), "/healthz");
+    assert_eq!(probe_path(c.readiness_probe.as_ref()), "/readyz");
+
+    let svc: Service = read_one(&deploy_dir().join("service.yaml")).unwrap();
+    let spec = svc.spec.unwrap();
+    assert_eq!(
+        spec.cluster_ip.as_deref(),
+        Some("None"),
+        "headless: every agent"
+    );
+    let pod_labels = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    for (k, v) in spec.selector.as_ref().unwrap() {
+        assert_eq!(pod_labels.get(k), Some(v), "Service selects the agent pods");
+    }
+    let sport = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(sport.port, port);
+    assert_eq!(sport.target_port, Some(IntOrString::String(port_name)));
+}
+
+#[test]
+fn rbac_is_exactly_what_the_agent_does() {
+    let docs = documents(&deploy_dir().join("rbac.yaml")).unwrap();
+    let role: ClusterRole = strict(&docs[0]).unwrap();
+    let binding: ClusterRoleBinding = strict(&docs[1]).unwrap();
+    let mut got = BTreeSet::new();
+    for rule in role.rules.iter().flatten() {
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none());
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                for v in &rule.verbs {
+                    got.insert(format!("{g}/{r}:{v}"));
+                }
+            }
+        }
+    }
+    let want: BTreeSet<String> = [
+        "/pods:get",
+        "/pods:list",
+        "/pods:watch",
+        "/pods/status:patch",
+        "events.k8s.io/events:create",
+        "events.k8s.io/events:patch",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        got, want,
+        "pods get/list/watch, pods/status patch, events create/patch"
+    );
+    assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "observer");
+    assert_eq!(subjects[0].namespace.as_deref(), Some(namespace().as_str()));
+}
+
+#[test]
+fn admission_policy_keeps_each_agent_to_its_node() {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = strict(&docs[1]).unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+
+    // Only the agent's service account, in the namespace kustomize installs it to.
+    let conditions = spec.match_conditions.unwrap();
+    let user = format!("system:serviceaccount:{}:observer", namespace());
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.expression == format!("request.userInfo.username == '{user}'")),
+        "{conditions:?}"
+    );
+    // UPDATE (PATCH) of pods/status and CREATE/UPDATE of events are matched.
+    let rules = spec
+        .match_constraints
+        .unwrap()
+        .resource_rules
+        .unwrap_or_default();
+    let covers = |group: &str, resource: &str, op: &str| {
+        rules.iter().any(|r| {
+            r.api_groups.iter().flatten().any(|g| g == group)
+                && r.resources.iter().flatten().any(|x| x == resource)
+                && r.operations.iter().flatten().any(|o| o == op)
+        })
+    };
+    assert!(covers("", "pods/status", "UPDATE"));
+    assert!(covers("events.k8s.io", "events", "CREATE"));
+    assert!(covers("events.k8s.io", "events", "UPDATE"));
+
+    // The node claim against the stored pod's spec.nodeName.
+    let claim = "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]";
+    let variables = spec.variables.unwrap();
+    let node = variables.iter().find(|v| v.name == "node").unwrap();
+    assert!(node.expression.contains(claim), "{}", node.expression);
+    let validations = spec.validations.unwrap();
+    assert!(validations.iter().any(|v| v
+        .expression
+        .contains("oldObject.spec.nodeName == variables.node")));
+    assert!(validations.iter().any(|v| v
+        .expression
+        .contains("object.reportingInstance == variables.node")));
+
+    assert_eq!(
+        binding.spec.as_ref().unwrap().policy_name,
+        policy.metadata.name
+    );
+    assert_eq!(
+        binding.spec.unwrap().validation_actions.as_deref(),
+        Some(&["Deny".to_string()][..])
+    );
+}
+
+/// The admission request as the policy's CEL sees it.
+struct Admission {
+    user: String,
+    node_claim: Option<&'static str>,
+    resource: &'static str,
+    operation: &'static str,
+    object: Value,
+    old_object: Value,
+}
+
+impl Admission {
+    fn agent(node_claim: Option<&'static str>) -> Self {
+        Admission {
+            user: format!("system:serviceaccount:{}:observer", namespace()),
+            node_claim,
+            resource: "pods",
+            operation: "UPDATE",
+            object: Value::Null,
+            old_object: Value::Null,
+        }
+    }
+
+    fn pod_on(mut self, node: &str) -> Self {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "web"}]},
+        });
+        self.object = pod.clone();
+        self.old_object = pod;
+        self
+    }
+
+    fn event(mut self, op: &'static str, kind: &str, controller: &str, instance: &str) -> Self {
+        self.resource = "events";
+        self.operation = op;
+        self.object = serde_json::json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "web.1", "namespace": "default"},
+            "regarding": {"apiVersion": "v1", "kind": kind, "name": "web", "namespace": "default"},
+            "reportingController": controller,
+            "reportingInstance": instance,
+            "reason": "ContainerDied", "action": "Observed", "type": "Warning",
+        });
+        self.old_object = if op == "UPDATE" {
+            self.object.clone()
+        } else {
+            Value::Null
+        };
+        self
+    }
+
+    fn old_instance(mut self, instance: &str) -> Self {
+        self.old_object["reportingInstance"] = instance.into();
+        self
+    }
+
+    /// What the policy decides: not matched (None), allowed, or the failing validations.
+    fn evaluate(&self, policy: &ValidatingAdmissionPolicy) -> Option<Result<(), Vec<String>>> {
+        let spec = policy.spec.as_ref().unwrap();
+        let mut extra = serde_json::Map::new();
+        if let Some(node) = self.node_claim {
+            extra.insert(
+                "authentication.kubernetes.io/node-name".into(),
+                serde_json::json!([node]),
+            );
+        }
+        let request = serde_json::json!({
+            "operation": self.operation,
+            "resource": {"group": if self.resource == "events" { "events.k8s.io" } else { "" },
+                         "version": "v1", "resource": self.resource},
+            "subResource": if self.resource == "pods" { "status" } else { "" },
+            "userInfo": {"username": self.user, "extra": extra},
+        });
+        let eval = |expr: &str, variables: &serde_json::Map<String, Value>| -> cel::Value {
+            let program = cel::Program::compile(expr)
+                .unwrap_or_else(|e| panic!("CEL does not compile: {expr}: {e}"));
+            let mut ctx = cel::Context::default();
+            ctx.add_variable_from_value("request", cel::to_value(&request).unwrap());
+            ctx.add_variable_from_value("object", cel::to_value(&self.object).unwrap());
+            ctx.add_variable_from_value("oldObject", cel::to_value(&self.old_object).unwrap());
+            ctx.add_variable_from_value("variables", cel::to_value(variables).unwrap());
+            program
+                .execute(&ctx)
+                .unwrap_or_else(|e| panic!("CEL fails: {expr}: {e}"))
+        };
+        let none = serde_json::Map::new();
+        for c in spec.match_conditions.iter().flatten() {
+            if eval(&c.expression, &none) != cel::Value::Bool(true) {
+                return None;
+            }
+        }
+        let mut variables = serde_json::Map::new();
+        for v in spec.variables.iter().flatten() {
+            let value = match eval(&v.expression, &variables) {
+                cel::Value::String(s) => Value::String(s.to_string()),
+                other => panic!("variable {} is {other:?}", v.name),
+            };
+            variables.insert(v.name.clone(), value);
+        }
+        let failed: Vec<String> = spec
+            .validations
+            .iter()
+            .flatten()
+            .filter(|v| eval(&v.expression, &variables) != cel::Value::Bool(true))
+            .map(|v| {
+                v.message
+                    .clone()
+                    .or(v.message_expression.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        Some(if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        })
+    }
+}
+
+/// The policy's CEL, evaluated on the requests an agent makes and on the ones it must not make.
+#[test]
+fn admission_policy_decides_as_documented() {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let allowed = |a: Admission| a.evaluate(&policy) == Some(Ok(()));
+    let denied = |a: Admission, why: &str| match a.evaluate(&policy) {
+        Some(Err(messages)) => assert!(
+            messages.iter().any(|m| m.contains(why)),
+            "denied, but not for {why:?}: {messages:?}"
+        ),
+        other => panic!("not denied ({why}): {other:?}"),
+    };
+    let agent = || Admission::agent(Some("node-a"));
+    // The agent's own Reporter: its StatusConfig's reporter, with the node name as the instance.
+    let reporter = agent_defaults().reporter;
+    let agent_id = reporter.as_str();
+
+    // Pods: only those bound to the token's node.
+    assert!(allowed(agent().pod_on("node-a")));
+    denied(
+        agent().pod_on("node-b"),
+        "may only change pods bound to that node",
+    );
+    denied(
+        Admission::agent(None).pod_on("node-a"),
+        "must use its pod-bound token",
+    );
+    // Anyone else is not this policy's business.
+    let mut kubelet = agent().pod_on("node-b");
+    kubelet.user = "system:node:node-b".into();
+    assert_eq!(kubelet.evaluate(&policy), None);
+
+    // Events: about pods, as the agent, from its own node; series only of its own events.
+    assert!(allowed(agent().event("CREATE", "Pod", agent_id, "node-a")));
+    assert!(allowed(agent().event("UPDATE", "Pod", agent_id, "node-a")));
+    let only_pods = "may only write events about pods";
+    denied(
+        agent().event("CREATE", "Pod", agent_id, "node-b"),
+        only_pods,
+    );
+    denied(
+        agent().event("CREATE", "Node", agent_id, "node-a"),
+        only_pods,
+    );
+    denied(
+        agent().event("CREATE", "Pod", "kubelet", "node-a"),
+        only_pods,
+    );
+    denied(
+        agent()
+            .event("UPDATE", "Pod", agent_id, "node-a")
+            .old_instance("node-b"),
+        "may only update events its own node wrote",
+    );
+}
+
+#[test]
+fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
+    let ns: Namespace = read_one(&deploy_dir().join("namespace.yaml")).unwrap();
+    assert_eq!(ns.metadata.name.as_deref(), Some(namespace().as_str()));
+    assert_eq!(
+        ns.metadata
+            .labels
+            .unwrap()
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("privileged"),
+        "hostPID, hostPath and capabilities are outside the baseline profile"
+    );
+
+    let prefix = env(agent_container(&ds()), "OBSERVER_CONDITION_PREFIX")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_else(|| agent_defaults().condition_prefix);
+    let pod: Pod = read_one(&deploy_dir().join("examples/readiness-gate.yaml")).unwrap();
+    let gates = pod.spec.unwrap().readiness_gates.unwrap();
+    assert_eq!(gates[0].condition_type, format!("{prefix}/ContainersAlive"));
+}
+
+/// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace.
+#[test]
+fn kustomization_renders() {
+    let Some(kubectl) = prereq::which("kubectl") else {
+        prereq::require("kustomization_renders", &["kubectl on PATH".into()]);
+        return;
+    };
+    let out = std::process::Command::new(kubectl)
+        .arg("kustomize")
+        .arg(deploy_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rendered = dir.path().join("rendered.yaml");
+    std::fs::write(&rendered, &out.stdout).unwrap();
+    let docs = documents(&rendered).unwrap();
+    assert_eq!(docs.len(), 9, "every object of deploy/ but the example");
+    let ns = namespace();
+    for d in &docs {
+        let cluster_scoped = matches!(
+            d["kind"].as_str().unwrap(),
+            "Namespace"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "PriorityClass"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        );
+        if !cluster_scoped {
+            assert_eq!(d["metadata"]["namespace"], ns.as_str(), "{d}");
+        }
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/part-of"], "observer",
+            "{d}"
+        );
+    }
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    strict::<DaemonSet>(ds).unwrap();
+}
+
+/// A node as the harness provides it, with the DaemonSet's hostPaths where they are here.
+fn test_node(pods_dir: &Path, containerd_dir: &Path) -> Node {
+    let mut node = Node::this_machine("node-under-test", pods_dir).unwrap();
+    // The agent's CRI endpoint names /run/containerd/containerd.sock: the harness's socket is
+    // containerd.sock in its own dir.
+    node.host_paths
+        .insert("/run/containerd".into(), containerd_dir.to_path_buf());
+    node
+}
+
+#[test]
+fn kubelet_translation_of_the_daemonset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = test_node(&dir.path().join("pods"), dir.path());
+    // Not every machine running unit tests has these; kubelet's type checks need the right kind.
+    for (src, make_dir) in [("/sys/kernel/tracing", true), ("/sys/fs/cgroup", true)] {
+        let p = dir.path().join(src.trim_start_matches('/'));
+        if make_dir {
+            std::fs::create_dir_all(&p).unwrap();
+        }
+        node.host_paths.insert(src.into(), p);
+    }
+    let kp: KubeletPod = kubelet::pod_for_node(&ds(), &node, "observer-abcde", dir.path()).unwrap();
+
+    let sb_linux = kp.sandbox.linux.as_ref().unwrap();
+    assert_eq!(
+        sb_linux.cgroup_parent,
+        format!("/kubepods/pod{}", kp.spec.uid)
+    );
+    let sb_sc = sb_linux.security_context.as_ref().unwrap();
+    let ns = sb_sc.namespace_options.as_ref().unwrap();
+    assert_eq!(ns.pid, api::NamespaceMode::Node as i32, "hostPID");
+    assert_eq!(ns.network, api::NamespaceMode::Pod as i32);
+    assert!(!sb_sc.privileged);
+    assert_eq!(kp.sandbox.hostname, "observer-abcde");
+    assert_eq!(kp.sandbox.metadata.as_ref().unwrap().namespace, namespace());
+
+    let c = kp.container("observer").unwrap();
+    assert_eq!(c.command, [agent::BINARY]);
+    assert_eq!(c.args, ["run"]);
+    let envs: BTreeMap<&str, &str> = c
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    assert_eq!(
+        envs["NODE_NAME"], "node-under-test",
+        "downward API resolved"
+    );
+    assert_eq!(envs["OBSERVER_CGROUPFS"], "/host/sys/fs/cgroup");
+    let linux = c.linux.as_ref().unwrap();
+    let r = linux.resources.as_ref().unwrap();
+    assert_eq!(
+        (r.cpu_period, r.cpu_quota, r.cpu_shares),
+        (100_000, 25_000, 256)
+    );
+    assert_eq!(r.memory_limit_in_bytes, 128 << 20);
+    assert_eq!(r.oom_score_adj, -997);
+    let sc = linux.security_context.as_ref().unwrap();
+    assert!(!sc.privileged && sc.readonly_rootfs && sc.no_new_privs);
+    assert_eq!(sc.run_as_user.as_ref().unwrap().value, 0);
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop_capabilities, ["ALL"]);
+    assert_eq!(
+        kubelet::capability_names(c),
+        CAPABILITIES
+            .iter()
+            .map(|(c, _)| format!("CAP_{c}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        sc.seccomp.as_ref().unwrap().profile_type,
+        api::security_profile::ProfileType::RuntimeDefault as i32
+    );
+    assert_eq!(sc.masked_paths, kubelet::DEFAULT_MASKED_PATHS);
+    assert_eq!(
+        sc.namespace_options.as_ref().unwrap().pid,
+        api::NamespaceMode::Node as i32
+    );
+    let mount = |path: &str| c.mounts.iter().find(|m| m.container_path == path).unwrap();
+    assert_eq!(
+        mount("/run/containerd").host_path,
+        dir.path().to_string_lossy()
+    );
+    assert!(mount("/run/containerd").readonly);
+    assert!(mount("/dev/termination-log")
+        .host_path
+        .starts_with(&*dir.path().to_string_lossy()));
+
+    // kubelet refuses a hostPath of the wrong type before it starts anything.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "").unwrap();
+    node.host_paths.insert("/sys/kernel/tracing".into(), file);
+    let err = kubelet::pod_for_node(&ds(), &node, "x", dir.path()).unwrap_err();
+    assert!(format!("{err:#}").contains("is not a Directory"), "{err:#}");
+}
+
+/// `observer check`'s verdict per row: name → ok.
+fn check_rows(output: &str) -> BTreeMap<String, bool> {
+    let mut rows = BTreeMap::new();
+    for line in output.lines() {
+        let (status, rest) = match line.split_once(' ') {
+            Some(x) => x,
+            None => continue,
+        };
+        let ok = match status {
+            "ok" => true,
+            "MISSING" => false,
+            _ => continue,
+        };
+        // Row names are padded to 34 columns and may contain single spaces.
+        let name = rest.trim_start();
+        let name = name.split("  ").next().unwrap_or(name).trim().to_string();
+        rows.insert(name, ok);
+    }
+    rows
+}
+
+struct Run {
+    exit_code: i32,
+    /// stdout and stderr, interleaved.
+    output: String,
+    info: Value,
+}
+
+/// The agent's container of `kp` as kubelet would make it if it were named `name` (metadata, the
+/// name label, the log) with `args` in place of `run` (their `$(VAR)`s expanded from the
+/// container's env, as kubelet does), changed by `edit`.
+fn agent_config(
+    kp: &KubeletPod,
+    name: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> api::ContainerConfig {
+    let mut config = kp.container("observer").unwrap().clone();
+    config.metadata.as_mut().unwrap().name = name.into();
+    config
+        .labels
+        .insert(observer::cri::keys::CONTAINER_NAME.into(), name.into());
+    config.log_path = format!("{name}/0.log");
+    let vars: std::collections::HashMap<&str, &str> = config
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    config.args = args.iter().map(|a| kubelet::expand(a, &vars)).collect();
+    edit(&mut config);
+    config
+}
+
+/// Runs [`agent_config`]'s container in `pod` and waits for it to exit.
+async fn run_agent(
+    ctrd: &Containerd,
+    pod: &mut observer_tests::Pod,
+    kp: &KubeletPod,
+    name: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> Run {
+    let config = agent_config(kp, name, args, edit);
+    let id = ctrd.add_container_with(pod, config.clone()).await.unwrap();
+    let info = ctrd.container_info(&id).await.unwrap_or_default();
+    let status = ctrd.wait_exited(&id, CHECK_TIMEOUT).await.unwrap();
+    let log = read_container_log(pod, &config.log_path);
+    Run {
+        exit_code: status.exit_code,
+        output: log.all,
+        info,
+    }
+}
+
+/// [`run_agent`] with `observer check`.
+async fn run_check(
+    ctrd: &Containerd,
+    pod: &mut observer_tests::Pod,
+    kp: &KubeletPod,
+    name: &str,
+    edit: impl FnOnce(&mut api::ContainerConfig),
+) -> Run {
+    run_agent(ctrd, pod, kp, name, &["check"], edit).await
+}
+
+/// `observer status` in the agent's container, configured by the manifest's own variables: the
+/// whole pipeline (probes, the start-up walk through the host's /proc and cgroup tree, CRI over
+/// the mounted socket, the kernel log).
+const STATUS_ARGS: &[&str] = &[
+    "status",
+    "-o",
+    "json",
+    "--cgroupfs",
+    "$(OBSERVER_CGROUPFS)",
+    "--cri-endpoint",
+    "$(OBSERVER_CRI_ENDPOINT)",
+];
+
+/// From one `observer status -o json --watch` line: the agent's own pod, if it shows the `status`
+/// container running with its init pid (found in the host's /proc).
+fn own_pod_running(line: &str) -> Option<Value> {
+    let pods: Value = serde_json::from_str(line).ok()?;
+    let own = pods
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == "observer-test")?
+        .clone();
+    let running = own["containers"].as_array()?.iter().any(|c| {
+        c["name"] == "status"
+            && c["state"] == "running"
+            && c["init_pid"].as_u64().is_some_and(|p| p > 0)
+    });
+    running.then_some(own)
+}
+
+fn security(config: &mut api::ContainerConfig) -> &mut api::LinuxContainerSecurityContext {
+    config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemonset_gives_the_agent_what_it_needs() {
+    if !require_containerd() {
+        return;
+    }
+    let bin = match prereq::observer_release_binary() {
+        Ok(b) => b,
+        Err(missing) => {
+            prereq::require("the DaemonSet container test", &[missing]);
+            return;
+        }
+    };
+    init_tracing();
+    let ctrd = Containerd::start().await.unwrap();
+
+    // The image, from the same recipe as `cargo xtask image`, into the runtime.
+    let image = AgentImage::build(&bin).unwrap();
+    let archive = ctrd.dir().join("observer-image.tar");
+    image.write_archive(&archive).unwrap();
+    ctrd.import_archive(&archive).await.unwrap();
+
+    // The DaemonSet's pod for this node, as kubelet would run it; only the network differs (no CNI).
+    let node = test_node(&ctrd.dir().join("kubelet-pods"), ctrd.dir());
+    let mut kp = kubelet::pod_for_node(&ds(), &node, "observer-test", &ctrd.logs_root()).unwrap();
+    kp.use_node_network();
+    let mut pod = ctrd
+        .run_sandbox_with(&kp.spec, kp.sandbox.clone())
+        .await
+        .unwrap();
+
+    // 1. As the manifest says: everything is there, the probes load and attach.
+    let full = run_check(&ctrd, &mut pod, &kp, "observer", |_| {}).await;
+    let rows = check_rows(&full.output);
+    let spec = &full.info["runtimeSpec"];
+    eprintln!(
+        "observer check in the DaemonSet's container (exit {}):\n{}\n\ncgroup namespace: {}\neffective capabilities: {}",
+        full.exit_code,
+        full.output,
+        spec["linux"]["namespaces"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["type"] == "cgroup")),
+        spec["process"]["capabilities"]["effective"]
+    );
+    for row in CHECK_ROWS {
+        assert_eq!(rows.get(*row), Some(&true), "{row} ok:\n{}", full.output);
+    }
+    assert!(
+        full.output.contains("all requirements met"),
+        "{}",
+        full.output
+    );
+    assert_eq!(full.exit_code, 0, "{}", full.output);
+    // The runtime really applied the manifest's restrictions.
+    let effective: BTreeSet<&str> = spec["process"]["capabilities"]["effective"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let want: BTreeSet<String> = CAPABILITIES
+        .iter()
+        .map(|(c, _)| format!("CAP_{c}"))
+        .collect();
+    assert_eq!(
+        effective,
+        want.iter().map(String::as_str).collect(),
+        "the container has exactly the manifest's capabilities"
+    );
+    assert!(
+        spec["linux"]["seccomp"].is_object(),
+        "RuntimeDefault seccomp applied"
+    );
+    assert_eq!(spec["root"]["readonly"], true);
+    assert_eq!(spec["process"]["noNewPrivileges"], true);
+
+    // 2. Each capability taken away: the check fails at the requirement it is there for.
+    let dmesg_restrict =
+        std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|v| v.trim() == "1");
+    for (cap, row) in CAPABILITIES {
+        if *cap == "SYSLOG" && !dmesg_restrict {
+            eprintln!("CAP_SYSLOG not exercised: kernel.dmesg_restrict is 0 on this host");
+            continue;
+        }
+        let name = format!("without-{}", cap.to_lowercase().replace('_', "-"));
+        let run = run_check(&ctrd, &mut pod, &kp, &name, |c| {
+            security(c)
+                .capabilities
+                .as_mut()
+                .unwrap()
+                .add_capabilities
+                .retain(|c| c != cap);
+        })
+        .await;
+        let rows = check_rows(&run.output);
+        eprintln!("without CAP_{cap}: {row} -> {:?}", rows.get(*row));
+        assert_ne!(run.exit_code, 0, "without CAP_{cap}:\n{}", run.output);
+        assert_eq!(
+            rows.get(*row),
+            Some(&false),
+            "without CAP_{cap}, {row} fails:\n{}",
+            run.output
+        );
+    }
+
+    // 2b. The pipeline `observer run` starts, in the same container: it lists the pod it runs in,
+    // found through the CRI socket mount and matched to the kernel's view of its cgroups. With
+    // --watch it prints the view at every change, until the pod shows with this container
+    // running.
+    let watch_args: Vec<&str> = STATUS_ARGS.iter().copied().chain(["--watch"]).collect();
+    let config = agent_config(&kp, "status", &watch_args, |_| {});
+    let id = ctrd
+        .add_container_with(&mut pod, config.clone())
+        .await
+        .unwrap();
+    let seen = poll_until_async(CHECK_TIMEOUT, || {
+        let log = read_container_log(&pod, &config.log_path);
+        log.stdout.lines().rev().find_map(own_pod_running)
+    })
+    .await;
+    let log = read_container_log(&pod, &config.log_path);
+    ctrd.stop_container(&id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let own = seen.unwrap_or_else(|| {
+        panic!(
+            "observer status never listed its own pod with its container running:\n{}",
+            log.all
+        )
+    });
+    assert_eq!(own["namespace"], namespace().as_str());
+    let check = own["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "observer")
+        .unwrap_or_else(|| panic!("the first check container: {own}"));
+    assert_eq!(check["exit_code"], 0, "{own}");
+    eprintln!(
+        "observer status --watch in the DaemonSet's container: its own pod {} {}",
+        own["status"], own["ready"]
+    );
+
+    // 3. Each host mount taken away: the check fails at the requirement it is there for.
+    let template = kubelet::template(&ds()).unwrap().clone();
+    let mount_path = |volume: &str| {
+        template.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == volume)
+            .unwrap()
+            .mount_path
+            .clone()
+    };
+    for (volume, row) in CHECKED_MOUNTS {
+        let path = mount_path(volume);
+        let run = run_check(&ctrd, &mut pod, &kp, &format!("without-{volume}"), |c| {
+            c.mounts.retain(|m| m.container_path != path);
+        })
+        .await;
+        let rows = check_rows(&run.output);
+        eprintln!("without the {volume} mount: {row} -> {:?}", rows.get(*row));
+        assert_ne!(run.exit_code, 0, "without {volume}:\n{}", run.output);
+        assert_eq!(
+            rows.get(*row),
+            Some(&false),
+            "without the {volume} mount, {row} fails:\n{}",
+            run.output
+        );
+    }
+    let cri = mount_path("containerd-run");
+    let run = run_agent(&ctrd, &mut pod, &kp, "without-cri", STATUS_ARGS, |c| {
+        c.mounts.retain(|m| m.container_path != cri);
+    })
+    .await;
+    eprintln!(
+        "without the containerd-run mount: status exits {}",
+        run.exit_code
+    );
+    assert_ne!(
+        run.exit_code, 0,
+        "status without the CRI socket:\n{}",
+        run.output
+    );
+    assert!(run.output.contains("does not answer"), "{}", run.output);
+}
+
+/// The Containerfile's image is configured like `cargo xtask image`'s (its files are the same by
+/// construction: it copies what `cargo xtask image --rootfs` lays out).
+#[test]
+fn containerfile_matches_the_xtask_image() {
+    let text = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    let last_stage = text.rsplit("\nFROM ").next().unwrap();
+    assert!(
+        last_stage.starts_with("scratch"),
+        "the image starts from scratch"
+    );
+    let json = |v: &[&str]| serde_json::to_string(v).unwrap().replace(',', ", ");
+    assert!(last_stage.contains(&format!("ENTRYPOINT {}", json(agent::ENTRYPOINT))));
+    assert!(last_stage.contains(&format!("CMD {}", json(agent::CMD))));
+    for env in agent::ENV {
+        assert!(last_stage.contains(&format!("ENV {env}")), "{env}");
+    }
+    assert!(text.contains("cargo xtask image --rootfs /rootfs"));
+    assert!(last_stage.contains("COPY --from=build /rootfs/ /"));
+}
