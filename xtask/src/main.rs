@@ -1,5 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. One module per task that is more than a command line.
 mod rootfs;
+mod vm;
 use std::{path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
@@ -22,6 +23,9 @@ enum Task {
         /// Only benchmarks whose name contains this.
         filter: Option<String>,
     },
+    /// Boot kernels under qemu and run `observer check` and the kernel and PLEG suites inside
+    /// (see README: "Kernels and cgroup modes").
+    VmTest(vm::Args),
 }
 
 fn root() -> PathBuf {
@@ -80,5 +84,6 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Task::VmTest(args) => vm::run(args),
     }
 }

@@ -89,7 +89,9 @@ mod tests {
         let files = runtime_files(&[Path::new("/bin/sh")], "/bin").unwrap();
         assert!(files.contains_key(Path::new("/bin/sh")));
         assert!(
-            files.keys().any(|p| p.to_string_lossy().contains("ld-linux")),
+            files
+                .keys()
+                .any(|p| p.to_string_lossy().contains("ld-linux")),
             "{files:?}"
         );
         assert!(files.values().all(|real| real.is_file()));
