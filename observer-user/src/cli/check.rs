@@ -34,6 +34,22 @@ impl Report {
     }
 }
 
+/// Said under a cgroup v1 only node's MISSING row: why, and what to do.
+const CGROUP_V1_HELP: [(&str, &str); 3] = [
+    (
+        "  why",
+        "Kubernetes put cgroup v1 in maintenance mode (1.31); nodes run the unified hierarchy",
+    ),
+    (
+        "  what to do",
+        "boot with systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all on the kernel command line",
+    ),
+    (
+        "",
+        "(Debian/Ubuntu: GRUB_CMDLINE_LINUX in /etc/default/grub, update-grub, reboot)",
+    ),
+];
+
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut r = Report { missing: 0 };
 
@@ -139,9 +155,15 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     "hybrid: v1 controllers, cgroup2 at {}",
                     u.mount_point.display()
                 ),
-                _ => "v1 only: observer needs a cgroup2 hierarchy for cgroup ids".to_string(),
+                _ => "v1 only: cgroup v2 is required (containers are keyed by cgroup2 ids)"
+                    .to_string(),
             };
             r.row("cgroup mode", m.unified().is_some(), detail);
+            if m.unified().is_none() {
+                for (what, line) in CGROUP_V1_HELP {
+                    r.note(what, line);
+                }
+            }
         }
         Err(e) => r.row("cgroup mode", false, e),
     }
