@@ -37,7 +37,9 @@ pub struct TaskOffsets {
     pub pid_numbers: u32,
     pub upid_nr: u32,
     pub upid_size: u32,
-    pub _pad: u32,
+    /// `signal_struct.oom_score_adj` (a short): an OOM victim's adjustment, read from the victim
+    /// where `oom/mark_victim` does not carry it (before Linux 6.8).
+    pub signal_oom_score_adj: u32,
 }
 
 /// `cgroup_hierarchy` value that sends cgroup events of every hierarchy.

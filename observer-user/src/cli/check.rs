@@ -125,10 +125,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         match tracefs::oom_offsets(t) {
             Ok(o) => {
                 r.row("tracepoint oom/mark_victim", true, "present");
-                if o.total_vm == observer_common::config::FIELD_ABSENT {
+                let absent: Vec<&str> = [
+                    ("total_vm", o.total_vm),
+                    ("anon_rss", o.anon_rss),
+                    ("file_rss", o.file_rss),
+                    ("shmem_rss", o.shmem_rss),
+                ]
+                .into_iter()
+                .filter(|(_, off)| *off == observer_common::config::FIELD_ABSENT)
+                .map(|(name, _)| name)
+                .collect();
+                if !absent.is_empty() {
                     r.note(
                         "  victim memory fields",
-                        "absent (Linux < 6.8): OOM kills are reported without rss figures",
+                        format!(
+                            "absent: {} (this kernel's mark_victim predates Linux 6.8); OOM kills \
+                             are reported without them, victim name and oom_score_adj come from \
+                             the victim task",
+                            absent.join(", ")
+                        ),
                     );
                 }
             }

@@ -135,7 +135,7 @@ impl KernelBtf {
             pid_numbers: self.member_offset("pid", "numbers")?,
             upid_nr: self.member_offset("upid", "nr")?,
             upid_size: self.struct_size("upid")?,
-            _pad: 0,
+            signal_oom_score_adj: self.member_offset("signal_struct", "oom_score_adj")?,
         })
     }
 }

@@ -34,6 +34,10 @@ pub struct ProbeOptions {
     /// Ring buffer size in bytes (a power-of-two multiple of the page size); default
     /// `observer_common::RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
+    /// Take the paths of older kernels even where this one has more: `sched_process_exit`
+    /// without its `group_dead` argument (before Linux 6.x) and a pid-only `oom/mark_victim`
+    /// (before 6.8). For tests, so that the fallbacks run on every kernel the suites run on.
+    pub older_kernel_paths: bool,
 }
 
 impl Default for ProbeOptions {
@@ -43,6 +47,7 @@ impl Default for ProbeOptions {
             thread_exits: false,
             all_cgroup_hierarchies: false,
             ring_buffer_bytes: None,
+            older_kernel_paths: false,
         }
     }
 }
@@ -138,7 +143,9 @@ impl Probes {
         let config = ProbeConfig {
             watch_all: u8::from(opts.watch == Watch::All),
             thread_exits: u8::from(opts.thread_exits),
-            exit_has_group_dead: u8::from(kbtf.tracepoint_arity("sched_process_exit")? >= 2),
+            exit_has_group_dead: u8::from(
+                !opts.older_kernel_paths && kbtf.tracepoint_arity("sched_process_exit")? >= 2,
+            ),
             _pad0: 0,
             cgroup_hierarchy: if opts.all_cgroup_hierarchies {
                 ALL_HIERARCHIES
@@ -146,7 +153,13 @@ impl Probes {
                 0
             },
             task: kbtf.task_offsets()?,
-            oom: tracefs::oom_offsets(&tracefs)?,
+            oom: match tracefs::oom_offsets(&tracefs)? {
+                o if opts.older_kernel_paths => observer_common::config::OomTpOffsets {
+                    pid: o.pid,
+                    ..Default::default()
+                },
+                o => o,
+            },
             cgroup: tracefs::cgroup_offsets(&tracefs)?,
         };
         tracing::debug!(?config, "probe config");
