@@ -21,6 +21,17 @@ fn group_exit(events: &[KernelEvent], tgid: u32) -> Option<&Exit> {
     exits_of(events, tgid).into_iter().find(|x| x.group_dead)
 }
 
+/// OOM kills are reported wherever they happen: only this test's, not a concurrent test's.
+fn ooms_in<'a>(events: &'a [KernelEvent], cg: &TestCgroup) -> Vec<&'a OomKill> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::OomKill(o) if o.victim.cgroup_id == cg.id() => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
 async fn run_to_exit(cg: &TestCgroup, args: &[&str]) -> (u32, Exit, Vec<KernelEvent>) {
     let mut w = KernelWatch::roots(&[cg.watch_root()]).expect("load probes");
     let mut child = cg.spawn(&workload(), args).expect("spawn");
@@ -178,18 +189,11 @@ async fn oom_kill_names_the_child_and_the_parent_survives() {
 
     let events = w
         .until(WAIT, |ev| {
-            group_exit(ev, parent).is_some()
-                && ev.iter().any(|e| matches!(e, KernelEvent::OomKill(_)))
+            group_exit(ev, parent).is_some() && !ooms_in(ev, &cg).is_empty()
         })
         .await
         .unwrap();
-    let ooms: Vec<&OomKill> = events
-        .iter()
-        .filter_map(|e| match e {
-            KernelEvent::OomKill(o) => Some(o),
-            _ => None,
-        })
-        .collect();
+    let ooms = ooms_in(events, &cg);
     assert_eq!(ooms.len(), 1, "{ooms:#?}");
     let oom = ooms[0];
     assert_eq!(oom.victim.pid, victim);
@@ -453,7 +457,7 @@ async fn older_kernel_paths_give_the_same_answers() {
             [exits_pid, threads_pid, parent, victim]
                 .iter()
                 .all(|p| group_exit(ev, *p).is_some())
-                && ev.iter().any(|e| matches!(e, KernelEvent::OomKill(_)))
+                && !ooms_in(ev, &cg).is_empty()
         })
         .await
         .unwrap();
@@ -473,13 +477,7 @@ async fn older_kernel_paths_give_the_same_answers() {
     let victim_exit = group_exit(events, victim).unwrap();
     assert_eq!(victim_exit.status.signal(), Some(9));
     assert_eq!(victim_exit.status.exit_code(), 137);
-    let ooms: Vec<&OomKill> = events
-        .iter()
-        .filter_map(|e| match e {
-            KernelEvent::OomKill(o) => Some(o),
-            _ => None,
-        })
-        .collect();
+    let ooms = ooms_in(events, &cg);
     assert_eq!(ooms.len(), 1, "{ooms:#?}");
     let o = ooms[0];
     assert_eq!(

@@ -251,9 +251,10 @@ fn nix_is_root() -> bool {
 fn resolve_kernels(specs: &[String], dir: &Path, all: bool) -> Result<(Vec<Kernel>, Vec<Row>)> {
     let mut kernels = Vec::new();
     let mut rows = Vec::new();
+    let is_file = |s: &str| s.contains('/') || s.ends_with(".deb") || Path::new(s).exists();
     let flavours: Vec<&String> = specs
         .iter()
-        .filter(|s| s.as_str() != "host" && !Path::new(s).exists() && !s.ends_with(".deb"))
+        .filter(|s| s.as_str() != "host" && !is_file(s))
         .collect();
     let mut debian = BTreeMap::new();
     if !flavours.is_empty() {
@@ -303,6 +304,8 @@ fn resolve_kernels(specs: &[String], dir: &Path, all: bool) -> Result<(Vec<Kerne
                     image.display()
                 );
             }
+        } else if !Path::new(spec).is_file() {
+            bail!("kernel {spec}: no such file");
         } else if spec.ends_with(".deb") {
             kernels.push(unpack_deb(Path::new(spec), dir)?);
         } else {
