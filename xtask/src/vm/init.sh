@@ -60,17 +60,30 @@ v1_hierarchies() {
   done
 }
 
+ERR=
+fail() { ERR="$*"; return 1; }
+
 mount_v1() {
-  mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup || return 1
+  mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup || fail "tmpfs on /sys/fs/cgroup" || return 1
   # The named hierarchy systemd keeps its own tree in on v1 and hybrid hosts.
   mkdir -p /sys/fs/cgroup/systemd
-  mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd || return 1
+  mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd || fail "name=systemd v1 hierarchy" || return 1
+  n=0
   for h in $(v1_hierarchies); do
     mkdir -p "/sys/fs/cgroup/$h"
-    mount -t cgroup -o "$h" cgroup "/sys/fs/cgroup/$h" || return 1
+    if ! mount -t cgroup -o "$h" cgroup "/sys/fs/cgroup/$h" 2>/dev/null; then
+      # Linux 6.12 can be built without v1 memory and cpuset (CONFIG_MEMCG_V1, CONFIG_CPUSETS_V1
+      # off, as Debian does): /proc/cgroups lists them, a v1 mount says EINVAL. They stay on
+      # cgroup2, as under systemd on such a kernel.
+      echo "note: v1 $h not mountable (kernel built without its v1 support)"
+      rmdir "/sys/fs/cgroup/$h"
+      continue
+    fi
+    n=$((n + 1))
     # systemd's links: /sys/fs/cgroup/cpu -> cpu,cpuacct
     case "$h" in *,*) for c in $(echo "$h" | tr , ' '); do ln -s "$h" "/sys/fs/cgroup/$c"; done ;; esac
   done
+  [ $n -gt 0 ] || fail "no v1 controller hierarchy could be mounted"
 }
 
 setup_cgroups() {
@@ -78,14 +91,14 @@ setup_cgroups() {
     v2)
       # A unified node (systemd.unified_cgroup_hierarchy=1; the host booted with cgroup_no_v1=all):
       # every controller is on cgroup2, enabled for the children of the root.
-      mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || return 1
+      mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || fail "cgroup2 on /sys/fs/cgroup" || return 1
       for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
         echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
       done
       # memory.max and memory.oom.group must be real files in a child, or the OOM tests mean nothing.
-      mkdir /sys/fs/cgroup/vm-probe || return 1
+      mkdir /sys/fs/cgroup/vm-probe || fail "mkdir in cgroup2" || return 1
       for f in memory.max memory.oom.group; do
-        [ -f "/sys/fs/cgroup/vm-probe/$f" ] || { echo "cgroup2 child has no $f"; rmdir /sys/fs/cgroup/vm-probe; return 1; }
+        [ -f "/sys/fs/cgroup/vm-probe/$f" ] || { rmdir /sys/fs/cgroup/vm-probe; fail "cgroup2 child has no $f"; return 1; }
       done
       rmdir /sys/fs/cgroup/vm-probe
       ;;
@@ -93,15 +106,14 @@ setup_cgroups() {
       # systemd's hybrid layout: v1 controllers, cgroup2 (no controllers) at /sys/fs/cgroup/unified.
       mount_v1 || return 1
       mkdir -p /sys/fs/cgroup/unified
-      mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup/unified || return 1
+      mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup/unified || fail "cgroup2 on /sys/fs/cgroup/unified" || return 1
       ;;
     v1)
       # Legacy: v1 hierarchies only, no cgroup2 mounted anywhere.
       mount_v1 || return 1
       ;;
     *)
-      echo "unknown observer.cgroup=$MODE (want v2, hybrid or v1)"
-      return 1
+      fail "unknown observer.cgroup=$MODE (want v2, hybrid or v1)"
       ;;
   esac
 }
@@ -110,7 +122,10 @@ say BEGIN cgroups
 setup_cgroups
 rc=$?
 grep cgroup /proc/self/mountinfo
-[ -f /sys/fs/cgroup/cgroup.subtree_control ] && echo "cgroup2 root subtree_control: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+for f in /sys/fs/cgroup/cgroup.subtree_control /sys/fs/cgroup/unified/cgroup.controllers; do
+  [ -f "$f" ] && echo "$f: $(cat "$f")"
+done
+[ -n "$ERR" ] && echo "error: $ERR"
 say END cgroups rc=$rc
 [ $rc = 0 ] || { say DONE; halt; }
 

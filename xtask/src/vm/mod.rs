@@ -97,12 +97,15 @@ pub fn run(args: Args) -> Result<()> {
             "qemu-system-x86_64 not found: scripts/bootstrap.sh installs Debian's qemu-system-x86"
         );
     }
-    let mut specs = args.kernels.clone();
+    let mut specs = Vec::new();
     let mut modes = args.modes.clone();
     if args.all {
         specs.extend(MATRIX_KERNELS.map(String::from));
-        specs.push("host".into());
         modes.extend(Mode::ALL);
+    }
+    specs.extend(args.kernels.iter().cloned());
+    if args.all {
+        specs.push("host".into());
     }
     if specs.is_empty() {
         specs.push("amd64".into());
@@ -196,9 +199,11 @@ pub fn run(args: Args) -> Result<()> {
         _ => "TCG (software emulation)",
     };
     let matrix = report::render_matrix(&rows);
+    // The command as given, less the options that only say where the table goes.
+    let command = shown_command(std::env::args().skip(1));
     let caption = format!(
-        "`cargo xtask vm-test{}`, qemu {accel}, {} vCPU, {} memory; time per guest is boot to power-off.\n",
-        if args.all { " --all" } else { "" },
+        "`cargo xtask {}`: qemu {accel}, {} vCPU, {} memory, on a 2-core host; time per guest is boot to power-off.\n",
+        command.join(" "),
         machine.smp,
         machine.memory
     );
@@ -226,6 +231,24 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{} guest(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// The command line as the README shows it: without `--update-readme` and `--matrix FILE`, which
+/// only say where the table goes.
+fn shown_command(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for a in args {
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        if a == "--matrix" {
+            skip_next = true;
+        } else if a != "--update-readme" && !a.starts_with("--matrix=") {
+            out.push(a);
+        }
+    }
+    out
 }
 
 /// The host row, when present, stays last.
@@ -339,7 +362,7 @@ fn host_row(release: &str, image: &Path) -> Row {
         })
         .collect();
     Row {
-        kernel: format!("{release} (this host; no {} to boot)", image.display()),
+        kernel: format!("`{release}` (this host; no {} to boot)", image.display()),
         cells,
         notes: vec!["the host runs this cgroup mode only".into()],
     }
@@ -347,7 +370,11 @@ fn host_row(release: &str, image: &Path) -> Row {
 
 /// v2, hybrid or v1, from this process's mounts.
 fn host_cgroup_mode() -> Option<Mode> {
-    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    cgroup_mode_of(&fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// v1 hierarchies without a controller (systemd's `name=systemd`) do not make a node hybrid.
+fn cgroup_mode_of(text: &str) -> Option<Mode> {
     let fstype = |l: &str| {
         l.split_once(" - ")
             .and_then(|(_, r)| r.split_whitespace().next())
@@ -711,6 +738,42 @@ not json"#;
         assert!(a.contains("observer.filter=oom"));
         let h = append(Mode::Hybrid, &args);
         assert!(!h.contains("cgroup_no_v1") && h.contains("observer.cgroup=hybrid"));
+    }
+
+    #[test]
+    fn shown_command_drops_where_the_table_goes() {
+        let args = [
+            "vm-test",
+            "--all",
+            "--matrix",
+            "m.md",
+            "--update-readme",
+            "--matrix=x",
+            "--smp",
+            "2",
+        ];
+        assert_eq!(
+            shown_command(args.into_iter().map(String::from)),
+            ["vm-test", "--all", "--smp", "2"]
+        );
+    }
+
+    #[test]
+    fn cgroup_mode_from_mountinfo() {
+        let v2 = "30 23 0:25 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n";
+        let systemd = "31 30 0:26 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n";
+        let memory = "35 30 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(cgroup_mode_of(v2), Some(Mode::V2));
+        assert_eq!(cgroup_mode_of(&format!("{systemd}{v2}")), Some(Mode::V2));
+        assert_eq!(
+            cgroup_mode_of(&format!("{systemd}{memory}{v2}")),
+            Some(Mode::Hybrid)
+        );
+        assert_eq!(
+            cgroup_mode_of(&format!("{systemd}{memory}")),
+            Some(Mode::V1)
+        );
+        assert_eq!(cgroup_mode_of("1 0 0:1 / / rw - ext4 /dev/vda rw\n"), None);
     }
 
     #[test]

@@ -261,10 +261,14 @@ pub fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&str>) -> 
     match run.step("cgroups") {
         Some(s) if s.rc == Some(0) => {}
         Some(s) => {
-            return Verdict::Fail(format!(
-                "cgroup setup failed: {}",
-                s.lines.last().map(String::as_str).unwrap_or("no output")
-            ))
+            let why = s
+                .lines
+                .iter()
+                .rev()
+                .find_map(|l| l.strip_prefix("error: "))
+                .or(s.lines.last().map(String::as_str))
+                .unwrap_or("no output");
+            return Verdict::Fail(format!("cgroup setup failed: {why}"));
         }
         None => return Verdict::Fail("no cgroup setup step".into()),
     }
@@ -328,10 +332,26 @@ pub fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&str>) -> 
 
 /// What `observer check` found about the kernel's fallbacks, for the matrix's notes column.
 pub fn kernel_notes(run: &GuestRun) -> Vec<String> {
-    let Some(check) = run.step("check") else {
-        return Vec::new();
-    };
     let mut notes = Vec::new();
+    // "note: v1 memory not mountable (...)" from the cgroup setup.
+    let unmountable: Vec<&str> = run
+        .step("cgroups")
+        .map(|s| s.lines.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|l| l.contains("not mountable"))
+        .filter_map(|l| l.strip_prefix("note: v1 "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    if !unmountable.is_empty() {
+        notes.push(format!(
+            "no v1 {}: kernel built without their v1 support (they stay on cgroup2 in hybrid)",
+            unmountable.join(", ")
+        ));
+    }
+    let Some(check) = run.step("check") else {
+        return notes;
+    };
     for l in &check.lines {
         let mut words = l.split_whitespace();
         let (status, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
@@ -621,10 +641,24 @@ test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; fini
 
     #[test]
     fn failed_cgroup_setup_fails_the_guest() {
-        let run = feed_all("@@OBSERVER-VM BEGIN cgroups\ncgroup2 child has no memory.oom.group\n@@OBSERVER-VM END cgroups rc=1\n@@OBSERVER-VM DONE\n");
+        let run = feed_all("@@OBSERVER-VM BEGIN cgroups\nerror: cgroup2 child has no memory.oom.group\n0 0 0:1 / /sys/fs/cgroup - cgroup2\n@@OBSERVER-VM END cgroups rc=1\n@@OBSERVER-VM DONE\n");
         assert_eq!(
             judge(Mode::V2, &Ended::Exited, &run, None),
             Verdict::Fail("cgroup setup failed: cgroup2 child has no memory.oom.group".into())
+        );
+        let bare = feed_all("@@OBSERVER-VM BEGIN cgroups\nmount: failed\n@@OBSERVER-VM END cgroups rc=1\n@@OBSERVER-VM DONE\n");
+        assert_eq!(
+            judge(Mode::V1, &Ended::Exited, &bare, None),
+            Verdict::Fail("cgroup setup failed: mount: failed".into())
+        );
+    }
+
+    #[test]
+    fn unmountable_v1_controllers_are_noted() {
+        let run = feed_all("@@OBSERVER-VM BEGIN cgroups\nnote: v1 cpuset not mountable (kernel built without its v1 support)\nnote: v1 memory not mountable (kernel built without its v1 support)\n@@OBSERVER-VM END cgroups rc=0\n");
+        assert_eq!(
+            kernel_notes(&run),
+            ["no v1 cpuset, memory: kernel built without their v1 support (they stay on cgroup2 in hybrid)"]
         );
     }
 
