@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::{
     cgroup::{CgroupMode, CgroupMounts},
-    kernel::{btf::KernelBtf, tracefs, ProbeOptions, Probes},
+    kernel::{btf::KernelBtf, tracefs, GroupDeadSource, ProbeOptions, Probes},
 };
 
 #[derive(Debug, clap::Args)]
@@ -198,14 +198,31 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
     if !args.no_load && r.missing == 0 {
         match Probes::load(&ProbeOptions::default()) {
-            Ok(p) => r.row(
-                "load and attach probes",
-                true,
-                format!(
-                    "{} programs attached, then detached",
-                    p.program_stats().map(|s| s.len()).unwrap_or(0)
-                ),
-            ),
+            Ok(p) => {
+                r.row(
+                    "load and attach probes",
+                    true,
+                    format!(
+                        "{} programs attached, then detached",
+                        p.program_stats().map(|s| s.len()).unwrap_or(0)
+                    ),
+                );
+                match p.group_dead_source() {
+                    GroupDeadSource::Tracepoint => {}
+                    GroupDeadSource::Fentry => r.note(
+                        "  exit group_dead",
+                        "not a tracepoint argument here: taken from fentry/taskstats_exit",
+                    ),
+                    GroupDeadSource::SignalLive(why) => r.note(
+                        "  exit group_dead",
+                        format!(
+                            "not a tracepoint argument here, and fentry/taskstats_exit refused \
+                             ({why}): from signal->live, two threads exiting at once may both \
+                             be reported as the last"
+                        ),
+                    ),
+                }
+            }
             Err(e) => r.row("load and attach probes", false, e),
         }
     }

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 pub use clock::BootClock;
 pub use event::*;
-pub use loader::{btf_path, KernelCounters, ProbeOptions, Probes, ProgramStats, Watch};
+pub use loader::{
+    btf_path, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats, Watch,
+};
 pub use observer_common::WatchRoot;
 pub use reader::EventReader;
 
