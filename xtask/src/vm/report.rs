@@ -362,7 +362,13 @@ pub fn kernel_notes(run: &GuestRun) -> Vec<String> {
         let (status, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
         if status == "ok" && name == "tp_btf/sched_process_exit" {
             let args: String = words.collect::<Vec<_>>().join(" ");
-            if args.starts_with("1 ") {
+            // Where the probes were loaded (not on v1 only, which check refuses first), it says
+            // where group_dead came from instead.
+            let loaded = check
+                .lines
+                .iter()
+                .any(|l| l.contains("load and attach probes"));
+            if args.starts_with("1 ") && loaded {
                 let hooked = check
                     .lines
                     .iter()
@@ -480,6 +486,7 @@ noise before
 ok       privileges                         root
 ok       tp_btf/sched_process_exit          1 arguments
 ok       tracepoint oom/mark_victim         present
+ok       load and attach probes             6 programs attached, then detached
 note       exit group_dead                  not a tracepoint argument here: taken from fentry/taskstats_exit
 note       victim memory fields             absent (Linux < 6.8): OOM kills are reported without rss figures
 all requirements met
@@ -510,7 +517,7 @@ test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; fini
         let names: Vec<_> = run.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["cgroups", "check", "kernel", "pleg"]);
         assert!(run.steps.iter().all(|s| s.rc == Some(0)));
-        assert_eq!(run.step("check").unwrap().lines.len(), 6);
+        assert_eq!(run.step("check").unwrap().lines.len(), 7);
         assert_eq!(
             test_counts(&run.step("pleg").unwrap().lines),
             Some(TestCounts {
@@ -558,6 +565,20 @@ test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; fini
                 "exit tracepoint has no `group_dead`: taken from `fentry/taskstats_exit`",
                 "`mark_victim` carries only the pid: rss fields absent"
             ]
+        );
+    }
+
+    #[test]
+    fn no_group_dead_note_where_the_probes_were_not_loaded() {
+        let run = v1("ok       tp_btf/sched_process_exit          1 arguments\nMISSING  cgroup mode  v1 only", 1);
+        assert!(kernel_notes(&run).is_empty(), "{:?}", kernel_notes(&run));
+        let fallback = V2_PASS.replace(
+            "note       exit group_dead                  not a tracepoint argument here: taken from fentry/taskstats_exit\n",
+            "",
+        );
+        assert_eq!(
+            kernel_notes(&feed_all(&fallback))[0],
+            "exit tracepoint has no `group_dead`: `signal->live` fallback"
         );
     }
 
