@@ -37,7 +37,9 @@ pub struct TaskOffsets {
     pub pid_numbers: u32,
     pub upid_nr: u32,
     pub upid_size: u32,
-    pub _pad: u32,
+    /// `signal_struct.oom_score_adj` (a short): an OOM victim's adjustment, read from the victim
+    /// where `oom/mark_victim` does not carry it (before Linux 6.8).
+    pub signal_oom_score_adj: u32,
 }
 
 /// `cgroup_hierarchy` value that sends cgroup events of every hierarchy.
@@ -112,7 +114,11 @@ pub struct ProbeConfig {
     pub thread_exits: u8,
     /// 1: `sched_process_exit` passes `group_dead` as its second argument (Linux 6.x).
     pub exit_has_group_dead: u8,
-    pub _pad0: u8,
+    /// 1 where `exit_has_group_dead` is 0 and `fentry/taskstats_exit` is attached: it records
+    /// each exiting thread's `group_dead` (do_exit passes it there just before the tracepoint) in
+    /// `GROUP_DEAD`. 0: `signal->live` is read at the tracepoint instead, which two threads
+    /// exiting at once on two CPUs can both see at zero.
+    pub exit_group_dead_hook: u8,
     /// Hierarchy id (`root` field of the cgroup tracepoints) whose cgroup events are sent: 0 is the
     /// cgroup2 hierarchy on every kernel (v1 hierarchies are numbered from 1, as in /proc/self/cgroup).
     /// [`ALL_HIERARCHIES`] sends every hierarchy's.

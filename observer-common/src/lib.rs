@@ -31,6 +31,7 @@ pub mod names {
     pub const STATS: &str = "STATS";
     pub const WATCH_ROOTS: &str = "WATCH_ROOTS";
     pub const OOM_PENDING: &str = "OOM_PENDING";
+    pub const GROUP_DEAD: &str = "GROUP_DEAD";
     pub const CONFIG: &str = "CONFIG";
 }
 

@@ -20,11 +20,14 @@ pub struct OomPending {
     pub trigger_pid: u32,
     pub trigger_tgid: u32,
     pub trigger_cgroup_id: u64,
+    /// From the tracepoint, or where it lacks the field (before Linux 6.8) from the victim's
+    /// `signal_struct` at its exit.
     pub oom_score_adj: i16,
-    /// 1 when `oom_score_adj` was read (the field exists on this kernel).
+    /// 1 when `oom_score_adj` was read.
     pub has_oom_score_adj: u8,
     pub _pad: [u8; 5],
-    /// The victim's comm as the tracepoint reports it.
+    /// The victim's comm as the tracepoint reports it (before Linux 6.8, which has no comm there:
+    /// the victim's own at its exit).
     pub comm: [u8; COMM_LEN],
 }
 

@@ -8,6 +8,7 @@
 mod cgroup;
 mod exec;
 mod exit;
+mod group_dead;
 mod oom;
 mod task;
 
@@ -39,6 +40,11 @@ static WATCH_ROOTS: Array<WatchRoot> = Array::with_max_entries(MAX_WATCH_ROOTS, 
 /// cannot fill the map for good.
 #[map]
 static OOM_PENDING: LruHashMap<u32, OomPending> = LruHashMap::with_max_entries(4096, 0);
+
+/// `group_dead` of each exiting thread, from `fentry/taskstats_exit` to `sched_process_exit`
+/// (see group_dead.rs). LRU: an entry whose tracepoint never ran cannot fill it.
+#[map]
+static GROUP_DEAD: LruHashMap<u32, u8> = LruHashMap::with_max_entries(16384, 0);
 
 #[inline(always)]
 fn config() -> &'static ProbeConfig {

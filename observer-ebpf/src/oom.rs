@@ -15,7 +15,7 @@ use observer_common::{
 
 use crate::{
     config, count,
-    task::{current, header},
+    task::{current, header, read_field},
     EVENTS, OOM_PENDING,
 };
 
@@ -78,11 +78,26 @@ pub fn complete_if_victim(task: *const u8) {
         count(stat::RINGBUF_DROPS);
         return;
     };
+    let victim = current(task);
+    let mut pending = pending;
+    // A pid-only `mark_victim` (before Linux 6.8): the victim itself tells its name (it is current
+    // here) and its oom_score_adj (signal_struct lives until the last thread is reaped).
+    if pending.comm[0] == 0 {
+        pending.comm = victim.comm;
+    }
+    if pending.has_oom_score_adj == 0 {
+        let off = &config().task;
+        let signal: *const u8 = read_field::<usize>(task, off.signal) as *const u8;
+        if !signal.is_null() {
+            pending.oom_score_adj = read_field::<i16>(signal, off.signal_oom_score_adj);
+            pending.has_oom_score_adj = 1;
+        }
+    }
     let rec = entry.as_mut_ptr();
     // SAFETY: `rec` points at a reserved, exclusively owned ring-buffer slot of the right size.
     unsafe {
         (*rec).header = header(EventKind::OomKill);
-        (*rec).victim = current(task);
+        (*rec).victim = victim;
         (*rec).pending = pending;
     }
     entry.submit(0);

@@ -3,7 +3,7 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::time::Duration;
 
-use observer::kernel::{Exit, KernelEvent, OomKill, ProbeOptions, Watch};
+use observer::kernel::{Exit, GroupDeadSource, KernelEvent, OomKill, ProbeOptions, Watch};
 use observer_tests::kernel::{require_kernel, workload, KernelWatch, TestCgroup};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -20,6 +20,17 @@ fn exits_of(events: &[KernelEvent], tgid: u32) -> Vec<&Exit> {
 
 fn group_exit(events: &[KernelEvent], tgid: u32) -> Option<&Exit> {
     exits_of(events, tgid).into_iter().find(|x| x.group_dead)
+}
+
+/// OOM kills are reported wherever they happen: only this test's, not a concurrent test's.
+fn ooms_in<'a>(events: &'a [KernelEvent], cg: &TestCgroup) -> Vec<&'a OomKill> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::OomKill(o) if o.victim.cgroup_id == cg.id() => Some(o),
+            _ => None,
+        })
+        .collect()
 }
 
 async fn run_to_exit(cg: &TestCgroup, args: &[&str]) -> (u32, Exit, Vec<KernelEvent>) {
@@ -179,18 +190,11 @@ async fn oom_kill_names_the_child_and_the_parent_survives() {
 
     let events = w
         .until(WAIT, |ev| {
-            group_exit(ev, parent).is_some()
-                && ev.iter().any(|e| matches!(e, KernelEvent::OomKill(_)))
+            group_exit(ev, parent).is_some() && !ooms_in(ev, &cg).is_empty()
         })
         .await
         .unwrap();
-    let ooms: Vec<&OomKill> = events
-        .iter()
-        .filter_map(|e| match e {
-            KernelEvent::OomKill(o) => Some(o),
-            _ => None,
-        })
-        .collect();
+    let ooms = ooms_in(events, &cg);
     assert_eq!(ooms.len(), 1, "{ooms:#?}");
     let oom = ooms[0];
     assert_eq!(oom.victim.pid, victim);
@@ -414,4 +418,88 @@ async fn ring_buffer_overflow_is_counted_and_reported_as_lost() {
         .await
         .unwrap();
     assert_eq!(group_exit(events, pid).unwrap().status.code(), Some(9));
+}
+
+/// The paths of older kernels, forced on this one: `sched_process_exit` without `group_dead`
+/// (`signal->live` tells the last thread) and a pid-only `oom/mark_victim` (Linux < 6.8; the
+/// victim's name and oom_score_adj then come from the victim task at its exit). The answers must
+/// be the same as on the kernel's own paths, the rss figures absent.
+#[tokio::test]
+async fn older_kernel_paths_give_the_same_answers() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("older-paths").unwrap();
+    cg.limit_memory(32 << 20).unwrap();
+    let mut w = KernelWatch::with(ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        older_kernel_paths: true,
+        ..Default::default()
+    })
+    .unwrap();
+    // Without the exit tracepoint's argument, group_dead comes from fentry/taskstats_exit, or
+    // where the kernel refuses that (function tracing locked down), from signal->live.
+    match w.probes.group_dead_source() {
+        GroupDeadSource::Fentry => {}
+        GroupDeadSource::SignalLive(why) => {
+            eprintln!("fentry/taskstats_exit refused here ({why}): signal->live fallback")
+        }
+        GroupDeadSource::Tracepoint => panic!("older_kernel_paths still used the argument"),
+    }
+    let mut exits = cg.spawn(&workload(), &["exit", "42"]).unwrap();
+    let exits_pid = exits.id();
+    exits.wait().unwrap();
+    let mut threads = cg.spawn(&workload(), &["thread-exit", "3"]).unwrap();
+    let threads_pid = threads.id();
+    threads.wait().unwrap();
+    let oom = cg.spawn(&workload(), &["oom-child", "64"]).unwrap();
+    let parent = oom.id();
+    let out = oom.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let victim: u32 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("workload said {stdout:?}"));
+    let events = w
+        .until(WAIT, |ev| {
+            [exits_pid, threads_pid, parent, victim]
+                .iter()
+                .all(|p| group_exit(ev, *p).is_some())
+                && !ooms_in(ev, &cg).is_empty()
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(
+        group_exit(events, exits_pid).unwrap().status.code(),
+        Some(42)
+    );
+    assert_eq!(
+        exits_of(events, threads_pid)
+            .iter()
+            .map(|x| (x.status.code(), x.group_dead))
+            .collect::<Vec<_>>(),
+        [(Some(3), true)],
+        "exactly one record for the process, from its last thread"
+    );
+    let victim_exit = group_exit(events, victim).unwrap();
+    assert_eq!(victim_exit.status.signal(), Some(9));
+    assert_eq!(victim_exit.status.exit_code(), 137);
+    let ooms = ooms_in(events, &cg);
+    assert_eq!(ooms.len(), 1, "{ooms:#?}");
+    let o = ooms[0];
+    assert_eq!(
+        (o.victim.pid, o.victim.ppid, o.victim.cgroup_id),
+        (victim, parent, cg.id())
+    );
+    assert_eq!(o.victim_comm.as_str(), "oom-victim");
+    assert_eq!(o.oom_score_adj, Some(1000));
+    assert_eq!(
+        o.memory,
+        observer::kernel::OomMemory::default(),
+        "no rss figures"
+    );
+    assert_eq!(w.probes.counters().unwrap().read_errors, 0);
 }

@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`. One module per task that is more than a command line.
-// For the VM task (being added); the image task's recipe is in observer-image.
+// The run-time file closure the VM initramfs needs (the image task's recipe is in observer-image).
 mod rootfs;
+mod vm;
 use std::{path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
@@ -41,6 +42,9 @@ enum Task {
         #[arg(long, short)]
         jobs: Option<u32>,
     },
+    /// Boot kernels under qemu and run `observer check` and the kernel and PLEG suites inside
+    /// (see README: "Kernels and cgroup modes").
+    VmTest(vm::Args),
 }
 
 fn root() -> PathBuf {
@@ -149,5 +153,6 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Task::VmTest(args) => vm::run(args),
     }
 }

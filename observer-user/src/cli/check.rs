@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
     cgroup::{cgroup_id, index::path_of_id, CgroupMode, CgroupMounts, HierarchyMount},
-    kernel::{btf::KernelBtf, kmsg, tracefs, ProbeOptions, Probes},
+    kernel::{btf::KernelBtf, kmsg, tracefs, GroupDeadSource, ProbeOptions, Probes},
 };
 
 #[derive(Debug, clap::Args)]
@@ -70,6 +70,22 @@ fn id_to_path(unified: &HierarchyMount) -> (bool, String) {
         ),
     }
 }
+
+/// Said under a cgroup v1 only node's MISSING row: why, and what to do.
+const CGROUP_V1_HELP: [(&str, &str); 3] = [
+    (
+        "  why",
+        "Kubernetes put cgroup v1 in maintenance mode (1.31); nodes run the unified hierarchy",
+    ),
+    (
+        "  what to do",
+        "boot with systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all on the kernel command line",
+    ),
+    (
+        "",
+        "(Debian/Ubuntu: GRUB_CMDLINE_LINUX in /etc/default/grub, update-grub, reboot)",
+    ),
+];
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut r = Report { missing: 0 };
@@ -147,10 +163,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         match tracefs::oom_offsets(t) {
             Ok(o) => {
                 r.row("tracepoint oom/mark_victim", true, "present");
-                if o.total_vm == observer_common::config::FIELD_ABSENT {
+                let absent: Vec<&str> = [
+                    ("total_vm", o.total_vm),
+                    ("anon_rss", o.anon_rss),
+                    ("file_rss", o.file_rss),
+                    ("shmem_rss", o.shmem_rss),
+                ]
+                .into_iter()
+                .filter(|(_, off)| *off == observer_common::config::FIELD_ABSENT)
+                .map(|(name, _)| name)
+                .collect();
+                if !absent.is_empty() {
                     r.note(
                         "  victim memory fields",
-                        "absent (Linux < 6.8): OOM kills are reported without rss figures",
+                        format!(
+                            "absent: {} (this kernel's mark_victim predates Linux 6.8); OOM kills \
+                             are reported without them, victim name and oom_score_adj come from \
+                             the victim task",
+                            absent.join(", ")
+                        ),
                     );
                 }
             }
@@ -184,9 +215,15 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     "hybrid: v1 controllers, cgroup2 at {}",
                     u.mount_point.display()
                 ),
-                _ => "v1 only: observer needs a cgroup2 hierarchy for cgroup ids".to_string(),
+                _ => "v1 only: cgroup v2 is required (containers are keyed by cgroup2 ids)"
+                    .to_string(),
             };
             r.row("cgroup mode", whole, detail);
+            if m.unified().is_none() {
+                for (what, line) in CGROUP_V1_HELP {
+                    r.note(what, line);
+                }
+            }
             if let Some(u) = m.unified().filter(|_| whole) {
                 let (ok, detail) = id_to_path(u);
                 r.row("cgroup id -> path", ok, detail);
@@ -226,14 +263,31 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
     if !args.no_load && r.missing == 0 {
         match Probes::load(&ProbeOptions::default()) {
-            Ok(p) => r.row(
-                "load and attach probes",
-                true,
-                format!(
-                    "{} programs attached, then detached",
-                    p.program_stats().map(|s| s.len()).unwrap_or(0)
-                ),
-            ),
+            Ok(p) => {
+                r.row(
+                    "load and attach probes",
+                    true,
+                    format!(
+                        "{} programs attached, then detached",
+                        p.program_stats().map(|s| s.len()).unwrap_or(0)
+                    ),
+                );
+                match p.group_dead_source() {
+                    GroupDeadSource::Tracepoint => {}
+                    GroupDeadSource::Fentry => r.note(
+                        "  exit group_dead",
+                        "not a tracepoint argument here: taken from fentry/taskstats_exit",
+                    ),
+                    GroupDeadSource::SignalLive(why) => r.note(
+                        "  exit group_dead",
+                        format!(
+                            "not a tracepoint argument here, and fentry/taskstats_exit refused \
+                             ({why}): from signal->live, two threads exiting at once may both \
+                             be reported as the last"
+                        ),
+                    ),
+                }
+            }
             Err(e) => r.row("load and attach probes", false, e),
         }
     }

@@ -122,6 +122,13 @@ impl KernelBtf {
             .map_err(|e| KernelError::Btf(e.to_string()))
     }
 
+    /// Whether the kernel has a function of that name (one fentry programs can attach to).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.btf
+            .resolve_types_by_name(name)
+            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+    }
+
     pub fn task_offsets(&self) -> Result<TaskOffsets, KernelError> {
         Ok(TaskOffsets {
             exit_code: self.member_offset("task_struct", "exit_code")?,
@@ -135,7 +142,7 @@ impl KernelBtf {
             pid_numbers: self.member_offset("pid", "numbers")?,
             upid_nr: self.member_offset("upid", "nr")?,
             upid_size: self.struct_size("upid")?,
-            _pad: 0,
+            signal_oom_score_adj: self.member_offset("signal_struct", "oom_score_adj")?,
         })
     }
 }
@@ -186,6 +193,17 @@ mod tests {
             .member_offset("task_struct", "no_such_field")
             .unwrap_err();
         assert!(err.to_string().contains("no member no_such_field"), "{err}");
+    }
+
+    #[test]
+    fn functions_are_found_by_name() {
+        let Some(btf) = btf() else { return };
+        assert!(btf.has_function("do_exit"));
+        assert!(
+            !btf.has_function("task_struct"),
+            "a struct is not a function"
+        );
+        assert!(!btf.has_function("no_such_function_observer"));
     }
 
     #[test]

@@ -3,7 +3,7 @@ use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Duration};
 
 use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, TracePoint},
+    programs::{BtfTracePoint, FEntry, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
 use observer_common::{
@@ -34,6 +34,10 @@ pub struct ProbeOptions {
     /// Ring buffer size in bytes (a power-of-two multiple of the page size); default
     /// `observer_common::RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
+    /// Take the paths of older kernels even where this one has more: `sched_process_exit`
+    /// without its `group_dead` argument (before Linux 6.x) and a pid-only `oom/mark_victim`
+    /// (before 6.8). For tests, so that the fallbacks run on every kernel the suites run on.
+    pub older_kernel_paths: bool,
 }
 
 impl Default for ProbeOptions {
@@ -43,9 +47,14 @@ impl Default for ProbeOptions {
             thread_exits: false,
             all_cgroup_hierarchies: false,
             ring_buffer_bytes: None,
+            older_kernel_paths: false,
         }
     }
 }
+
+/// The kernel function whose `group_dead` argument stands in for the exit tracepoint's where that
+/// has none (observer-ebpf/src/group_dead.rs); also the program's name.
+const GROUP_DEAD_HOOK: &str = "taskstats_exit";
 
 /// (program name in the object, how it attaches)
 const PROGRAMS: [(&str, Attach); 6] = [
@@ -73,6 +82,18 @@ impl Attach {
             Attach::Tp(c, n) => format!("tracepoint/{c}/{n}"),
         }
     }
+}
+
+/// Where an exit record's `group_dead` (the whole process is gone) comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupDeadSource {
+    /// The `sched_process_exit` tracepoint's own argument.
+    Tracepoint,
+    /// `fentry/taskstats_exit`, where the tracepoint has no such argument.
+    Fentry,
+    /// `signal->live` read at the tracepoint: the hook could not be attached (why). Two threads
+    /// exiting at once on two CPUs may both be reported as the last.
+    SignalLive(String),
 }
 
 /// Counters the kernel side keeps (summed over CPUs).
@@ -123,6 +144,8 @@ pub struct Probes {
     config: ProbeConfig,
     logger: Option<tokio::task::JoinHandle<()>>,
     run_time_stats: Option<OwnedFd>,
+    /// `None` where the exit tracepoint has `group_dead`; else whether the hook attached.
+    group_dead_hook: Option<Result<(), String>>,
 }
 
 impl Probes {
@@ -135,18 +158,28 @@ impl Probes {
         raise_memlock();
         let kbtf = KernelBtf::load()?;
         let tracefs = tracefs::find_or_mount()?;
+        let exit_has_group_dead =
+            !opts.older_kernel_paths && kbtf.tracepoint_arity("sched_process_exit")? >= 2;
         let config = ProbeConfig {
             watch_all: u8::from(opts.watch == Watch::All),
             thread_exits: u8::from(opts.thread_exits),
-            exit_has_group_dead: u8::from(kbtf.tracepoint_arity("sched_process_exit")? >= 2),
-            _pad0: 0,
+            exit_has_group_dead: u8::from(exit_has_group_dead),
+            exit_group_dead_hook: u8::from(
+                !exit_has_group_dead && kbtf.has_function(GROUP_DEAD_HOOK),
+            ),
             cgroup_hierarchy: if opts.all_cgroup_hierarchies {
                 ALL_HIERARCHIES
             } else {
                 0
             },
             task: kbtf.task_offsets()?,
-            oom: tracefs::oom_offsets(&tracefs)?,
+            oom: match tracefs::oom_offsets(&tracefs)? {
+                o if opts.older_kernel_paths => observer_common::config::OomTpOffsets {
+                    pid: o.pid,
+                    ..Default::default()
+                },
+                o => o,
+            },
             cgroup: tracefs::cgroup_offsets(&tracefs)?,
         };
         tracing::debug!(?config, "probe config");
@@ -167,12 +200,40 @@ impl Probes {
             config,
             logger,
             run_time_stats: None,
+            group_dead_hook: None,
         };
         if let Watch::Roots(roots) = &opts.watch {
             probes.set_watch_roots(roots)?;
         }
         probes.attach_all()?;
+        if probes.config.exit_group_dead_hook != 0 {
+            probes.attach_group_dead_hook();
+        }
         Ok(probes)
+    }
+
+    /// `fentry/taskstats_exit`, where `sched_process_exit` has no `group_dead`. Without it (a
+    /// kernel without BPF trampolines) exit records still come, with `group_dead` from
+    /// `signal->live`, so a failure is a warning, not an error.
+    fn attach_group_dead_hook(&mut self) {
+        let result = load_group_dead_hook(&mut self.ebpf);
+        if let Err(e) = &result {
+            tracing::warn!(
+                error = %e,
+                "fentry/{GROUP_DEAD_HOOK} not attached: a process's last thread is told by \
+                 signal->live, which two threads exiting at once can both claim"
+            );
+        }
+        self.group_dead_hook = Some(result);
+    }
+
+    /// Where exit records' `group_dead` comes from on this kernel.
+    pub fn group_dead_source(&self) -> GroupDeadSource {
+        match &self.group_dead_hook {
+            None => GroupDeadSource::Tracepoint,
+            Some(Ok(())) => GroupDeadSource::Fentry,
+            Some(Err(why)) => GroupDeadSource::SignalLive(why.clone()),
+        }
     }
 
     fn attach_all(&mut self) -> Result<(), KernelError> {
@@ -272,6 +333,26 @@ impl Drop for Probes {
             task.abort();
         }
     }
+}
+
+fn load_group_dead_hook(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
+    let p: &mut FEntry = ebpf
+        .program_mut(GROUP_DEAD_HOOK)
+        .ok_or("object has no program")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    // aya ends a load error with the verifier's log, empty when the kernel refused before it.
+    let text = |e: aya::programs::ProgramError| {
+        let t = format!("{e:#}");
+        t.trim_end()
+            .trim_end_matches("Verifier output:")
+            .trim_end_matches(['.', ' '])
+            .to_string()
+    };
+    p.load(GROUP_DEAD_HOOK, &btf).map_err(text)?;
+    p.attach().map_err(text)?;
+    Ok(())
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(

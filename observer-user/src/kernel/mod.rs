@@ -13,7 +13,10 @@ use std::path::PathBuf;
 
 pub use clock::BootClock;
 pub use event::*;
-pub use loader::{btf_path, privileges, KernelCounters, ProbeOptions, Probes, ProgramStats, Watch};
+pub use loader::{
+    btf_path, privileges, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats,
+    Watch,
+};
 pub use observer_common::WatchRoot;
 pub use reader::EventReader;
 
