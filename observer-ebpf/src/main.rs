@@ -5,6 +5,9 @@
 #![no_std]
 #![no_main]
 
+// The host-side stub library of this package (see lib.rs); nothing of it is used here.
+use observer_ebpf as _;
+
 mod cgroup;
 mod exec;
 mod exit;
@@ -23,6 +26,7 @@ use observer_common::{
 /// Filled by the loader (`EbpfLoader::override_global`). Read only through [`config`]: a plain read
 /// of an immutable static would be folded to the zeros below at compile time.
 #[unsafe(no_mangle)]
+// SAFETY: ProbeConfig is plain integers, for which all zeros is a valid value.
 static CONFIG: ProbeConfig = unsafe { core::mem::zeroed() };
 
 #[map]
@@ -63,7 +67,7 @@ fn count(index: u32) {
 
 #[cfg(not(test))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     loop {}
 }
 

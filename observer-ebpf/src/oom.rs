@@ -35,6 +35,8 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
         return 0;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: a helper without preconditions.
+    let trigger_cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let kb = |o: u32| field::<u64>(&ctx, o).unwrap_or(u64::MAX);
     let adj = field::<i16>(&ctx, off.oom_score_adj);
     let mut pending = OomPending {
@@ -46,7 +48,7 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
         shmem_rss_kb: kb(off.shmem_rss),
         trigger_pid: pid_tgid as u32,
         trigger_tgid: (pid_tgid >> 32) as u32,
-        trigger_cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        trigger_cgroup_id,
         oom_score_adj: adj.unwrap_or(0),
         has_oom_score_adj: adj.is_some() as u8,
         _pad: [0; 5],
