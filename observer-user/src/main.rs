@@ -7,6 +7,6 @@ use observer::cli::{init_logging, run, Cli};
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    init_logging(&cli.log, cli.log_format);
     run(cli).await
 }

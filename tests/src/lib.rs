@@ -28,6 +28,7 @@ use libc as _;
 use cel as _;
 
 pub mod agent;
+pub mod apiserver;
 pub mod containerd;
 pub mod events;
 pub mod image;

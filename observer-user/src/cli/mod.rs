@@ -2,6 +2,7 @@
 //! below works with the library's typed errors.
 mod check;
 mod render;
+mod run;
 mod status;
 mod watch;
 
@@ -19,12 +20,24 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `observer=debug`.
     #[arg(long, global = true, env = "OBSERVER_LOG", default_value = "info")]
     pub log: String,
+    /// Log lines as text for people, or JSON objects for a log pipeline.
+    #[arg(long, global = true, env = "OBSERVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The agent, as the DaemonSet runs it: pod status and Events in the Kubernetes API, and
+    /// /metrics, /healthz, /readyz.
+    Run(run::RunArgs),
     /// Stream process, OOM and cgroup events live from the kernel (no cluster needed).
     Watch(watch::WatchArgs),
     /// Check that this node has what observer needs; exits non-zero when something is missing.
@@ -36,6 +49,7 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::run(args).await,
         Command::Watch(args) => watch::run(args).await,
         Command::Check(args) => check::run(args),
         Command::Status(args) => status::run(args).await,
@@ -43,14 +57,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Logs go to stderr so that stdout stays the event stream.
-pub fn init_logging(filter: &str) {
+pub fn init_logging(filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

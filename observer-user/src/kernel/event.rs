@@ -221,6 +221,29 @@ impl KernelEvent {
         }
     }
 
+    /// Every [`Self::type_name`], in [`Self::type_index`] order.
+    pub const TYPES: [&'static str; 7] = [
+        "exec",
+        "exit",
+        "oom_kill",
+        "cgroup_mkdir",
+        "cgroup_rmdir",
+        "cgroup_empty",
+        "lost",
+    ];
+
+    pub fn type_index(&self) -> usize {
+        match self {
+            Self::Exec(_) => 0,
+            Self::Exit(_) => 1,
+            Self::OomKill(_) => 2,
+            Self::CgroupMkdir(_) => 3,
+            Self::CgroupRmdir(_) => 4,
+            Self::CgroupEmpty(_) => 5,
+            Self::Lost { .. } => 6,
+        }
+    }
+
     /// The `type` name of `observer watch --format json`.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -256,6 +279,15 @@ mod tests {
         assert_eq!(WaitStatus::exited(3), WaitStatus(0x300));
         assert_eq!(WaitStatus::signaled(6, true), WaitStatus(0x86));
         assert_eq!(format!("{:?}", WaitStatus(0x86)), "signal 6 (core dumped)");
+    }
+
+    #[test]
+    fn type_index_matches_the_names() {
+        let lost = KernelEvent::Lost {
+            at: BootNs(1),
+            records: 1,
+        };
+        assert_eq!(KernelEvent::TYPES[lost.type_index()], lost.type_name());
     }
 
     #[test]

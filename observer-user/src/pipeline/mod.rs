@@ -128,6 +128,9 @@ pub struct PipelineStats {
     pub stream_lagged: u64,
     /// Ring-buffer records that did not decode (counted, logged once, skipped).
     pub malformed: u64,
+    /// Pods and containers the PLEG tracks now.
+    pub pods: usize,
+    pub containers: usize,
 }
 
 /// Probes, reader and PLEG, started.
@@ -205,10 +208,13 @@ impl KernelPipeline {
     }
 
     pub fn stats(&self) -> PipelineStats {
+        let (pods, containers) = self.pleg.model().counts();
         PipelineStats {
             pleg: self.pleg.stats(),
             stream_lagged: self.lagged.get(),
             malformed: self.reader.malformed(),
+            pods,
+            containers,
         }
     }
 

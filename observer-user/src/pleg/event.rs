@@ -22,6 +22,20 @@ pub enum PlegEventType {
 }
 
 impl PlegEventType {
+    pub const ALL: [PlegEventType; 6] = [
+        Self::ContainerStarted,
+        Self::ContainerDied,
+        Self::ContainerRemoved,
+        Self::ContainerChanged,
+        Self::PodSync,
+        Self::OomKill,
+    ];
+
+    /// Position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ContainerStarted => "ContainerStarted",

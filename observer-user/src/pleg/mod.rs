@@ -38,6 +38,10 @@ pub struct PlegStats {
     /// Records the kernel dropped (ring buffer full), each a reason to resync.
     pub lost_records: u64,
     pub resyncs: u64,
+    /// Kernel events by [`KernelEvent::type_index`] and lifecycle events by
+    /// [`PlegEventType::index`].
+    pub kernel_by_type: [u64; KernelEvent::TYPES.len()],
+    pub lifecycle_by_type: [u64; PlegEventType::ALL.len()],
 }
 
 pub struct Pleg {
@@ -122,6 +126,7 @@ impl Pleg {
 
     pub fn handle(&mut self, ev: KernelEvent) {
         self.stats.kernel_events += 1;
+        self.stats.kernel_by_type[ev.type_index()] += 1;
         self.expire_orphans(ev.at());
         match &ev {
             KernelEvent::CgroupMkdir(c) => {
@@ -235,6 +240,7 @@ impl Pleg {
     fn flush(&mut self) {
         self.stats.lifecycle_events += self.scratch.len() as u64;
         for ev in self.scratch.drain(..) {
+            self.stats.lifecycle_by_type[ev.kind().index()] += 1;
             self.tx.send(ev);
         }
     }

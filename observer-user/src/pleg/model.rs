@@ -118,6 +118,11 @@ impl NodeModel {
         task.ns_level > self.host_ns_level
     }
 
+    /// Pods and containers tracked now.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.pods.len(), self.containers.len())
+    }
+
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.pods.values()
     }

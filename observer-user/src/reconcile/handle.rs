@@ -14,6 +14,9 @@ use tokio::sync::{broadcast, watch, Notify};
 use super::view::PodView;
 use crate::{cgroup::PodUid, pleg::PodLifecycleEvent};
 
+/// How often the reconciler's loop turns at the least.
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// The node as reconciled, by pod uid.
 pub type NodeView = HashMap<PodUid, PodView>;
 
@@ -62,6 +65,12 @@ pub(super) struct Shared {
     /// True once the first relist ran and every pod request it started was answered.
     pub settled: watch::Sender<bool>,
     pub pleg: broadcast::Sender<PodLifecycleEvent>,
+    /// When the loop last turned (for health checks).
+    born: std::time::Instant,
+    last_turn_ms: AtomicU64,
+    /// Pods whose view changed since the consumer last took them (see [`PodChanges`]).
+    dirty: std::sync::Mutex<std::collections::HashSet<PodUid>>,
+    dirty_notify: Notify,
 }
 
 impl Shared {
@@ -73,7 +82,16 @@ impl Shared {
             generation: watch::Sender::new(0),
             settled: watch::Sender::new(false),
             pleg: broadcast::Sender::new(4096),
+            born: std::time::Instant::now(),
+            last_turn_ms: AtomicU64::new(0),
+            dirty: Default::default(),
+            dirty_notify: Notify::new(),
         }
+    }
+
+    pub fn beat(&self) {
+        self.last_turn_ms
+            .store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     pub fn view(&self) -> RwLockReadGuard<'_, NodeView> {
@@ -81,7 +99,12 @@ impl Shared {
         self.view.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn changed(&self) {
+    /// The view of `uid` changed (or the pod left it).
+    pub fn changed(&self, uid: PodUid) {
+        if let Ok(mut d) = self.dirty.lock() {
+            d.insert(uid);
+        }
+        self.dirty_notify.notify_one();
         self.generation.send_modify(|g| *g += 1);
     }
 }
@@ -131,6 +154,31 @@ impl ReconcileHandle {
 
     pub fn request_relist(&self) {
         self.0.relist.notify_one();
+    }
+
+    /// Time since the reconciler's loop last turned (it turns at least every few seconds).
+    pub fn since_last_turn(&self) -> Duration {
+        self.0.born.elapsed().saturating_sub(Duration::from_millis(
+            self.0.last_turn_ms.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// The pods whose view changed since the last call, waiting until there is one. Meant for one
+    /// consumer (the status manager's feed): a burst of changes to a pod is one entry.
+    pub async fn changed_pods(&self) -> Vec<PodUid> {
+        loop {
+            let notified = self.0.dirty_notify.notified();
+            let taken: Vec<PodUid> = self
+                .0
+                .dirty
+                .lock()
+                .map(|mut d| d.drain().collect())
+                .unwrap_or_default();
+            if !taken.is_empty() {
+                return taken;
+            }
+            notified.await;
+        }
     }
 
     /// Waits until `pred` holds for the view (checked at every change), up to `timeout`.

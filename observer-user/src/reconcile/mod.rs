@@ -57,6 +57,8 @@ pub struct ReconcileConfig {
     /// Where the inits of containers are kept across agent restarts (see [`inits`]); `None`: in
     /// memory only.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Observes, for each death, the seconds from the kernel's exit to the reconciler.
+    pub detection_latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl Default for ReconcileConfig {
@@ -66,6 +68,7 @@ impl Default for ReconcileConfig {
             unknown_grace: Duration::from_secs(2),
             max_fetches: 8,
             state_dir: Some("/run/observer".into()),
+            detection_latency: None,
         }
     }
 }
@@ -188,6 +191,9 @@ impl Reconciler {
         let mut seen_generation = conn.borrow().generation;
         let mut tick = tokio::time::interval(self.cfg.relist_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Proves the loop turns when nothing happens (the agent's health check reads it).
+        let mut heartbeat = tokio::time::interval(handle::HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shared = std::sync::Arc::clone(&self.shared);
         let (runtime_tx, mut runtime_events) = mpsc::channel(1024);
         let _follower = AbortOnDrop(tokio::spawn(runtime_events::follow(
@@ -216,7 +222,9 @@ impl Reconciler {
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
+                _ = heartbeat.tick() => {}
             }
+            self.shared.beat();
             // Every pod asked about has been answered (a pod whose fetch waits out a back-off
             // is not answered yet).
             let settled = self.relisted_once && self.fetches.is_idle();
@@ -231,6 +239,14 @@ impl Reconciler {
 
     fn on_pleg(&mut self, ev: PodLifecycleEvent) {
         bump(&self.shared.stats.pleg_events);
+        if let (Some(h), Some(exit)) = (&self.cfg.detection_latency, ev.exit()) {
+            if exit.status.is_some() {
+                let after = std::time::SystemTime::now()
+                    .duration_since(self.clock.to_system_time(ev.at))
+                    .unwrap_or_default();
+                h.observe(after.as_secs_f64());
+            }
+        }
         let _ = self.shared.pleg.send(ev.clone());
         let uid = ev.pod_uid;
         if let crate::pleg::PlegEvent::ContainerStarted { id, pid, .. } = ev.event {
@@ -285,7 +301,7 @@ impl Reconciler {
             }
         }
         drop(view);
-        self.shared.changed();
+        self.shared.changed(uid);
     }
 
     fn is_sandbox(&self, uid: PodUid, cid: ContainerId) -> bool {
@@ -431,7 +447,7 @@ impl Reconciler {
                 .remove(&uid)
                 .is_some();
             if gone {
-                self.shared.changed();
+                self.shared.changed(uid);
             }
             for (id, _) in &statuses {
                 self.forget(id);
@@ -522,7 +538,7 @@ impl Reconciler {
                 &self.shared.stats.corrected,
                 (corrected as u64).saturating_sub(before as u64),
             );
-            self.shared.changed();
+            self.shared.changed(uid);
         }
         again
     }

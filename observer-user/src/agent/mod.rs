@@ -1,5 +1,11 @@
-//! The agent, wired once for every consumer (`observer status`, the tests, the status manager):
-//! the kernel pipeline (probes → PLEG, on its own task) → the reconciler against the CRI.
+//! The agent, wired once for every consumer (`observer run`, `observer status`, `watch --pods`,
+//! the tests): the kernel pipeline (probes → PLEG, on its own task) → the reconciler against the
+//! CRI, with the kernel log followed. [`http`], [`metrics`] and [`feed`] are `observer run`'s
+//! endpoint and its link to the status manager.
+pub mod feed;
+pub mod http;
+pub mod metrics;
+
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -103,6 +109,11 @@ impl Agent {
     /// The kernel pipeline's heartbeat and stats.
     pub fn pipeline(&self) -> Arc<PipelineHealth> {
         self.kernel.health()
+    }
+
+    /// The probes: their counters and per-program run time.
+    pub fn probes(&self) -> Arc<std::sync::Mutex<crate::kernel::Probes>> {
+        self.kernel.probes()
     }
 
     pub fn clock(&self) -> BootClock {

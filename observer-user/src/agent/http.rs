@@ -1,0 +1,123 @@
+//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (liveness: the kernel
+//! reader and the reconciler are alive and turning, as kubelet's PLEG health fails after 3
+//! minutes without a relist), `/readyz` (ready once the first sync is done: the start-up walk and
+//! the first relist answered).
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+
+use http_body_util::Full;
+use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::metrics::Metrics;
+use crate::{pipeline::PipelineHealth, reconcile::ReconcileHandle};
+
+/// What the health checks look at.
+#[derive(Clone)]
+pub struct Health {
+    pub pipeline: Arc<PipelineHealth>,
+    pub reconcile: ReconcileHandle,
+    /// A loop that has not turned for this long is stuck (both turn every few seconds).
+    pub stale_after: Duration,
+}
+
+impl Health {
+    /// `Err(why)` when a part of the agent died or stopped turning.
+    pub fn live(&self) -> Result<(), String> {
+        if self.pipeline.ended() {
+            return Err("the kernel reader has stopped".into());
+        }
+        let k = self.pipeline.since_last_turn();
+        if k > self.stale_after {
+            return Err(format!("the kernel reader has not turned for {k:?}"));
+        }
+        let r = self.reconcile.since_last_turn();
+        if r > self.stale_after {
+            return Err(format!("the reconciler has not turned for {r:?}"));
+        }
+        Ok(())
+    }
+
+    /// Live, and the first sync (walk and relist) is done.
+    pub fn ready(&self) -> Result<(), String> {
+        self.live()?;
+        if !self.reconcile.is_settled() {
+            return Err("the first sync with the runtime is not done".into());
+        }
+        Ok(())
+    }
+}
+
+fn reply(code: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let check = |r: Result<(), String>| match r {
+        Ok(()) => reply(StatusCode::OK, TEXT, "ok\n".into()),
+        Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+    };
+    match path {
+        "/metrics" => match metrics.encode() {
+            Ok(text) => reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text,
+            ),
+            Err(_) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                TEXT,
+                "encoding failed\n".into(),
+            ),
+        },
+        "/healthz" | "/livez" => check(health.live()),
+        "/readyz" => check(health.ready()),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "not found: /metrics, /healthz, /readyz\n".into(),
+        ),
+    }
+}
+
+/// Binds `addr` (an error says which address could not be bound).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("listening on {addr}: {e}")))
+}
+
+/// Serves until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("accept: {e}");
+                continue;
+            }
+        };
+        let (metrics, health) = (Arc::clone(&metrics), health.clone());
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let resp = route(req.uri().path(), &metrics, &health);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            // A scraper that stalls is dropped rather than held for ever.
+            let conn = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!("http connection: {e}");
+            }
+        });
+    }
+}

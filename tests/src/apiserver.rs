@@ -1,0 +1,385 @@
+//! A recording stand-in for the Kubernetes API server, for end-to-end tests of `observer run`:
+//! no real kube-apiserver can run here. It is a recorder, not an API server: it serves the pods
+//! the test gives it (list, get, and a watch that stays open), the discovery documents a client
+//! needs to find pods and events, and records every write it receives (method, path, content
+//! type, body), answering each with what a server would (the pod, the created event). It applies
+//! nothing: what the agent wrote is checked in the record. `kubectl` pointed at it (see
+//! [`ApiStandIn::kubeconfig`]) proves its answers are the API's shapes.
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::{
+    body::{Bytes, Frame, Incoming},
+    server::conn::http1,
+    service::service_fn,
+    Method, Request, Response, StatusCode,
+};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+/// One request the stand-in received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    pub content_type: String,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct State {
+    pods: Vec<Value>,
+    recorded: Vec<Recorded>,
+    /// A status code to answer writes with, for fault tests (None: success).
+    fail_writes: Option<u16>,
+}
+
+pub struct ApiStandIn {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+    dir: tempfile::TempDir,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(v: &Value) -> Body {
+    Full::new(Bytes::from(v.to_string())).boxed()
+}
+
+fn respond(code: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(full(v));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+           "reason": reason, "message": message})
+}
+
+fn discovery(path: &str) -> Option<Value> {
+    let resource = |name: &str, kind: &str, verbs: &[&str]| json!({"name": name, "singularName": "", "namespaced": true, "kind": kind, "verbs": verbs});
+    Some(match path {
+        "/api" => json!({"kind": "APIVersions", "versions": ["v1"],
+                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
+            "name": "events.k8s.io",
+            "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],
+            "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}}]}),
+        "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            resource("pods", "Pod", &["get", "list", "watch"]),
+            resource("pods/status", "Pod", &["get", "patch"])]}),
+        "/apis/events.k8s.io/v1" => {
+            json!({"kind": "APIResourceList", "groupVersion": "events.k8s.io/v1",
+            "resources": [resource("events", "Event", &["create", "patch", "list"])]})
+        }
+        "/version" => {
+            json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-observer-stand-in"})
+        }
+        _ => return None,
+    })
+}
+
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let uri = req.uri().to_string();
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let bytes = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if method == Method::GET {
+        if let Some(doc) = discovery(&path) {
+            return respond(StatusCode::OK, &doc);
+        }
+    }
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.clone(), segs.as_slice()) {
+        // The watch stays open and quiet: the test's pods do not change on their own.
+        (Method::GET, ["api", "v1", "pods"] | ["api", "v1", "namespaces", _, "pods"])
+            if query_param(&query, "watch").is_some_and(|w| w == "true" || w == "1") =>
+        {
+            let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+            // Dropping `_tx` would end the stream; hold it for as long as the connection lives.
+            let stream = futures_stream(rx, _tx);
+            let mut r = Response::new(StreamBody::new(stream).boxed());
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        (Method::GET, ["api", "v1", "pods"])
+        | (Method::GET, ["api", "v1", "namespaces", _, "pods"]) => {
+            let ns = segs.get(3).copied();
+            let node = query_param(&query, "fieldSelector")
+                .map(|f| f.replace("%3D", "=").replace("%3d", "="))
+                .and_then(|f| f.strip_prefix("spec.nodeName=").map(str::to_string));
+            let st = state.lock().expect("state");
+            let items: Vec<Value> = st
+                .pods
+                .iter()
+                .filter(|p| ns.is_none_or(|n| p["metadata"]["namespace"] == n))
+                .filter(|p| {
+                    node.as_ref()
+                        .is_none_or(|n| p["spec"]["nodeName"] == n.as_str())
+                })
+                .cloned()
+                .collect();
+            respond(
+                StatusCode::OK,
+                &json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}),
+            )
+        }
+        (
+            Method::GET,
+            ["api", "v1", "namespaces", ns, "pods", name]
+            | ["api", "v1", "namespaces", ns, "pods", name, "status"],
+        ) => {
+            let st = state.lock().expect("state");
+            match st
+                .pods
+                .iter()
+                .find(|p| p["metadata"]["namespace"] == *ns && p["metadata"]["name"] == *name)
+            {
+                Some(p) => respond(StatusCode::OK, p),
+                None => respond(
+                    StatusCode::NOT_FOUND,
+                    &status(404, "NotFound", "pod not found"),
+                ),
+            }
+        }
+        (
+            Method::GET,
+            ["apis", "events.k8s.io", "v1", "events"]
+            | ["apis", "events.k8s.io", "v1", "namespaces", _, "events"],
+        ) => {
+            // The events it recorded, listed: what `kubectl get events` reads back.
+            let st = state.lock().expect("state");
+            let items: Vec<Value> = st
+                .recorded
+                .iter()
+                .filter(|r| r.method == "POST" && r.uri.contains("/events"))
+                .map(|r| r.body.clone())
+                .collect();
+            respond(
+                StatusCode::OK,
+                &json!({"kind": "EventList", "apiVersion": "events.k8s.io/v1", "metadata": {"resourceVersion": "1"}, "items": items}),
+            )
+        }
+        (Method::PATCH | Method::POST | Method::PUT, _) => {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let mut st = state.lock().expect("state");
+            st.recorded.push(Recorded {
+                method: method.to_string(),
+                uri,
+                content_type,
+                body: body.clone(),
+            });
+            if let Some(code) = st.fail_writes {
+                return respond(
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &status(
+                        code,
+                        "InternalError",
+                        "the stand-in was told to fail writes",
+                    ),
+                );
+            }
+            match segs.as_slice() {
+                ["api", "v1", "namespaces", ns, "pods", name, "status"] => {
+                    match st.pods.iter().find(|p| {
+                        p["metadata"]["namespace"] == *ns && p["metadata"]["name"] == *name
+                    }) {
+                        Some(p) => respond(StatusCode::OK, p),
+                        None => respond(
+                            StatusCode::NOT_FOUND,
+                            &status(404, "NotFound", "pod not found"),
+                        ),
+                    }
+                }
+                ["apis", "events.k8s.io", "v1", "namespaces", ..] => {
+                    let mut ev = body;
+                    let n = st.recorded.len();
+                    if ev["metadata"]["name"].is_null() {
+                        let prefix = ev["metadata"]["generateName"]
+                            .as_str()
+                            .unwrap_or("event.")
+                            .to_string();
+                        ev["metadata"]["name"] = json!(format!("{prefix}{n}"));
+                    }
+                    ev["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{n:012}"));
+                    ev["metadata"]["resourceVersion"] = json!(n.to_string());
+                    respond(
+                        if method == Method::POST {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        },
+                        &ev,
+                    )
+                }
+                _ => respond(
+                    StatusCode::NOT_FOUND,
+                    &status(404, "NotFound", "the stand-in does not serve this"),
+                ),
+            }
+        }
+        _ => respond(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", "the stand-in does not serve this"),
+        ),
+    }
+}
+
+/// A body stream that ends only when the connection does (the sender is kept inside it).
+fn futures_stream(
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+    tx: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    futures::stream::unfold((rx, tx), |(mut rx, tx)| async move {
+        rx.recv().await.map(|f| (f, (rx, tx)))
+    })
+}
+
+impl ApiStandIn {
+    /// Serves on a free port of 127.0.0.1.
+    pub async fn start() -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let s = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let s = Arc::clone(&s);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let s = Arc::clone(&s);
+                        async move { Ok::<_, Infallible>(handle(s, req).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            state,
+            task,
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for this stand-in (plain HTTP, no credentials), for the agent and kubectl.
+    pub fn kubeconfig(&self) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {}\ncontexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: agent\nusers:\n- name: agent\n  user: {{}}\ncurrent-context: stand-in\n",
+                self.url()
+            ),
+        )?;
+        Ok(path)
+    }
+
+    /// Adds a pod (an API object: metadata, spec, status).
+    pub fn add_pod(&self, pod: Value) {
+        self.state.lock().expect("state").pods.push(pod);
+    }
+
+    /// Answer every write with `code` from now on (`None`: success again).
+    pub fn fail_writes(&self, code: Option<u16>) {
+        self.state.lock().expect("state").fail_writes = code;
+    }
+
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.state.lock().expect("state").recorded.clone()
+    }
+
+    /// Waits for a recorded request that satisfies `pred`.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&Recorded) -> bool,
+    ) -> Option<Recorded> {
+        crate::poll_until_async(timeout, || self.recorded().into_iter().find(|r| pred(r))).await
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for ApiStandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A test's pod as the API has it, bound to `node`.
+pub fn pod_object(
+    name: &str,
+    namespace: &str,
+    uid: &str,
+    node: &str,
+    containers: &[(&str, Option<&str>)],
+    readiness_gate: Option<&str>,
+) -> Value {
+    let cs: Vec<Value> = containers
+        .iter()
+        .map(|(n, limit)| {
+            let mut c = json!({"name": n, "image": "localhost/observer/busybox:latest"});
+            if let Some(l) = limit {
+                c["resources"] = json!({"limits": {"memory": l}});
+            }
+            c
+        })
+        .collect();
+    let mut spec = json!({"nodeName": node, "containers": cs, "restartPolicy": "Always"});
+    if let Some(g) = readiness_gate {
+        spec["readinessGates"] = json!([{"conditionType": g}]);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "1",
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": spec,
+        "status": {"phase": "Running"}
+    })
+}
