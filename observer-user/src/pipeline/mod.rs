@@ -164,6 +164,8 @@ impl KernelPipeline {
             lagged,
         };
         me.rescan();
+        // The walk's scratch (every directory listed, every process read) is garbage now.
+        crate::mem::release_free_memory();
         Ok((me, events))
     }
 
