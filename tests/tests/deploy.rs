@@ -1252,7 +1252,7 @@ async fn the_agent_runs_as_the_daemonset_says() {
     let patched = api
         .wait_for(CHECK_TIMEOUT, |r| {
             r.method == "PATCH"
-                && r.uri.ends_with("/namespaces/default/pods/victim/status")
+                && r.path().ends_with("/namespaces/default/pods/victim/status")
                 && r.body["status"]["conditions"].as_array().is_some_and(|cs| {
                     cs.iter()
                         .any(|c| c["type"] == alive && c["status"] == "False")
