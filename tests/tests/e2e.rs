@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::Pod;
 use observer::{
     pleg::{ExitReason, PlegEventType},
     reconcile::{ContainerPhase, ReconcileStats, Source},
@@ -553,6 +554,65 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
     assert!(
         line.contains("Running") && line.contains(&format!("{comm}[{victim}] in worker")),
         "{line}"
+    );
+
+    // The PodStatus the agent computes, as `kubectl get pod -o yaml` shows one.
+    let yaml = tokio::process::Command::new(&bin)
+        .args(["status", "-o", "yaml", "--cri-endpoint", &endpoint])
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&yaml.stdout);
+    assert!(
+        yaml.status.success(),
+        "{}",
+        String::from_utf8_lossy(&yaml.stderr)
+    );
+    let list: k8s_openapi::List<Pod> = serde_saphyr::from_str(&text)?;
+    let pod = |uid: &str| {
+        list.items
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+            .unwrap_or_else(|| panic!("{uid} not in {text}"))
+    };
+    let f = pod(&failed_uid);
+    let status = f.status.as_ref().unwrap();
+    let cs = &status.container_statuses.as_ref().unwrap()[0];
+    let term = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(
+        (
+            cs.name.as_str(),
+            term.map(|t| t.exit_code),
+            term.and_then(|t| t.reason.as_deref()),
+            cs.container_id.as_deref(),
+        ),
+        (
+            "app",
+            Some(3),
+            Some("Error"),
+            Some(format!("containerd://{failed}").as_str())
+        ),
+        "{text}"
+    );
+    // Without the API the spec is unknown, and the output says so rather than guess a phase.
+    let unknown = f
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("observer.dev/unknown"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(unknown.contains("spec"), "{unknown}");
+    let o = pod(&oom_uid);
+    let conds = o.status.as_ref().unwrap().conditions.as_ref().unwrap();
+    let oom = conds
+        .iter()
+        .find(|c| c.type_ == "observer.dev/OOMKilled")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(oom.status, "True");
+    assert!(
+        oom.message
+            .as_deref()
+            .is_some_and(|m| m.contains(&format!("{comm} (pid {victim})"))),
+        "{oom:?}"
     );
     Ok(())
 }

@@ -424,6 +424,12 @@ impl Collector for Sources {
                 "Errors of the watch on this node's pods",
                 g(&s.watch_errors),
             )?;
+            counter(
+                &mut e,
+                "pod_log_lines_dropped",
+                "Log lines about a pod dropped over its per-pod rate limit",
+                g(&s.logs_suppressed),
+            )?;
             counters(
                 &mut e,
                 "audit_findings",

@@ -6,7 +6,9 @@ mod run;
 mod status;
 mod watch;
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
+
+use crate::{agent::Agent, cri::CriEndpoint};
 
 use clap::{Parser, Subcommand};
 
@@ -92,5 +94,20 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
+/// runtime's own name, else what the socket's path says.
+pub(crate) async fn runtime_name(agent: &Agent, endpoint: &CriEndpoint) -> String {
+    if let Ok(client) = agent.cri.wait_connected(Duration::from_secs(10)).await {
+        if let Ok(v) = client.version().await {
+            return v.runtime_name;
+        }
+    }
+    if endpoint.path().to_string_lossy().contains("crio") {
+        "cri-o".into()
+    } else {
+        "containerd".into()
     }
 }

@@ -115,7 +115,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let client = kube::client(args.kubeconfig.as_deref()).await?;
             let mut scfg = StatusConfig::new(node, args.status_mode);
             scfg.condition_prefix = args.condition_prefix.clone();
-            scfg.runtime_name = runtime_name(&agent, &endpoint).await;
+            scfg.runtime_name = super::runtime_name(&agent, &endpoint).await;
             let (manager, handle) = StatusManager::new(client, scfg);
             tokio::spawn(manager.run());
             Some(handle)
@@ -163,21 +163,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     drop((feed, server));
     Ok(ExitCode::SUCCESS)
-}
-
-/// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
-/// runtime's own name, else what the socket's path says.
-async fn runtime_name(agent: &Agent, endpoint: &CriEndpoint) -> String {
-    if let Ok(client) = agent.cri.wait_connected(Duration::from_secs(10)).await {
-        if let Ok(v) = client.version().await {
-            return v.runtime_name;
-        }
-    }
-    if endpoint.path().to_string_lossy().contains("crio") {
-        "cri-o".into()
-    } else {
-        "containerd".into()
-    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

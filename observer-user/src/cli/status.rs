@@ -9,12 +9,14 @@ use std::{
 };
 
 use anyhow::bail;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use serde::Serialize;
 
 use super::render::rfc3339;
 use crate::{
     agent::{Agent, AgentConfig},
     cri::CriEndpoint,
+    kube::{compute_status, ConditionTypes, StatusInputs},
     reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, ReconcileStats},
 };
 
@@ -23,9 +25,16 @@ pub struct StatusArgs {
     /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.
     #[arg(long, value_name = "ENDPOINT")]
     pub cri_endpoint: Option<CriEndpoint>,
-    /// `table` (like kubectl get pods) or `json` (one document; one per line with --watch).
+    /// `table` (like kubectl get pods); `json`: the agent's account (one document; one per line
+    /// with --watch); `yaml` / `pod-json`: a List of Pods with the PodStatus the agent computes
+    /// (what `observer run --status-mode full` would write), to set beside
+    /// `kubectl get pod -o yaml`. Without the API the pod's spec is unknown: what that leaves
+    /// open is listed in the `observer.dev/unknown` annotation, never guessed.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Prefix of the observer-owned condition types in `yaml` / `pod-json`.
+    #[arg(long, value_name = "DOMAIN", default_value = "observer.dev")]
+    pub condition_prefix: String,
     /// Keep running and print pods again as they change.
     #[arg(short, long)]
     pub watch: bool,
@@ -49,6 +58,8 @@ pub struct StatusArgs {
 pub enum Output {
     Table,
     Json,
+    Yaml,
+    PodJson,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -70,6 +81,8 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !agent.reconcile.settled(Duration::from_secs(10)).await {
         tracing::warn!("the runtime is slow to answer; the list may be incomplete");
     }
+    let types = ConditionTypes::new(&args.condition_prefix);
+    let runtime = super::runtime_name(&agent, &endpoint).await;
     let stdout = std::io::stdout();
     let mut shown: HashMap<String, Row> = HashMap::new();
     let mut changes = agent.reconcile.changes();
@@ -88,6 +101,21 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             Output::Json => {
                 serde_json::to_writer_pretty(&mut out, &rows)?;
                 out.write_all(b"\n")?;
+            }
+            Output::Yaml | Output::PodJson => {
+                let list = pod_list(&pods, &types, &runtime, SystemTime::now());
+                if args.output == Output::Yaml {
+                    if args.watch {
+                        out.write_all(b"---\n")?;
+                    }
+                    out.write_all(serde_saphyr::to_string(&list)?.as_bytes())?;
+                } else if args.watch {
+                    serde_json::to_writer(&mut out, &list)?;
+                    out.write_all(b"\n")?;
+                } else {
+                    serde_json::to_writer_pretty(&mut out, &list)?;
+                    out.write_all(b"\n")?;
+                }
             }
             Output::Table => {
                 // The first time everything; then, like `kubectl get -w`, the rows that changed.
@@ -253,6 +281,47 @@ fn container_row(c: &ContainerView) -> ContainerRow {
         init_pid: c.init_pid,
         oom_kills: c.oom_kills,
         last_oom: c.last_oom.as_ref().map(|o| oom_row(o, &c.name)),
+    }
+}
+
+/// The node's pods as a `v1` List of Pods: metadata as far as the runtime knows it, and the
+/// PodStatus computed from the runtime's account corrected by the kernel's.
+fn pod_list(
+    pods: &[PodView],
+    types: &ConditionTypes,
+    runtime: &str,
+    now: SystemTime,
+) -> k8s_openapi::List<Pod> {
+    let items = pods
+        .iter()
+        .map(|view| {
+            let computed = compute_status(&StatusInputs {
+                pod: None,
+                view,
+                previous: None,
+                now,
+                runtime,
+                types,
+            });
+            let unknown: Vec<String> = computed.unknown.iter().map(|u| u.to_string()).collect();
+            Pod {
+                metadata: ObjectMeta {
+                    name: Some(view.name.clone()),
+                    namespace: Some(view.namespace.clone()),
+                    uid: Some(view.uid.to_string()),
+                    creation_timestamp: view.created_at.map(crate::kube::compute::to_time),
+                    annotations: (!unknown.is_empty())
+                        .then(|| [("observer.dev/unknown".to_string(), unknown.join("\n"))].into()),
+                    ..Default::default()
+                },
+                spec: None,
+                status: Some(computed.status),
+            }
+        })
+        .collect();
+    k8s_openapi::List {
+        items,
+        metadata: Default::default(),
     }
 }
 

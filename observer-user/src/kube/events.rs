@@ -17,7 +17,6 @@
 //! queue to the publishing task is bounded (overflow is dropped and counted); the Recorder's own
 //! cache keeps an event for 6 minutes, so it holds at most what the rate limit lets through.
 use std::{
-    collections::HashMap,
     future::Future,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -31,13 +30,16 @@ use ::kube::{
     Client,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
-use tokio::{sync::mpsc, time::Instant};
+use tokio::sync::mpsc;
 
 use super::{
     audit::Finding,
     conditions::{describe_kill, kib},
 };
-use crate::reconcile::{ContainerView, OomEvidence};
+use crate::{
+    ratelimit::{KeyedLimiter, Rate},
+    reconcile::{ContainerView, OomEvidence},
+};
 
 /// Events' limits.
 #[derive(Clone, Debug)]
@@ -259,17 +261,11 @@ pub fn regarding(pod: &PodRef, field_path: String) -> ObjectReference {
     }
 }
 
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 /// Takes events from the status manager, rate-limits them per pod and queues them for the
 /// publishing task.
 pub struct EventPublisher {
     tx: mpsc::Sender<(ObjectReference, Event)>,
-    buckets: HashMap<String, Bucket>,
-    cfg: EventConfig,
+    limits: KeyedLimiter<String>,
     stats: Arc<EventStats>,
 }
 
@@ -287,7 +283,6 @@ impl EventPublisher {
         let recorder = Recorder::new(client, reporter);
         let timeout = cfg.timeout;
         let worker = async move {
-            let mut failures_logged = 0u64;
             while let Some((reference, event)) = rx.recv().await {
                 let r = tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await;
                 match r {
@@ -298,7 +293,6 @@ impl EventPublisher {
                         let n = worker_stats.failed.fetch_add(1, Ordering::Relaxed);
                         // One line per power of two: an API outage does not flood the log.
                         if n.is_power_of_two() || n == 0 {
-                            failures_logged += 1;
                             let why = match failed {
                                 Ok(Err(e)) => e.to_string(),
                                 _ => format!("no answer within {timeout:?}"),
@@ -309,13 +303,17 @@ impl EventPublisher {
                 }
                 worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
             }
-            let _ = failures_logged;
         };
         (
             Self {
                 tx,
-                buckets: HashMap::new(),
-                cfg,
+                limits: KeyedLimiter::new(
+                    Rate {
+                        burst: cfg.burst,
+                        refill: cfg.refill,
+                    },
+                    cfg.max_pods,
+                ),
                 stats,
             },
             worker,
@@ -325,7 +323,7 @@ impl EventPublisher {
     /// Queues the event unless the pod is over its rate or the queue is full (both counted).
     /// Returns whether it was queued.
     pub fn publish(&mut self, pod: &PodRef, ev: &PodEvent) -> bool {
-        if !self.take_token(&pod.uid) {
+        if !self.limits.take(pod.uid.as_str()).allowed() {
             self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(pod = %pod.name, "event over the pod's rate limit: dropped");
             return false;
@@ -347,7 +345,7 @@ impl EventPublisher {
 
     /// The pod left the node: its rate limit is forgotten.
     pub fn forget(&mut self, uid: &str) {
-        self.buckets.remove(uid);
+        self.limits.forget(uid);
     }
 
     pub fn stats(&self) -> Arc<EventStats> {
@@ -356,49 +354,7 @@ impl EventPublisher {
 
     /// Pods whose rate limit is remembered.
     pub fn tracked_pods(&self) -> usize {
-        self.buckets.len()
-    }
-
-    fn take_token(&mut self, uid: &str) -> bool {
-        let now = Instant::now();
-        let burst = f64::from(self.cfg.burst.max(1));
-        if !self.buckets.contains_key(uid) && self.buckets.len() >= self.cfg.max_pods.max(1) {
-            // A full bucket is the same as none: drop one of those first, else the oldest.
-            let victim = self
-                .buckets
-                .iter()
-                .find(|(_, b)| self.refilled(b, now) >= burst)
-                .or_else(|| self.buckets.iter().min_by_key(|(_, b)| b.at))
-                .map(|(k, _)| k.clone());
-            if let Some(k) = victim {
-                self.buckets.remove(&k);
-            }
-        }
-        let refill = self.cfg.refill;
-        let b = self.buckets.entry(uid.to_string()).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        let per_sec = if refill.is_zero() {
-            f64::INFINITY
-        } else {
-            1.0 / refill.as_secs_f64()
-        };
-        b.tokens = (b.tokens + (now - b.at).as_secs_f64() * per_sec).min(burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn refilled(&self, b: &Bucket, now: Instant) -> f64 {
-        if self.cfg.refill.is_zero() {
-            return f64::INFINITY;
-        }
-        b.tokens + (now - b.at).as_secs_f64() / self.cfg.refill.as_secs_f64()
+        self.limits.len()
     }
 }
 

@@ -43,7 +43,10 @@ use super::{
     writer::{StatusWriter, WriteDone, WriteJob, WriteOutcome},
     StatusConfig, StatusMode,
 };
-use crate::reconcile::{ContainerPhase, PodView};
+use crate::{
+    ratelimit::{KeyedLimiter, Take},
+    reconcile::{ContainerPhase, PodView},
+};
 
 /// Counters for metrics, readable while the manager runs.
 #[derive(Debug, Default)]
@@ -75,6 +78,8 @@ pub struct StatusStats {
     pub audit_findings: [AtomicU64; 4],
     /// Pod watch errors (the API unreachable).
     pub watch_errors: AtomicU64,
+    /// Log lines about a pod dropped over its rate limit.
+    pub logs_suppressed: AtomicU64,
     latencies: Mutex<VecDeque<Duration>>,
 }
 
@@ -108,6 +113,30 @@ impl StatusStats {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A log line about a pod, under the pod's rate limit, so that a crash-looping pod cannot flood
+/// the node's log pipeline. The first line allowed after some were dropped says how many.
+fn pod_log(
+    limits: &mut KeyedLimiter<String>,
+    stats: &StatusStats,
+    uid: &str,
+    pod: &str,
+    line: impl FnOnce(),
+) {
+    match limits.take(uid) {
+        Take::Allowed { denied_before } => {
+            if denied_before > 0 {
+                tracing::info!(
+                    pod,
+                    dropped = denied_before,
+                    "log lines about this pod over its rate limit were dropped"
+                );
+            }
+            line();
+        }
+        Take::Denied => bump(&stats.logs_suppressed),
+    }
 }
 
 /// What a flush left undone.
@@ -252,6 +281,8 @@ pub struct StatusManager {
     changes: BoxStream<'static, PodChange>,
     writer: StatusWriter,
     events: EventPublisher,
+    /// Per-pod rate limit of log lines.
+    logs: KeyedLimiter<String>,
     events_worker: Option<futures::future::BoxFuture<'static, ()>>,
     event_stats: Arc<EventStats>,
     state: HashMap<String, PodState>,
@@ -291,6 +322,7 @@ impl StatusManager {
             cfg: Arc::clone(&cfg),
         };
         let me = Self {
+            logs: KeyedLimiter::new(cfg.pod_logs, cfg.events.max_pods),
             types: cfg.condition_types(),
             cfg,
             shared,
@@ -400,6 +432,7 @@ impl StatusManager {
         self.rechecks.remove(uid);
         self.writer.forget(uid);
         self.events.forget(uid);
+        self.logs.forget(uid);
     }
 
     fn pod_change(&mut self, change: PodChange) {
@@ -462,7 +495,9 @@ impl StatusManager {
                 } else {
                     bump(&stats.conflicts);
                 }
-                tracing::info!(pod = %job.name, uid = %job.uid, "status not written: {outcome:?}; the pod's work is dropped");
+                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                    tracing::info!(pod = %job.name, uid = %job.uid, "status not written: {outcome:?}; the pod's work is dropped");
+                });
                 if let Some(st) = st {
                     st.gone = true;
                     st.submitted = None;
@@ -470,7 +505,9 @@ impl StatusManager {
             }
             WriteOutcome::Rejected(e) => {
                 bump(&stats.rejected);
-                tracing::error!(pod = %job.name, "status patch refused: {e}");
+                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                    tracing::error!(pod = %job.name, "status patch refused: {e}");
+                });
                 if let Some(st) = st {
                     st.submitted = None;
                 }
@@ -484,7 +521,9 @@ impl StatusManager {
                 bump(&stats.write_errors);
                 // A crash-looping pod or an API outage would log every retry: powers of two.
                 if done.failures.is_power_of_two() {
-                    tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {e}; retrying");
+                    pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                        tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {e}; retrying");
+                    });
                 }
             }
         }
@@ -574,7 +613,9 @@ impl StatusManager {
         let (normal, patch) = match result {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(pod = %view.name, "status not computed: {e}");
+                pod_log(&mut self.logs, stats, view.uid.as_str(), &view.name, || {
+                    tracing::error!(pod = %view.name, "status not computed: {e}");
+                });
                 return;
             }
         };
@@ -648,6 +689,24 @@ impl StatusManager {
         let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
             bump(&self.shared.stats.events);
+            // The node's log says it too, for log pipelines (the Event may be rate-limited or
+            // the API away).
+            let (e, _) = ev.render();
+            let note = e.note.as_deref().unwrap_or_default();
+            pod_log(
+                &mut self.logs,
+                &self.shared.stats,
+                view.uid.as_str(),
+                &view.name,
+                || match ev {
+                    PodEvent::OomKill { .. } => {
+                        tracing::warn!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
+                    }
+                    _ => {
+                        tracing::info!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
+                    }
+                },
+            );
             self.events.publish(&pod_ref, &ev);
         }
     }
@@ -673,7 +732,13 @@ impl StatusManager {
             }
             bump(&self.shared.stats.audit_findings[f.kind.index()]);
             bump(&self.shared.stats.events);
-            tracing::warn!(pod = %view.name, finding = %f.kind, "{}", f.message());
+            pod_log(
+                &mut self.logs,
+                &self.shared.stats,
+                view.uid.as_str(),
+                &view.name,
+                || tracing::warn!(namespace = %view.namespace, pod = %view.name, finding = %f.kind, "{}", f.message()),
+            );
             self.events.publish(&pod_ref, &PodEvent::Audit(f));
         }
     }

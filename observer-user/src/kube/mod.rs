@@ -42,6 +42,7 @@ pub(crate) mod testkit;
 
 use std::{fmt, path::Path, str::FromStr, time::Duration};
 
+use crate::ratelimit::Rate;
 use thiserror::Error;
 
 pub use audit::{audit, Finding, FindingKind};
@@ -152,6 +153,8 @@ pub struct StatusConfig {
     /// Seed of the back-off jitter (tests); `None`: random.
     pub backoff_seed: Option<u64>,
     pub events: EventConfig,
+    /// Log lines about one pod (its deaths, kills, failed writes): a burst, then one per refill.
+    pub pod_logs: Rate,
 }
 
 impl StatusConfig {
@@ -169,6 +172,10 @@ impl StatusConfig {
             backoff_max: Duration::from_secs(30),
             backoff_seed: None,
             events: EventConfig::default(),
+            pod_logs: Rate {
+                burst: 20,
+                refill: Duration::from_secs(6),
+            },
         }
     }
 

@@ -513,3 +513,33 @@ async fn a_static_pods_status_goes_to_its_mirror_under_the_mirrors_uid() {
     assert_eq!(p.len(), 1);
     assert_eq!(parsed(&p[0]).metadata.uid.as_deref(), Some("mirror-0000"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_pod_cannot_flood_the_log() {
+    let (h, _log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    // 60 deaths in quick succession, each its own container instance: each a log line.
+    for restart in 0..60 {
+        h.observe(&view(vec![died_now("app", restart, 1, "Error")]));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    settle().await;
+    let lines = StatusStats::get(&h.stats().events);
+    assert!(lines >= 50, "only {lines} deaths reached the manager");
+    // The pod's burst was logged, the rest dropped (one line per 6 s after it; 0.8 s passed).
+    let burst = u64::from(
+        StatusConfig::new("n", StatusMode::Conditions)
+            .pod_logs
+            .burst,
+    );
+    assert_eq!(StatusStats::get(&h.stats().logs_suppressed), lines - burst);
+    // The refill lets the next one through.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    h.observe(&view(vec![died_now("app", 60, 1, "Error")]));
+    settle().await;
+    assert_eq!(StatusStats::get(&h.stats().events), lines + 1);
+    assert_eq!(
+        StatusStats::get(&h.stats().logs_suppressed),
+        lines - burst,
+        "the line after the refill was dropped"
+    );
+}
