@@ -26,6 +26,10 @@ use serde_json::{json, Value};
 /// One request the stand-in received.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    /// Its place in the order of arrival (0, 1, ...).
+    pub seq: usize,
+    /// What the stand-in answered.
+    pub code: u16,
     pub method: String,
     /// Path and query.
     pub uri: String,
@@ -204,7 +208,11 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         (Method::PATCH | Method::POST | Method::PUT, _) => {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let mut st = state.lock().expect("state");
+            let seq = st.recorded.len();
+            let code = st.fail_writes.unwrap_or(200);
             st.recorded.push(Recorded {
+                seq,
+                code,
                 method: method.to_string(),
                 uri,
                 content_type,
@@ -222,10 +230,14 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             }
             match segs.as_slice() {
                 ["api", "v1", "namespaces", ns, "pods", name, "status"] => {
-                    match st.pods.iter().find(|p| {
+                    match st.pods.iter_mut().find(|p| {
                         p["metadata"]["namespace"] == *ns && p["metadata"]["name"] == *name
                     }) {
-                        Some(p) => respond(StatusCode::OK, p),
+                        Some(p) => {
+                            // Remembered, so that a restarted agent lists what it wrote before.
+                            remember_conditions(p, &body);
+                            respond(StatusCode::OK, p)
+                        }
                         None => respond(
                             StatusCode::NOT_FOUND,
                             &status(404, "NotFound", "pod not found"),
@@ -264,6 +276,31 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             &status(404, "NotFound", "the stand-in does not serve this"),
         ),
     }
+}
+
+/// Keeps the conditions of a status patch in the served pod, merged by `type` as the strategic
+/// merge patch of a map list does (`$patch: delete` removes one). Nothing else of the status is
+/// kept: the stand-in records, it does not implement the API.
+fn remember_conditions(pod: &mut Value, patch: &Value) {
+    let Some(new) = patch["status"]["conditions"].as_array() else {
+        return;
+    };
+    let mut kept: Vec<Value> = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for c in new {
+        kept.retain(|k| k["type"] != c["type"]);
+        if c["$patch"] != "delete" {
+            kept.push(c.clone());
+        }
+    }
+    pod["status"]["conditions"] = Value::Array(kept);
+    let rv: u64 = pod["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    pod["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
 }
 
 /// A body stream that ends only when the connection does (the sender is kept inside it).
@@ -333,6 +370,17 @@ impl ApiStandIn {
     /// Answer every write with `code` from now on (`None`: success again).
     pub fn fail_writes(&self, code: Option<u16>) {
         self.state.lock().expect("state").fail_writes = code;
+    }
+
+    /// The pod as the stand-in serves it now (with the conditions written to it).
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .expect("state")
+            .pods
+            .iter()
+            .find(|p| p["metadata"]["namespace"] == namespace && p["metadata"]["name"] == name)
+            .cloned()
     }
 
     pub fn recorded(&self) -> Vec<Recorded> {

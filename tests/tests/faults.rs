@@ -1,0 +1,417 @@
+//! `observer run` through the faults a node agent meets, each with the real kernel, the real
+//! containerd and the recording API stand-in (which keeps the conditions written to it, so a
+//! restarted agent lists what it wrote before):
+//!
+//! - the agent killed with SIGKILL while containers change state, then started again: the deaths
+//!   it missed are written, nothing it wrote before is written again, and no write is older than
+//!   one before it (a dead container is never called alive again);
+//! - containerd stopped for 30 s: the kernel's account of a death goes on reaching the API, the
+//!   agent stays healthy, reconnects, and sees pods started after;
+//! - the API answering 500 for 30 s: retried with bounded back-off, then every pod's final status
+//!   is written.
+//!
+//! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::Signal;
+use observer_tests::{
+    agent::WAIT,
+    apiserver::{pod_object, ApiStandIn, Recorded},
+    containerd::StopSignal,
+    eventually_async,
+    kernel::require_kernel,
+    process::ObserverProcess,
+    require_containerd, ContainerSpec, Containerd, Pod, PodSpec,
+};
+use serde_json::Value;
+
+const NODE: &str = "node-1";
+const ALIVE: &str = "observer.dev/ContainersAlive";
+/// How long each outage lasts.
+const OUTAGE: Duration = Duration::from_secs(30);
+/// The writer's back-off tops out at 30 s (jittered): the first retry after an outage comes
+/// within that.
+const RECOVERY: Duration = Duration::from_secs(75);
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+/// A counter or gauge from /metrics (None: not exported or not answering).
+fn metric(listen: SocketAddr, name: &str) -> Option<f64> {
+    let (_, text) = http_get(listen, "/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn alive_status(r: &Recorded) -> Option<&str> {
+    r.body["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ALIVE)?["status"]
+        .as_str()
+}
+
+fn status_patch_of(r: &Recorded, pod: &str) -> bool {
+    r.method == "PATCH" && r.path().ends_with(&format!("/pods/{pod}/status"))
+}
+
+/// Status patches of `pod` from request `since` on.
+fn patches(api: &ApiStandIn, pod: &str, since: usize) -> Vec<Recorded> {
+    api.recorded()
+        .into_iter()
+        .filter(|r| r.seq >= since && status_patch_of(r, pod))
+        .collect()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The agent as a test runs it, restartable on the same state dir and port.
+struct Agent {
+    args: Vec<String>,
+    listen: SocketAddr,
+    process: Option<ObserverProcess>,
+}
+
+impl Agent {
+    fn new(api: &ApiStandIn, ctrd: &Containerd, state: &Path) -> Result<Self> {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+        let args = vec![
+            "run".into(),
+            "--kubeconfig".into(),
+            api.kubeconfig()?.display().to_string(),
+            "--node-name".into(),
+            NODE.into(),
+            "--cri-endpoint".into(),
+            ctrd.socket().display().to_string(),
+            "--listen".into(),
+            listen.to_string(),
+            "--state-dir".into(),
+            state.display().to_string(),
+        ];
+        Ok(Self {
+            args,
+            listen,
+            process: None,
+        })
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let p = ObserverProcess::spawn(&args)?;
+        let ready = eventually_async(WAIT, || {
+            http_get(self.listen, "/readyz").is_some_and(|(c, _)| c == 200)
+        })
+        .await;
+        anyhow::ensure!(ready, "the agent never became ready:\n{}", p.stderr());
+        self.process = Some(p);
+        Ok(())
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let mut p = self.process.take().context("not running")?;
+        p.stop(Signal::SIGKILL)?;
+        Ok(())
+    }
+
+    fn stderr(&self) -> String {
+        self.process
+            .as_ref()
+            .map(ObserverProcess::stderr)
+            .unwrap_or_default()
+    }
+
+    fn healthy(&self) -> bool {
+        http_get(self.listen, "/healthz").is_some_and(|(c, _)| c == 200)
+    }
+}
+
+/// A pod in the API (before the agent lists: the stand-in's watch sends nothing).
+fn declare(api: &ApiStandIn, name: &str) -> PodSpec {
+    let spec = PodSpec::new(name);
+    api.add_pod(pod_object(
+        &spec.name,
+        &spec.namespace,
+        &spec.uid,
+        NODE,
+        &[("app", None)],
+        Some(ALIVE),
+    ));
+    spec
+}
+
+/// The declared pod in containerd: one container `app` that runs until told to exit with
+/// `code` (`None`: it runs on).
+async fn pod(ctrd: &Containerd, spec: &PodSpec, code: Option<i32>) -> Result<Pod> {
+    let script = match code {
+        Some(c) => format!("while [ ! -e /tmp/go ]; do sleep 0.05; done; exit {c}"),
+        None => "sleep 3600".into(),
+    };
+    ctrd.run_pod(spec.clone().container(ContainerSpec::sh("app", &script)))
+        .await
+}
+
+/// Tells `pod`'s container to exit (works while containerd is down: through /proc).
+fn go(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/root/tmp/go"), "").context("telling the container to exit")
+}
+
+/// Waits for a status patch of `pod` (from request `since` on) whose ContainersAlive is `want`.
+async fn alive_patch(
+    api: &ApiStandIn,
+    pod: &str,
+    want: &str,
+    since: usize,
+    timeout: Duration,
+) -> Option<Recorded> {
+    api.wait_for(timeout, |r| {
+        r.seq >= since && r.code == 200 && status_patch_of(r, pod) && alive_status(r) == Some(want)
+    })
+    .await
+}
+
+/// `pod`'s ContainersAlive as the API has it now.
+fn served_alive(api: &ApiStandIn, pod: &Pod) -> Option<Value> {
+    api.pod(&pod.namespace, &pod.name)?["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ALIVE)
+        .cloned()
+}
+
+/// Holds an outage for `OUTAGE` from `since`, checking the whole time that the agent stays
+/// healthy (kubelet would restart an agent whose liveness fails, which helps nobody here).
+async fn hold_outage(agent: &Agent, since: Instant) {
+    while since.elapsed() < OUTAGE {
+        assert!(
+            agent.healthy(),
+            "/healthz failed during the outage:\n{}",
+            agent.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn prerequisites() -> bool {
+    require_containerd() && require_kernel()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<()> {
+    if !prerequisites() {
+        return Ok(());
+    }
+    observer_tests::init_tracing();
+    let ctrd = Containerd::start().await?;
+    let api = ApiStandIn::start().await?;
+    let state = tempfile::tempdir()?;
+    let specs = ["steady", "dies", "late"].map(|n| declare(&api, n));
+    let mut agent = Agent::new(&api, &ctrd, state.path())?;
+    agent.start().await?;
+    let steady = pod(&ctrd, &specs[0], None).await?;
+    let dies = pod(&ctrd, &specs[1], Some(3)).await?;
+    for p in [&steady, &dies] {
+        alive_patch(&api, &p.name, "True", 0, WAIT)
+            .await
+            .with_context(|| format!("{}: no ContainersAlive True\n{}", p.name, agent.stderr()))?;
+    }
+    let pid = ctrd.container_pid(dies.container_id("app")).await?;
+
+    // Killed; while it is away a container dies and a pod starts.
+    agent.kill()?;
+    go(pid)?;
+    ctrd.wait_exited(dies.container_id("app"), WAIT).await?;
+    let late = pod(&ctrd, &specs[2], None).await?;
+    let before = api.recorded().len();
+    agent.start().await?;
+
+    let died = alive_patch(&api, &dies.name, "False", before, WAIT)
+        .await
+        .with_context(|| format!("the death it missed was not written\n{}", agent.stderr()))?;
+    let message = died.body["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ALIVE))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("exited with code 3"), "{message}");
+    alive_patch(&api, &late.name, "True", before, WAIT)
+        .await
+        .context("the pod started while it was away was not written")?;
+    // Converged: the restarted agent computed `steady` and found the API already right.
+    assert!(
+        eventually_async(WAIT, || {
+            metric(agent.listen, "observer_status_unchanged_total").is_some_and(|n| n >= 1.0)
+        })
+        .await,
+        "steady was never found unchanged\n{}",
+        agent.stderr()
+    );
+    assert!(
+        patches(&api, &steady.name, before).is_empty(),
+        "steady written again: {:#?}",
+        patches(&api, &steady.name, before)
+    );
+    // Never stale: after the restart, `dies` is only ever called dead.
+    for r in patches(&api, &dies.name, before) {
+        assert_eq!(alive_status(&r), Some("False"), "{r:#?}");
+    }
+    assert_eq!(
+        served_alive(&api, &dies).map(|c| c["status"].clone()),
+        Some("False".into())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
+    if !prerequisites() {
+        return Ok(());
+    }
+    observer_tests::init_tracing();
+    let ctrd = Containerd::start().await?;
+    let api = ApiStandIn::start().await?;
+    let state = tempfile::tempdir()?;
+    let specs = ["steady", "dies", "after"].map(|n| declare(&api, n));
+    let mut agent = Agent::new(&api, &ctrd, state.path())?;
+    agent.start().await?;
+    let steady = pod(&ctrd, &specs[0], None).await?;
+    let dies = pod(&ctrd, &specs[1], Some(4)).await?;
+    for p in [&steady, &dies] {
+        alive_patch(&api, &p.name, "True", 0, WAIT)
+            .await
+            .with_context(|| format!("{}: no ContainersAlive True", p.name))?;
+    }
+    let pid = ctrd.container_pid(dies.container_id("app")).await?;
+
+    let down = Instant::now();
+    ctrd.stop(StopSignal::Kill).await?;
+    let before = api.recorded().len();
+    go(pid)?;
+    // The kernel saw it; the runtime cannot be asked: the death is written all the same.
+    alive_patch(&api, &dies.name, "False", before, WAIT)
+        .await
+        .with_context(|| {
+            format!(
+                "the death was not written while containerd was down\n{}",
+                agent.stderr()
+            )
+        })?;
+    hold_outage(&agent, down).await;
+    ctrd.resume().await?;
+    assert!(
+        eventually_async(WAIT, || {
+            metric(agent.listen, "observer_cri_reconnects_total").is_some_and(|n| n >= 1.0)
+        })
+        .await,
+        "no reconnect counted\n{}",
+        agent.stderr()
+    );
+    let after = pod(&ctrd, &specs[2], None).await?;
+    alive_patch(&api, &after.name, "True", 0, WAIT)
+        .await
+        .context("a pod started after the outage was not written")?;
+    // Nothing lost or reversed: steady never died, dies stays dead.
+    // (Before its container ran, steady was rightly "not running yet".)
+    let steady_patches: Vec<Recorded> = patches(&api, &steady.name, 0)
+        .into_iter()
+        .skip_while(|r| alive_status(r) != Some("True"))
+        .collect();
+    assert!(
+        !steady_patches.is_empty()
+            && steady_patches
+                .iter()
+                .all(|r| alive_status(r) != Some("False")),
+        "{steady_patches:#?}\n{}",
+        agent.stderr()
+    );
+    assert_eq!(
+        served_alive(&api, &dies).map(|c| c["status"].clone()),
+        Some("False".into())
+    );
+    assert!(agent.healthy());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> {
+    if !prerequisites() {
+        return Ok(());
+    }
+    observer_tests::init_tracing();
+    let ctrd = Containerd::start().await?;
+    let api = ApiStandIn::start().await?;
+    let state = tempfile::tempdir()?;
+    let specs = ["first", "second"].map(|n| declare(&api, n));
+    let mut agent = Agent::new(&api, &ctrd, state.path())?;
+    agent.start().await?;
+    let first = pod(&ctrd, &specs[0], Some(5)).await?;
+    let second = pod(&ctrd, &specs[1], Some(6)).await?;
+    for p in [&first, &second] {
+        alive_patch(&api, &p.name, "True", 0, WAIT)
+            .await
+            .with_context(|| format!("{}: no ContainersAlive True", p.name))?;
+    }
+    let pids = [
+        ctrd.container_pid(first.container_id("app")).await?,
+        ctrd.container_pid(second.container_id("app")).await?,
+    ];
+
+    let down = Instant::now();
+    api.fail_writes(Some(500));
+    let before = api.recorded().len();
+    for pid in pids {
+        go(pid)?;
+    }
+    // Tried, refused.
+    for p in [&first, &second] {
+        api.wait_for(WAIT, |r| {
+            r.seq >= before
+                && r.code == 500
+                && status_patch_of(r, &p.name)
+                && alive_status(r) == Some("False")
+        })
+        .await
+        .with_context(|| format!("{}: the death was never tried", p.name))?;
+    }
+    hold_outage(&agent, down).await;
+    // Retried with a growing back-off, not hammered: 200 ms doubling to 30 s is 8 tries in 30 s.
+    let tries = patches(&api, &first.name, before).len();
+    assert!(
+        (2..=12).contains(&tries),
+        "{tries} tries of first's death in 30 s"
+    );
+    api.fail_writes(None);
+    let recovered = api.recorded().len();
+    for p in [&first, &second] {
+        alive_patch(&api, &p.name, "False", recovered, RECOVERY)
+            .await
+            .with_context(|| format!("{}: the final status was never written", p.name))?;
+        assert_eq!(
+            served_alive(&api, p).map(|c| c["status"].clone()),
+            Some("False".into())
+        );
+    }
+    assert!(metric(agent.listen, "observer_status_write_errors_total").is_some_and(|n| n >= 2.0));
+    assert!(agent.healthy());
+    Ok(())
+}
