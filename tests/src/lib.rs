@@ -30,6 +30,7 @@ use cel as _;
 pub mod agent;
 pub mod apiserver;
 pub mod containerd;
+pub mod endpoint;
 pub mod events;
 pub mod image;
 pub mod kernel;

@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use observer::cri::api;
 use observer_image::agent::{self, AgentImage};
 use observer_tests::containerd::read_container_log;
+use observer_tests::endpoint::{free_listen, http_get};
 use observer_tests::kubelet::{self, quantity_milli, KubeletPod, Node};
 use observer_tests::manifests::{deploy_dir, documents, read_one, strict};
 use observer_tests::{init_tracing, poll_until_async, prereq, require_containerd, Containerd, Qos};
@@ -1127,17 +1128,6 @@ fn containerfile_matches_the_xtask_image() {
 }
 
 /// `GET path` over plain HTTP/1.0 (the agent's endpoint on the node network): status and body.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, text.split_once("\r\n\r\n")?.1.to_string()))
-}
-
 /// The agent itself, `observer run` as the manifest starts it, in the DaemonSet's container: it
 /// sees another pod's container OOM-killed through the host's cgroups, /proc and CRI socket, and
 /// reports it to the API (a recording stand-in) as the condition and the Event. Two deviations
@@ -1199,11 +1189,7 @@ async fn the_agent_runs_as_the_daemonset_says() {
         Some(alive),
     ));
     api.kubeconfig().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let listen = free_listen();
     let config = agent_config(&kp, "observer", &["run"], |c| {
         c.envs.push(api::KeyValue {
             key: "KUBECONFIG".into(),

@@ -13,8 +13,7 @@
 //! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     path::Path,
     time::{Duration, Instant},
 };
@@ -25,6 +24,7 @@ use observer_tests::{
     agent::WAIT,
     apiserver::{pod_object, ApiStandIn, Recorded},
     containerd::StopSignal,
+    endpoint::{free_listen, metric, ok},
     eventually_async,
     kernel::require_kernel,
     process::ObserverProcess,
@@ -39,24 +39,6 @@ const OUTAGE: Duration = Duration::from_secs(30);
 /// The writer's back-off tops out at 30 s (jittered): the first retry after an outage comes
 /// within that.
 const RECOVERY: Duration = Duration::from_secs(75);
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((code, body))
-}
-
-/// A counter or gauge from /metrics (None: not exported or not answering).
-fn metric(listen: SocketAddr, name: &str) -> Option<f64> {
-    let (_, text) = http_get(listen, "/metrics")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 fn alive_status(r: &Recorded) -> Option<&str> {
     r.body["status"]["conditions"]
@@ -78,13 +60,6 @@ fn patches(api: &ApiStandIn, pod: &str, since: usize) -> Vec<Recorded> {
         .collect()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// The agent as a test runs it, restartable on the same state dir and port.
 struct Agent {
     args: Vec<String>,
@@ -94,7 +69,7 @@ struct Agent {
 
 impl Agent {
     fn new(api: &ApiStandIn, ctrd: &Containerd, state: &Path) -> Result<Self> {
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+        let listen = free_listen();
         let args = vec![
             "run".into(),
             "--kubeconfig".into(),
@@ -118,10 +93,7 @@ impl Agent {
     async fn start(&mut self) -> Result<()> {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let p = ObserverProcess::spawn(&args)?;
-        let ready = eventually_async(WAIT, || {
-            http_get(self.listen, "/readyz").is_some_and(|(c, _)| c == 200)
-        })
-        .await;
+        let ready = eventually_async(WAIT, || ok(self.listen, "/readyz")).await;
         anyhow::ensure!(ready, "the agent never became ready:\n{}", p.stderr());
         self.process = Some(p);
         Ok(())
@@ -141,7 +113,7 @@ impl Agent {
     }
 
     fn healthy(&self) -> bool {
-        http_get(self.listen, "/healthz").is_some_and(|(c, _)| c == 200)
+        ok(self.listen, "/healthz")
     }
 }
 

@@ -4,17 +4,13 @@
 //! victim) and the Event, in the exact shape the API takes them; `/metrics`, `/healthz` and
 //! `/readyz` answer; `kubectl` reads the stand-in's answers as the API's; SIGTERM is a clean exit.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-    time::Duration,
-};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use observer_tests::{
     agent::WAIT,
     apiserver::{pod_object, ApiStandIn, Recorded},
+    endpoint::{free_listen, http_get},
     eventually_async,
     kernel::require_kernel,
     process::ObserverProcess,
@@ -25,25 +21,6 @@ use serde_json::Value;
 const NODE: &str = "node-1";
 const ALIVE: &str = "observer.dev/ContainersAlive";
 const OOM: &str = "observer.dev/OOMKilled";
-
-/// `GET path` over plain HTTP/1.0: (status code, body).
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((code, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// The status of condition `type_` in a recorded status patch.
 fn condition<'a>(r: &'a Recorded, type_: &str) -> Option<&'a Value> {
@@ -75,7 +52,7 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
         Some(ALIVE),
     ));
     let kubeconfig = api.kubeconfig()?;
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+    let listen = free_listen();
     let sock = ctrd.socket().display().to_string();
     let mut agent = ObserverProcess::spawn(&[
         "run",

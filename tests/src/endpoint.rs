@@ -1,0 +1,37 @@
+//! The agent's HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) as a scraper or kubelet's
+//! probes see it: plain HTTP/1.0, no client library in between.
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    time::Duration,
+};
+
+/// `GET path`: (status code, body); None when nothing answers.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n")?.1.to_string()))
+}
+
+/// An address on 127.0.0.1 with a port free now, for `--listen`.
+pub fn free_listen() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// The value of an unlabelled sample `name` in /metrics (None: not exported, or no answer).
+pub fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    let (_, text) = http_get(addr, "/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Whether `path` answers 200.
+pub fn ok(addr: SocketAddr, path: &str) -> bool {
+    http_get(addr, path).is_some_and(|(c, _)| c == 200)
+}
