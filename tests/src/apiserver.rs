@@ -30,6 +30,8 @@ pub struct Recorded {
     pub seq: usize,
     /// What the stand-in answered.
     pub code: u16,
+    /// When its headers had arrived.
+    pub at: std::time::SystemTime,
     pub method: String,
     /// Path and query.
     pub uri: String,
@@ -110,6 +112,7 @@ fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 }
 
 async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Body> {
+    let at = std::time::SystemTime::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -213,6 +216,7 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             st.recorded.push(Recorded {
                 seq,
                 code,
+                at,
                 method: method.to_string(),
                 uri,
                 content_type,

@@ -132,7 +132,7 @@ fn main() -> Result<()> {
         Task::Bench { filter } => {
             // The kernel benchmark drives the release `observer` binary.
             run(Command::new("cargo").args(["build", "--release", "-p", "observer"]))?;
-            let benches = ["pleg", "status", "kernel", "detection"];
+            let benches = ["pleg", "status", "kernel", "detection", "api_path"];
             for b in benches
                 .iter()
                 .filter(|b| filter.as_deref().is_none_or(|f| b.contains(f)))

@@ -40,6 +40,8 @@ pub struct Metrics {
     registry: Registry,
     /// Seconds from a container init's exit in the kernel to the reconciler's view of it.
     pub detection_latency: Histogram,
+    /// Seconds from the reconciled view's change to its status patch leaving the process.
+    pub status_write_latency: Histogram,
     pub oom_kills: Family<ContainerLabels, Counter>,
 }
 
@@ -70,6 +72,13 @@ impl Metrics {
             Unit::Seconds,
             detection_latency.clone(),
         );
+        let status_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
+        registry.register_with_unit(
+            "status_write_latency",
+            "Time from a change of the agent's view of a pod to its status patch leaving the process",
+            Unit::Seconds,
+            status_write_latency.clone(),
+        );
         let oom_kills = Family::<ContainerLabels, Counter>::default();
         registry.register(
             "oom_kills",
@@ -79,6 +88,7 @@ impl Metrics {
         Self {
             registry,
             detection_latency,
+            status_write_latency,
             oom_kills,
         }
     }

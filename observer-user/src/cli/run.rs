@@ -116,6 +116,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let mut scfg = StatusConfig::new(node, args.status_mode);
             scfg.condition_prefix = args.condition_prefix.clone();
             scfg.runtime_name = super::runtime_name(&agent, &endpoint).await;
+            scfg.write_latency = Some(metrics.status_write_latency.clone());
             let (manager, handle) = StatusManager::new(client, scfg);
             tokio::spawn(manager.run());
             Some(handle)

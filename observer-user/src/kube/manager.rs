@@ -484,7 +484,11 @@ impl StatusManager {
         match outcome {
             WriteOutcome::Written { sent_at } => {
                 bump(&stats.writes);
-                stats.record_latency(sent_at.saturating_duration_since(job.observed_at));
+                let latency = sent_at.saturating_duration_since(job.observed_at);
+                stats.record_latency(latency);
+                if let Some(h) = &self.cfg.write_latency {
+                    h.observe(latency.as_secs_f64());
+                }
                 if let Some(st) = st {
                     st.written = Some(job.desired);
                 }
