@@ -130,9 +130,9 @@ fn main() -> Result<()> {
             "build-std=core",
         ])),
         Task::Bench { filter } => {
-            // The kernel benchmark drives the release `observer` binary.
+            // The kernel and footprint benchmarks drive the release `observer` binary.
             run(Command::new("cargo").args(["build", "--release", "-p", "observer"]))?;
-            let benches = ["pleg", "status", "kernel", "detection"];
+            let benches = ["pleg", "status", "kernel", "detection", "footprint"];
             for b in benches
                 .iter()
                 .filter(|b| filter.as_deref().is_none_or(|f| b.contains(f)))
