@@ -130,9 +130,16 @@ fn main() -> Result<()> {
             "build-std=core",
         ])),
         Task::Bench { filter } => {
-            // The kernel benchmark drives the release `observer` binary.
+            // The kernel, api_path and footprint benchmarks drive the release `observer` binary.
             run(Command::new("cargo").args(["build", "--release", "-p", "observer"]))?;
-            let benches = ["pleg", "status", "kernel", "detection", "api_path"];
+            let benches = [
+                "pleg",
+                "status",
+                "kernel",
+                "detection",
+                "api_path",
+                "footprint",
+            ];
             for b in benches
                 .iter()
                 .filter(|b| filter.as_deref().is_none_or(|f| b.contains(f)))
