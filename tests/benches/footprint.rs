@@ -18,8 +18,7 @@
 //! same steps.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
-    io::{Read, Write},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -33,6 +32,7 @@ use anyhow::{bail, Context, Result};
 use observer::mem::Resident;
 use observer_tests::{
     apiserver::{pod_object, ApiStandIn},
+    endpoint::{free_listen, metric, ok},
     poll_until_async, require_containerd, ContainerSpec, Containerd, Pod, PodSpec,
 };
 
@@ -372,7 +372,7 @@ impl Ctx {
         Ok(Agent {
             child,
             reaped: false,
-            port: 0,
+            listen: None,
             born: Instant::now(),
             log: self.logs.join(format!("{log}.log")),
         })
@@ -381,10 +381,8 @@ impl Ctx {
     /// `observer run` as the DaemonSet runs it (conditions), against the API stand-in and the
     /// harness's runtime, on a free port.
     fn spawn_run(&self, log: &str) -> Result<Agent> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        let addr = free_listen();
+        let listen = addr.to_string();
         let mut agent = self.spawn(
             log,
             &[
@@ -399,7 +397,7 @@ impl Ctx {
                 &self.cri,
             ],
         )?;
-        agent.port = port;
+        agent.listen = Some(addr);
         Ok(agent)
     }
 
@@ -439,7 +437,8 @@ struct Agent {
     child: Child,
     reaped: bool,
     /// `observer run`'s HTTP port (0: none).
-    port: u16,
+    /// `--listen` of `observer run`.
+    listen: Option<SocketAddr>,
     born: Instant,
     log: PathBuf,
 }
@@ -465,7 +464,8 @@ impl Agent {
     async fn wait_started(&self) -> Result<Started> {
         let at = |path: &'static str| {
             poll_until_async(START_DEADLINE, move || {
-                (http_get(self.port, path).map(|(code, _)| code) == Some(200))
+                self.listen
+                    .is_some_and(|a| ok(a, path))
                     .then(|| self.born.elapsed())
             })
         };
@@ -480,11 +480,7 @@ impl Agent {
     }
 
     fn metric(&self, series: &str) -> Option<f64> {
-        let (_, body) = http_get(self.port, "/metrics")?;
-        body.lines().find_map(|l| {
-            let value = l.strip_prefix(series)?.strip_prefix(' ')?;
-            value.trim().parse().ok()
-        })
+        metric(self.listen?, series)
     }
 
     /// Reads the resident sizes, then stops it (SIGTERM) and reaps it.
@@ -547,23 +543,6 @@ fn wait4(pid: u32) -> Result<(i32, Usage)> {
             cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         },
     ))
-}
-
-/// `GET path` on 127.0.0.1:port: the status code and the body.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((code, body))
 }
 
 /// CPU time (user + system) a process has used, from /proc/<pid>/stat.

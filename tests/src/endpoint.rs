@@ -35,3 +35,30 @@ pub fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
 pub fn ok(addr: SocketAddr, path: &str) -> bool {
     http_get(addr, path).is_some_and(|(c, _)| c == 200)
 }
+
+/// A histogram `name` (without `_bucket`) from /metrics: (upper bound, cumulative count) per
+/// bucket, `+Inf` last.
+pub fn histogram(addr: SocketAddr, name: &str) -> Option<Vec<(f64, u64)>> {
+    let (_, text) = http_get(addr, "/metrics")?;
+    let prefix = format!("{name}_bucket{{le=\"");
+    let buckets: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (le, rest) = l.strip_prefix(&prefix)?.split_once("\"}")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, rest.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect();
+    (!buckets.is_empty()).then_some(buckets)
+}
+
+/// The upper bound of the bucket holding quantile `q` (0..1) of a [`histogram`].
+pub fn quantile_bound(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    let rank = ((q * total as f64).ceil() as u64).max(1);
+    buckets.iter().find(|(_, c)| *c >= rank).map(|(le, _)| *le)
+}
