@@ -183,40 +183,75 @@ async fn hold_outage(agent: &Agent, since: Instant) {
     }
 }
 
-fn prerequisites() -> bool {
-    require_containerd() && require_kernel()
+/// containerd, the API stand-in with `names` declared, and the agent started on a state dir.
+struct Scene {
+    ctrd: Containerd,
+    api: ApiStandIn,
+    agent: Agent,
+    _state: tempfile::TempDir,
+}
+
+impl Scene {
+    /// None (said why) where the kernel or containerd prerequisites are absent.
+    async fn start(names: &[&str]) -> Result<Option<(Self, Vec<PodSpec>)>> {
+        if !(require_containerd() && require_kernel()) {
+            return Ok(None);
+        }
+        observer_tests::init_tracing();
+        let ctrd = Containerd::start().await?;
+        let api = ApiStandIn::start().await?;
+        let state = tempfile::tempdir()?;
+        let specs = names.iter().map(|n| declare(&api, n)).collect();
+        let mut agent = Agent::new(&api, &ctrd, state.path())?;
+        agent.start().await?;
+        Ok(Some((
+            Self {
+                ctrd,
+                api,
+                agent,
+                _state: state,
+            },
+            specs,
+        )))
+    }
+
+    /// Runs a declared pod and waits until the API calls it alive. Returns it and its init.
+    async fn alive(&self, spec: &PodSpec, code: Option<i32>) -> Result<(Pod, u32)> {
+        let p = pod(&self.ctrd, spec, code).await?;
+        alive_patch(&self.api, &p.name, "True", 0, WAIT)
+            .await
+            .with_context(|| {
+                format!(
+                    "{}: no ContainersAlive True\n{}",
+                    p.name,
+                    self.agent.stderr()
+                )
+            })?;
+        let pid = self.ctrd.container_pid(p.container_id("app")).await?;
+        Ok((p, pid))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<()> {
-    if !prerequisites() {
+    let Some((mut scene, specs)) = Scene::start(&["steady", "dies", "late"]).await? else {
         return Ok(());
-    }
-    observer_tests::init_tracing();
-    let ctrd = Containerd::start().await?;
-    let api = ApiStandIn::start().await?;
-    let state = tempfile::tempdir()?;
-    let specs = ["steady", "dies", "late"].map(|n| declare(&api, n));
-    let mut agent = Agent::new(&api, &ctrd, state.path())?;
-    agent.start().await?;
-    let steady = pod(&ctrd, &specs[0], None).await?;
-    let dies = pod(&ctrd, &specs[1], Some(3)).await?;
-    for p in [&steady, &dies] {
-        alive_patch(&api, &p.name, "True", 0, WAIT)
-            .await
-            .with_context(|| format!("{}: no ContainersAlive True\n{}", p.name, agent.stderr()))?;
-    }
-    let pid = ctrd.container_pid(dies.container_id("app")).await?;
+    };
+    let (steady, _) = scene.alive(&specs[0], None).await?;
+    let (dies, pid) = scene.alive(&specs[1], Some(3)).await?;
+    let Scene {
+        ctrd, api, agent, ..
+    } = &mut scene;
 
     // Killed; while it is away a container dies and a pod starts.
     agent.kill()?;
     go(pid)?;
     ctrd.wait_exited(dies.container_id("app"), WAIT).await?;
-    let late = pod(&ctrd, &specs[2], None).await?;
+    let late = pod(ctrd, &specs[2], None).await?;
     let before = api.recorded().len();
     agent.start().await?;
 
-    let died = alive_patch(&api, &dies.name, "False", before, WAIT)
+    let died = alive_patch(api, &dies.name, "False", before, WAIT)
         .await
         .with_context(|| format!("the death it missed was not written\n{}", agent.stderr()))?;
     let message = died.body["status"]["conditions"]
@@ -226,7 +261,7 @@ async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<
         .unwrap_or_default()
         .to_string();
     assert!(message.contains("exited with code 3"), "{message}");
-    alive_patch(&api, &late.name, "True", before, WAIT)
+    alive_patch(api, &late.name, "True", before, WAIT)
         .await
         .context("the pod started while it was away was not written")?;
     // Converged: the restarted agent computed `steady` and found the API already right.
@@ -239,16 +274,16 @@ async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<
         agent.stderr()
     );
     assert!(
-        patches(&api, &steady.name, before).is_empty(),
+        patches(api, &steady.name, before).is_empty(),
         "steady written again: {:#?}",
-        patches(&api, &steady.name, before)
+        patches(api, &steady.name, before)
     );
     // Never stale: after the restart, `dies` is only ever called dead.
-    for r in patches(&api, &dies.name, before) {
+    for r in patches(api, &dies.name, before) {
         assert_eq!(alive_status(&r), Some("False"), "{r:#?}");
     }
     assert_eq!(
-        served_alive(&api, &dies).map(|c| c["status"].clone()),
+        served_alive(api, &dies).map(|c| c["status"].clone()),
         Some("False".into())
     );
     Ok(())
@@ -256,31 +291,21 @@ async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
-    if !prerequisites() {
+    let Some((scene, specs)) = Scene::start(&["steady", "dies", "after"]).await? else {
         return Ok(());
-    }
-    observer_tests::init_tracing();
-    let ctrd = Containerd::start().await?;
-    let api = ApiStandIn::start().await?;
-    let state = tempfile::tempdir()?;
-    let specs = ["steady", "dies", "after"].map(|n| declare(&api, n));
-    let mut agent = Agent::new(&api, &ctrd, state.path())?;
-    agent.start().await?;
-    let steady = pod(&ctrd, &specs[0], None).await?;
-    let dies = pod(&ctrd, &specs[1], Some(4)).await?;
-    for p in [&steady, &dies] {
-        alive_patch(&api, &p.name, "True", 0, WAIT)
-            .await
-            .with_context(|| format!("{}: no ContainersAlive True", p.name))?;
-    }
-    let pid = ctrd.container_pid(dies.container_id("app")).await?;
+    };
+    let (steady, _) = scene.alive(&specs[0], None).await?;
+    let (dies, pid) = scene.alive(&specs[1], Some(4)).await?;
+    let Scene {
+        ctrd, api, agent, ..
+    } = &scene;
 
     let down = Instant::now();
     ctrd.stop(StopSignal::Kill).await?;
     let before = api.recorded().len();
     go(pid)?;
     // The kernel saw it; the runtime cannot be asked: the death is written all the same.
-    alive_patch(&api, &dies.name, "False", before, WAIT)
+    alive_patch(api, &dies.name, "False", before, WAIT)
         .await
         .with_context(|| {
             format!(
@@ -288,7 +313,7 @@ async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
                 agent.stderr()
             )
         })?;
-    hold_outage(&agent, down).await;
+    hold_outage(agent, down).await;
     ctrd.resume().await?;
     assert!(
         eventually_async(WAIT, || {
@@ -298,13 +323,13 @@ async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
         "no reconnect counted\n{}",
         agent.stderr()
     );
-    let after = pod(&ctrd, &specs[2], None).await?;
-    alive_patch(&api, &after.name, "True", 0, WAIT)
+    let after = pod(ctrd, &specs[2], None).await?;
+    alive_patch(api, &after.name, "True", 0, WAIT)
         .await
         .context("a pod started after the outage was not written")?;
     // Nothing lost or reversed: steady never died, dies stays dead.
     // (Before its container ran, steady was rightly "not running yet".)
-    let steady_patches: Vec<Recorded> = patches(&api, &steady.name, 0)
+    let steady_patches: Vec<Recorded> = patches(api, &steady.name, 0)
         .into_iter()
         .skip_while(|r| alive_status(r) != Some("True"))
         .collect();
@@ -317,7 +342,7 @@ async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
         agent.stderr()
     );
     assert_eq!(
-        served_alive(&api, &dies).map(|c| c["status"].clone()),
+        served_alive(api, &dies).map(|c| c["status"].clone()),
         Some("False".into())
     );
     assert!(agent.healthy());
@@ -326,27 +351,13 @@ async fn containerd_down_for_30s_deaths_still_reach_the_api() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> {
-    if !prerequisites() {
+    let Some((scene, specs)) = Scene::start(&["first", "second"]).await? else {
         return Ok(());
-    }
-    observer_tests::init_tracing();
-    let ctrd = Containerd::start().await?;
-    let api = ApiStandIn::start().await?;
-    let state = tempfile::tempdir()?;
-    let specs = ["first", "second"].map(|n| declare(&api, n));
-    let mut agent = Agent::new(&api, &ctrd, state.path())?;
-    agent.start().await?;
-    let first = pod(&ctrd, &specs[0], Some(5)).await?;
-    let second = pod(&ctrd, &specs[1], Some(6)).await?;
-    for p in [&first, &second] {
-        alive_patch(&api, &p.name, "True", 0, WAIT)
-            .await
-            .with_context(|| format!("{}: no ContainersAlive True", p.name))?;
-    }
-    let pids = [
-        ctrd.container_pid(first.container_id("app")).await?,
-        ctrd.container_pid(second.container_id("app")).await?,
-    ];
+    };
+    let (first, p1) = scene.alive(&specs[0], Some(5)).await?;
+    let (second, p2) = scene.alive(&specs[1], Some(6)).await?;
+    let pids = [p1, p2];
+    let Scene { api, agent, .. } = &scene;
 
     let down = Instant::now();
     api.fail_writes(Some(500));
@@ -365,9 +376,9 @@ async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> 
         .await
         .with_context(|| format!("{}: the death was never tried", p.name))?;
     }
-    hold_outage(&agent, down).await;
+    hold_outage(agent, down).await;
     // Retried with a growing back-off, not hammered: 200 ms doubling to 30 s is 8 tries in 30 s.
-    let tries = patches(&api, &first.name, before).len();
+    let tries = patches(api, &first.name, before).len();
     assert!(
         (2..=12).contains(&tries),
         "{tries} tries of first's death in 30 s"
@@ -375,11 +386,11 @@ async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> 
     api.fail_writes(None);
     let recovered = api.recorded().len();
     for p in [&first, &second] {
-        alive_patch(&api, &p.name, "False", recovered, RECOVERY)
+        alive_patch(api, &p.name, "False", recovered, RECOVERY)
             .await
             .with_context(|| format!("{}: the final status was never written", p.name))?;
         assert_eq!(
-            served_alive(&api, p).map(|c| c["status"].clone()),
+            served_alive(api, p).map(|c| c["status"].clone()),
             Some("False".into())
         );
     }
