@@ -5,7 +5,7 @@
 //! [`pleg`] keeps the node model and emits pod lifecycle events; [`pipeline`] wires those three
 //! once; [`cri`] talks to the container runtime; [`reconcile`] merges the runtime's account with
 //! the kernel's; [`runner`] is the per-key job runner the reconciler (and the status manager)
-//! schedule work with; [`agent`] starts it all; [`cli`] holds the subcommands of the `observer`
+//! schedule work with; [`sched`] makes the kernel reader's thread real-time; [`agent`] starts it all; [`cli`] holds the subcommands of the `observer`
 //! binary. ARCHITECTURE.md at the repository's root says how the pieces fit.
 pub mod agent;
 pub mod cgroup;
@@ -18,5 +18,6 @@ pub mod pipeline;
 pub mod pleg;
 pub mod reconcile;
 pub mod runner;
+pub mod sched;
 
 pub use error::{Error, Result};
