@@ -14,6 +14,7 @@ pub mod cri;
 pub mod error;
 pub mod kernel;
 pub mod kube;
+pub mod mem;
 pub mod pipeline;
 pub mod pleg;
 pub mod reconcile;

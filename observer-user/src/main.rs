@@ -2,11 +2,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use observer::cli::{init_logging, run, Cli};
+use observer::cli::{init_logging, run, runtime, Cli};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<ExitCode> {
+fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     init_logging(&cli.log, cli.log_format);
-    run(cli).await
+    runtime()?.block_on(run(cli))
 }

@@ -33,6 +33,13 @@ pub struct Recorded {
     pub body: Value,
 }
 
+impl Recorded {
+    /// The path without the query (kube adds `?&fieldManager=...` and the like).
+    pub fn path(&self) -> &str {
+        self.uri.split('?').next().unwrap_or_default()
+    }
+}
+
 #[derive(Default)]
 struct State {
     pods: Vec<Value>,

@@ -223,9 +223,25 @@ fn daemonset_runs_everywhere_with_named_privileges_only() {
         .or(sc.seccomp_profile.as_ref());
     assert_eq!(seccomp.map(|s| s.type_.as_str()), Some("RuntimeDefault"));
 
-    // Every hostPath is one deploy/README.md explains, mounted read-only.
+    // Every hostPath is one deploy/README.md explains, mounted read-only but the agent's state
+    // (the one file it writes), which is the host's /run/observer.
     let readme = std::fs::read_to_string(deploy_dir().join("README.md")).unwrap();
     for v in spec.volumes.iter().flatten() {
+        if v.name == "state" {
+            assert_eq!(
+                v.host_path.as_ref().map(|h| h.path.as_str()),
+                Some("/run/observer")
+            );
+            assert_eq!(
+                env(c, "OBSERVER_STATE_DIR").and_then(|e| e.value.as_deref()),
+                Some("/run/observer")
+            );
+            assert!(
+                readme.contains("/run/observer"),
+                "deploy/README.md explains the state volume"
+            );
+            continue;
+        }
         let hp = v.host_path.as_ref().expect("only hostPath volumes");
         assert!(
             readme.contains(&hp.path),
@@ -1108,4 +1124,190 @@ fn containerfile_matches_the_xtask_image() {
     }
     assert!(text.contains("cargo xtask image --rootfs /rootfs"));
     assert!(last_stage.contains("COPY --from=build /rootfs/ /"));
+}
+
+/// `GET path` over plain HTTP/1.0 (the agent's endpoint on the node network): status and body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n")?.1.to_string()))
+}
+
+/// The agent itself, `observer run` as the manifest starts it, in the DaemonSet's container: it
+/// sees another pod's container OOM-killed through the host's cgroups, /proc and CRI socket, and
+/// reports it to the API (a recording stand-in) as the condition and the Event. Two deviations
+/// from the manifest, both for the test's node: the node network (no CNI here), and the API
+/// server reached through a mounted kubeconfig (the stand-in speaks plain HTTP on 127.0.0.1, which
+/// the in-cluster config's https service address cannot be), on a free port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_runs_as_the_daemonset_says() {
+    use observer_tests::{
+        apiserver::{pod_object, ApiStandIn},
+        eventually_async, ContainerSpec, PodSpec,
+    };
+    if !require_containerd() || !observer_tests::kernel::require_kernel() {
+        return;
+    }
+    let bin = match prereq::observer_release_binary() {
+        Ok(b) => b,
+        Err(missing) => {
+            prereq::require("the DaemonSet agent test", &[missing]);
+            return;
+        }
+    };
+    init_tracing();
+    let ctrd = Containerd::start().await.unwrap();
+    let image = AgentImage::build(&bin).unwrap();
+    let archive = ctrd.dir().join("observer-image.tar");
+    image.write_archive(&archive).unwrap();
+    ctrd.import_archive(&archive).await.unwrap();
+
+    let mut node = test_node(&ctrd.dir().join("kubelet-pods"), ctrd.dir());
+    let state = ctrd.dir().join("observer-state");
+    std::fs::create_dir_all(&state).unwrap();
+    node.host_paths
+        .insert("/run/observer".into(), state.clone());
+    let mut kp = kubelet::pod_for_node(&ds(), &node, "observer-test", &ctrd.logs_root()).unwrap();
+    kp.use_node_network();
+    let mut pod = ctrd
+        .run_sandbox_with(&kp.spec, kp.sandbox.clone())
+        .await
+        .unwrap();
+
+    let api = ApiStandIn::start().await.unwrap();
+    let alive = "observer.dev/ContainersAlive";
+    api.add_pod(pod_object(
+        &kp.spec.name,
+        &kp.spec.namespace,
+        &kp.spec.uid,
+        &node.name,
+        &[("observer", None)],
+        None,
+    ));
+    let victim = PodSpec::new("victim");
+    api.add_pod(pod_object(
+        &victim.name,
+        &victim.namespace,
+        &victim.uid,
+        &node.name,
+        &[("app", Some("32Mi"))],
+        Some(alive),
+    ));
+    api.kubeconfig().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = agent_config(&kp, "observer", &["run"], |c| {
+        c.envs.push(api::KeyValue {
+            key: "KUBECONFIG".into(),
+            value: "/etc/observer-test/kubeconfig".into(),
+        });
+        for kv in c.envs.iter_mut().filter(|kv| kv.key == "OBSERVER_LISTEN") {
+            kv.value = listen.to_string();
+        }
+        c.mounts.push(api::Mount {
+            container_path: "/etc/observer-test".into(),
+            host_path: api.dir().display().to_string(),
+            readonly: true,
+            ..Default::default()
+        });
+    });
+    let agent_id = ctrd
+        .add_container_with(&mut pod, config.clone())
+        .await
+        .unwrap();
+    let log = || read_container_log(&pod, &config.log_path).all;
+    assert!(
+        eventually_async(CHECK_TIMEOUT, || http_get(listen, "/readyz")
+            .is_some_and(|(c, _)| c == 200))
+        .await,
+        "the agent never became ready: {:?}\n{}",
+        http_get(listen, "/readyz"),
+        log()
+    );
+
+    // Another pod's init is OOM-killed.
+    let victim_pod = ctrd
+        .run_pod(victim.container(
+            ContainerSpec::sh(
+                "app",
+                "while [ ! -e /tmp/go ]; do sleep 0.05; done; x=$(head -c 64m /dev/zero | tr '\\0' a); echo ${#x}",
+            )
+            .memory_limit_mib(32),
+        ))
+        .await
+        .unwrap();
+    let pid = ctrd
+        .container_pid(victim_pod.container_id("app"))
+        .await
+        .unwrap();
+    std::fs::write(format!("/proc/{pid}/root/tmp/go"), "").unwrap();
+    let patched = api
+        .wait_for(CHECK_TIMEOUT, |r| {
+            r.method == "PATCH"
+                && r.path().ends_with("/namespaces/default/pods/victim/status")
+                && r.body["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == alive && c["status"] == "False")
+                        && cs
+                            .iter()
+                            .any(|c| c["type"] == "observer.dev/OOMKilled" && c["status"] == "True")
+                })
+        })
+        .await;
+    assert!(
+        patched.is_some(),
+        "no death patch for the victim: {:#?}\n{}",
+        api.recorded(),
+        log()
+    );
+    let event = api
+        .wait_for(CHECK_TIMEOUT, |r| {
+            r.method == "POST"
+                && r.body["reason"] == "OOMKilled"
+                && r.body["regarding"]["name"] == "victim"
+        })
+        .await;
+    let note = event.map(|e| e.body["note"].as_str().unwrap_or_default().to_string());
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.contains(&format!("pid {pid}"))),
+        "the OOM event names the victim: {note:?}\n{}",
+        log()
+    );
+    let (code, metrics) = http_get(listen, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(
+            r#"observer_oom_kills_total{namespace="default",pod="victim",container="app"} 1"#
+        ),
+        "{metrics}"
+    );
+    // Its state: the inits it saw start, on the node's volume.
+    let inits = std::fs::read_to_string(state.join("inits")).unwrap_or_default();
+    assert!(inits.contains(victim_pod.container_id("app")), "{inits}");
+    // The log pipeline reads JSON lines.
+    let first = log()
+        .lines()
+        .find(|l| l.contains('{'))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first
+            .split_once('{')
+            .is_some_and(|(_, j)| serde_json::from_str::<Value>(&format!("{{{j}")).is_ok()),
+        "JSON logs: {first}"
+    );
+    ctrd.stop_container(&agent_id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let exited = ctrd.wait_exited(&agent_id, CHECK_TIMEOUT).await.unwrap();
+    assert_eq!(exited.exit_code, 0, "SIGTERM is a clean exit:\n{}", log());
 }

@@ -107,6 +107,8 @@ async fn shared_pod_pid_namespace_finds_each_init() -> Result<()> {
         .exec_sync(&a, &["sh", "-c", "exit 9"], WAIT)
         .await?;
     assert_eq!(code, 9);
+    // Checked while both run: containerd forgets a dead container's pid.
+    inits_agree(&env, 2).await;
     go(pb);
     let evs = env.pleg_until(&b, has(PlegEventType::ContainerDied)).await;
     let d = died(&evs);
@@ -133,7 +135,6 @@ async fn shared_pod_pid_namespace_finds_each_init() -> Result<()> {
             .any(|e| e.container_id() == Some(cid(&a)) && e.kind() == PlegEventType::ContainerDied),
         "the exec session in a was taken for its death"
     );
-    inits_agree(&env, 2).await;
     env.assert_no_misses();
     Ok(())
 }
@@ -154,10 +155,10 @@ async fn host_pid_namespace_finds_the_init() -> Result<()> {
     let id = pod.container_id("app").to_string();
     let pid = kernel_init(&mut env, &id).await;
     assert_eq!(nspid(pid).len(), 1, "in the node's namespace");
+    inits_agree(&env, 1).await;
     go(pid);
     let evs = env.pleg_until(&id, has(PlegEventType::ContainerDied)).await;
     assert_eq!((died(&evs).exit_code(), died(&evs).pid), (7, Some(pid)));
-    inits_agree(&env, 1).await;
     env.assert_no_misses();
     Ok(())
 }
@@ -188,6 +189,7 @@ async fn ephemeral_container_in_its_targets_namespace() -> Result<()> {
         "the debugger shares main's namespace"
     );
     assert_ne!(nspid(pd).last(), Some(&1), "main's init is pid 1 there");
+    inits_agree(&env, 2).await;
     go(pd);
     let evs = env
         .pleg_until(&dbg, has(PlegEventType::ContainerDied))
@@ -196,7 +198,6 @@ async fn ephemeral_container_in_its_targets_namespace() -> Result<()> {
     // main lives on.
     env.container(&pod.uid, &main, |c| c.phase == ContainerPhase::Running)
         .await;
-    inits_agree(&env, 2).await;
     env.assert_no_misses();
     Ok(())
 }

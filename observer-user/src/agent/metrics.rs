@@ -266,6 +266,36 @@ impl Collector for Sources {
             None,
             p.known_inits as f64,
         )?;
+        gauge(
+            &mut e,
+            "kernel_pods",
+            "Pods the kernel pipeline's node model holds (from the start-up walk and events)",
+            None,
+            p.pods as f64,
+        )?;
+        gauge(
+            &mut e,
+            "kernel_containers",
+            "Containers the kernel pipeline's node model holds",
+            None,
+            p.containers as f64,
+        )?;
+        if let Some(mem) = crate::mem::Resident::of(None) {
+            gauge(
+                &mut e,
+                "resident_memory",
+                "The agent's resident memory (VmRSS)",
+                Some(&Unit::Bytes),
+                (mem.now_kib * 1024) as f64,
+            )?;
+            gauge(
+                &mut e,
+                "resident_memory_peak",
+                "The agent's peak resident memory since it started, start-up included (VmHWM)",
+                Some(&Unit::Bytes),
+                (mem.peak_kib * 1024) as f64,
+            )?;
+        }
 
         let r = self.reconcile.stats();
         let g = ReconcileStats::get;

@@ -67,18 +67,18 @@ impl Agent {
             pipeline.clock(),
             history,
         );
-        let kmsg_task = match follower {
-            Ok(f) => {
-                let (tx, rx) = mpsc::channel(256);
-                reconciler.follow_kernel_log(rx);
-                let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok();
-                Some(tokio::spawn(follow_kernel_log(f, mounts, tx)))
-            }
+        let (tx, rx) = mpsc::channel(256);
+        reconciler.follow_kernel_log(rx);
+        let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok();
+        let kmsg_task = Some(match follower {
+            Ok(f) => tokio::spawn(follow_kernel_log(f, mounts, tx)),
             Err(e) => {
-                tracing::info!("kernel log not followed ({e}): OOM kills show without the cgroup whose limit was hit");
-                None
+                // In a container that is not privileged /dev/kmsg cannot be opened; the same log
+                // is read through syslog(2) once each kill the probes report has been logged.
+                tracing::info!("/dev/kmsg not followed ({e}): the kernel log is read through syslog(2) at each OOM kill");
+                tokio::spawn(reread_kernel_log(handle.pleg_events(), mounts, tx))
             }
-        };
+        });
         // Subscribed before the reconciler runs, so the start-up walk's events are in it.
         let tap = handle.pleg_events();
         let relist = handle.clone();
@@ -155,6 +155,47 @@ impl Drop for Agent {
     fn drop(&mut self) {
         for task in [&self.reconciler, &self.kmsg].into_iter().flatten() {
             task.abort();
+        }
+    }
+}
+
+/// After each OOM kill the probes report, the log's lines of it (the cgroup whose limit was hit,
+/// its limit, the memory figures older kernels' tracepoint lacks), read through syslog(2). The
+/// kernel logs a kill before the victim exits, which is when the probes report it.
+async fn reread_kernel_log(
+    mut pleg: tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>,
+    mounts: Option<CgroupMounts>,
+    tx: mpsc::Sender<kmsg::LoggedOomKill>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut seen_up_to = 0u64;
+    loop {
+        match pleg.recv().await {
+            Ok(ev) if ev.oom().is_none() => continue,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+        // A group kill's members follow in the same burst: one read for all of them.
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(std::time::Duration::from_millis(20), pleg.recv()).await
+        {}
+        let history = match tokio::task::spawn_blocking(kmsg::read_history).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
+                tracing::warn!("the kernel log cannot be read ({e}): OOM kills show without the cgroup whose limit was hit");
+                return;
+            }
+            Err(_) => return,
+        };
+        let after = seen_up_to;
+        for mut kill in history.kills.into_iter().filter(|k| k.at_us > after) {
+            seen_up_to = seen_up_to.max(kill.at_us);
+            kill.limit_bytes = mounts
+                .as_ref()
+                .and_then(|m| m.memory_limit(&kill.oom_memcg));
+            if tx.send(kill).await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -168,6 +168,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // Several MB: gone before the probes below read the BTF again, so that the two never add up.
+    drop(btf);
     if let Some(t) = &tracefs {
         match tracefs::oom_offsets(t) {
             Ok(o) => {

@@ -56,6 +56,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Most tokio workers the agent runs, whatever the node's size.
+pub const MAX_WORKERS: usize = 2;
+
+/// The binary's tokio runtime: one worker per core up to [`MAX_WORKERS`]. The agent's work is one
+/// ring-buffer reader, a few timers and the CRI and API calls; a worker per core of a 96-core node
+/// would cost a thread stack and a malloc arena each for nothing (BENCHMARKS.md, "Agent
+/// footprint").
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.clamp(1, MAX_WORKERS))
+        .enable_all()
+        .build()
+}
+
 /// Logs go to stderr so that stdout stays the event stream.
 pub fn init_logging(filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)

@@ -179,6 +179,12 @@ impl Probes {
             return Err(KernelError::NoObject);
         }
         raise_memlock();
+        // The kernel's BTF is parsed once for aya (`btf`), and that parse serves the loader's
+        // relocations and every BTF-attached program; it is dropped once they are attached.
+        // `EbpfLoader::new` always parses it on its own: that copy is let go at once, before the
+        // raw bytes and ours exist, so that two are never alive together (kernel/btf.rs).
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
         let kbtf = KernelBtf::load()?;
         let tracefs = tracefs::find_or_mount()?;
         let exit_has_group_dead =
@@ -216,7 +222,8 @@ impl Probes {
             _pad2: 0,
         };
         tracing::debug!(?config, "probe config");
-        let mut loader = EbpfLoader::new();
+        let btf = kbtf.into_aya()?;
+        loader.btf(Some(&btf));
         if let Some(bytes) = opts.ring_buffer_bytes {
             loader.map_max_entries(names::EVENTS, bytes);
         }
@@ -224,6 +231,7 @@ impl Probes {
             .override_global(names::CONFIG, &config, true)
             .load(OBJECT)
             .map_err(|e| KernelError::LoadObject(e.to_string()))?;
+        drop(loader);
         let logger = start_logger(&mut ebpf);
 
         let mut probes = Self {
@@ -239,18 +247,20 @@ impl Probes {
         if let Watch::Roots(roots) = &opts.watch {
             probes.set_watch_roots(roots)?;
         }
-        probes.attach_all()?;
+        probes.attach_all(&btf)?;
         if probes.config.exit_group_dead_hook != 0 {
-            probes.attach_group_dead_hook();
+            probes.attach_group_dead_hook(&btf);
         }
+        drop(btf);
+        crate::mem::release_free_memory();
         Ok(probes)
     }
 
     /// `fentry/taskstats_exit`, where `sched_process_exit` has no `group_dead`. Without it (a
     /// kernel without BPF trampolines) exit records still come, with `group_dead` from
     /// `signal->live`, so a failure is a warning, not an error.
-    fn attach_group_dead_hook(&mut self) {
-        let result = load_group_dead_hook(&mut self.ebpf);
+    fn attach_group_dead_hook(&mut self, btf: &Btf) {
+        let result = load_group_dead_hook(&mut self.ebpf, btf);
         if let Err(e) = &result {
             tracing::warn!(
                 error = %e,
@@ -270,8 +280,7 @@ impl Probes {
         }
     }
 
-    fn attach_all(&mut self) -> Result<(), KernelError> {
-        let btf = Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
+    fn attach_all(&mut self, btf: &Btf) -> Result<(), KernelError> {
         for (name, how) in PROGRAMS {
             let prog = self
                 .ebpf
@@ -281,7 +290,7 @@ impl Probes {
             match how {
                 Attach::Btf(func) => {
                     let p: &mut BtfTracePoint = prog.try_into().map_err(fail)?;
-                    p.load(func, &btf).map_err(fail)?;
+                    p.load(func, btf).map_err(fail)?;
                     p.attach().map_err(fail)?;
                 }
                 Attach::Tp(cat, tp) => {
@@ -377,8 +386,7 @@ impl Drop for Probes {
     }
 }
 
-fn load_group_dead_hook(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
+fn load_group_dead_hook(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
     let p: &mut FEntry = ebpf
         .program_mut(GROUP_DEAD_HOOK)
         .ok_or("object has no program")?
@@ -392,7 +400,7 @@ fn load_group_dead_hook(ebpf: &mut Ebpf) -> Result<(), String> {
             .trim_end_matches(['.', ' '])
             .to_string()
     };
-    p.load(GROUP_DEAD_HOOK, &btf).map_err(text)?;
+    p.load(GROUP_DEAD_HOOK, btf).map_err(text)?;
     p.attach().map_err(text)?;
     Ok(())
 }

@@ -195,6 +195,8 @@ impl KernelPipeline {
         };
         me.rescan();
         me.sync_inits();
+        // The walk's scratch (every directory listed, every process read) is garbage now.
+        crate::mem::release_free_memory();
         Ok((me, events))
     }
 

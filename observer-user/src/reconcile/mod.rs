@@ -465,10 +465,14 @@ impl Reconciler {
             let t = self.tracked.entry(id).or_insert_with(|| Tracked::new(uid));
             t.pod = uid;
             t.unknown_since = None;
-            // The kernel saw the death first; the runtime's account (finished time, its reason)
-            // follows within milliseconds. Ask again shortly rather than wait for the relist.
-            let lags = t.kernel.as_ref().is_some_and(|k| k.exit.is_some())
-                && merge::cri_phase(status.state) != ContainerPhase::Exited;
+            // The kernel saw the death (or the start) first; the runtime's account (finished
+            // time, its reason, the running init's pid to check) follows within milliseconds.
+            // Ask again shortly rather than wait for the relist.
+            let phase = merge::cri_phase(status.state);
+            let lags = t.kernel.as_ref().is_some_and(|k| {
+                (k.exit.is_some() && phase != ContainerPhase::Exited)
+                    || (k.started.is_some() && phase == ContainerPhase::Created)
+            });
             if lags {
                 let since = *t.lagging_since.get_or_insert(now);
                 again |= now.duration_since(since) < self.cfg.unknown_grace;
