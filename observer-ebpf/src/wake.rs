@@ -83,10 +83,7 @@ pub fn for_exec(task: &TaskInfo, size: u64) -> u64 {
 /// Submit flags for an exit (`group_dead`: the whole process is gone).
 #[inline(always)]
 pub fn for_exit(task: &TaskInfo, group_dead: bool, size: u64) -> u64 {
-    if wake_all()
-        || is_ns_init(task)
-        || (group_dead && KNOWN_INITS.get_ptr(task.tgid).is_some())
-    {
+    if wake_all() || is_ns_init(task) || (group_dead && KNOWN_INITS.get_ptr(task.tgid).is_some()) {
         waking(size)
     } else {
         quiet(size)

@@ -123,10 +123,7 @@ mod tests {
 
     #[test]
     fn out_of_range_is_refused_before_the_kernel() {
-        assert!(matches!(
-            set_realtime(0),
-            Err(RealtimeError::OutOfRange(0))
-        ));
+        assert!(matches!(set_realtime(0), Err(RealtimeError::OutOfRange(0))));
         assert!(matches!(
             set_realtime(100),
             Err(RealtimeError::OutOfRange(100))

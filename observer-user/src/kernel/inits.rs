@@ -26,9 +26,7 @@ impl KnownInits {
     /// Forgets one; an unknown tgid is not an error.
     pub fn remove(&mut self, tgid: u32) -> Result<(), KernelError> {
         match self.map.remove(&tgid) {
-            Err(MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
                 Ok(())
             }
             r => r.map_err(map_error),

@@ -65,13 +65,16 @@ impl EventReader {
                 return Ok(ev);
             }
             if self.registered.is_none() {
-                let fd = self.ring.as_fd().try_clone_to_owned().map_err(KernelError::Io)?;
+                let fd = self
+                    .ring
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(KernelError::Io)?;
                 // SAFETY: the OwnedFd is a valid descriptor owned by the AsyncFd, open until the
                 // AsyncFd drops it, and always returns that same descriptor.
-                let registered = unsafe {
-                    AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-                }
-                .map_err(|e| KernelError::Io(e.into()))?;
+                let registered =
+                    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                        .map_err(|e| KernelError::Io(e.into()))?;
                 self.registered = Some(registered);
             }
             let registered = self.registered.as_ref().expect("registered above");
@@ -104,7 +107,8 @@ impl EventReader {
             }
             // poll(2) is level-triggered: records written without a wake-up are seen at once
             // when the poll starts, and at the latest one poll period later otherwise.
-            if poll(self.ring.as_fd(), stop, left.min(QUIET_RECORD_DELAY)).map_err(KernelError::Io)?
+            if poll(self.ring.as_fd(), stop, left.min(QUIET_RECORD_DELAY))
+                .map_err(KernelError::Io)?
             {
                 return Ok(Wait::Stopped);
             }

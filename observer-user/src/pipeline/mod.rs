@@ -15,17 +15,17 @@ use std::{
     time::Duration,
 };
 
-pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 /// Kept here too: the pipeline's callers found it here first.
 pub use crate::kernel::own_pid_ns_level;
+pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 
 use crate::{
     cgroup::{
         cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
     },
     kernel::{
-        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, KnownInits,
-        ProbeOptions, Probes, Wait, Watch, WatchRoot,
+        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions,
+        Probes, Wait, Watch, WatchRoot,
     },
     pleg::{self, InitChange, Pleg, PlegReceiver, PlegStats},
 };
