@@ -42,6 +42,11 @@ pub struct TaskOffsets {
     pub signal_oom_score_adj: u32,
 }
 
+/// Most container inits the PLEG registers in `KNOWN_INITS` (their group exit wakes the reader).
+/// A node runs a few hundred containers at most; past this an init's exit is delivered with the
+/// records that do not wake the reader (within the reader's poll period).
+pub const MAX_KNOWN_INITS: u32 = 2048;
+
 /// `cgroup_hierarchy` value that sends cgroup events of every hierarchy.
 pub const ALL_HIERARCHIES: u32 = u32::MAX;
 
@@ -126,6 +131,20 @@ pub struct ProbeConfig {
     pub task: TaskOffsets,
     pub oom: OomTpOffsets,
     pub cgroup: CgroupTpOffsets,
+    /// 1: every record wakes the reader at once (`observer watch --all`, `--threads`: someone
+    /// reads each record as it comes). 0: only the records something waits on do (a container
+    /// init's exec and exit, OOM kills, cgroup events); the others are submitted without a
+    /// wake-up and read at the reader's next wake-up or poll. See observer-ebpf/src/wake.rs.
+    pub wake_all: u8,
+    pub _pad: [u8; 3],
+    /// Depth of the node's own pid namespace (0 on a host): pid 1 of a deeper namespace is a
+    /// container's init.
+    pub host_ns_level: u32,
+    /// With `wake_all == 0`, a record that does not wake the reader still does when it brings the
+    /// unread bytes across a multiple of this (a power of two, an eighth of the ring buffer), so
+    /// a reader that only polls never lets the ring buffer fill.
+    pub wake_batch_bytes: u32,
+    pub _pad2: u32,
 }
 
 // The kernel side and userspace read these bytes with the same layout: a field added, moved or
@@ -134,4 +153,4 @@ const _: () = assert!(core::mem::size_of::<WatchRoot>() == 16);
 const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 48);
 const _: () = assert!(core::mem::size_of::<OomTpOffsets>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupTpOffsets>() == 24);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 112);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 128);

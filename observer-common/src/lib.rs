@@ -12,7 +12,7 @@ pub mod exit;
 pub mod oom;
 
 pub use cgroup::CgroupRecord;
-pub use config::{ProbeConfig, WatchRoot, MAX_WATCH_ROOTS};
+pub use config::{ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS};
 pub use exec::ExecRecord;
 pub use exit::ExitRecord;
 pub use oom::OomRecord;
@@ -32,6 +32,7 @@ pub mod names {
     pub const WATCH_ROOTS: &str = "WATCH_ROOTS";
     pub const OOM_PENDING: &str = "OOM_PENDING";
     pub const GROUP_DEAD: &str = "GROUP_DEAD";
+    pub const KNOWN_INITS: &str = "KNOWN_INITS";
     pub const CONFIG: &str = "CONFIG";
 }
 
@@ -103,7 +104,13 @@ pub mod stat {
     pub const OOM_PENDING_FULL: u32 = 1;
     /// Kernel reads (`bpf_probe_read_kernel`) that failed; the record was sent with zeros.
     pub const READ_ERRORS: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Records submitted with a wake-up of the reader (one that waits on them, or one that made
+    /// the unread bytes cross a wake-up batch).
+    pub const WAKING: u32 = 3;
+    /// Records submitted without one (`BPF_RB_NO_WAKEUP`): read at the reader's next wake-up or
+    /// poll.
+    pub const QUIET: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// A record that can be read back from bytes by userspace.

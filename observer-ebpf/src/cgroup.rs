@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use observer_common::{config::ALL_HIERARCHIES, stat, CgroupRecord, EventKind};
 
-use crate::{config, count, task::header, EVENTS};
+use crate::{config, count, task::header, wake, EVENTS};
 
 #[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
@@ -61,5 +61,6 @@ fn send(ctx: &TracePointContext, kind: EventKind) {
             }
         }
     }
-    entry.submit(0);
+    // Cgroup events always wake the reader: a container's cgroup appearing, emptying or going.
+    entry.submit(wake::waking(wake::ring_bytes::<CgroupRecord>()));
 }

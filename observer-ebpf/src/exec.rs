@@ -8,7 +8,7 @@ use observer_common::{stat, EventKind, ExecRecord};
 use crate::{
     config, count,
     task::{current, header, read_field, watched},
-    EVENTS,
+    wake, EVENTS,
 };
 
 #[btf_tracepoint(function = "sched_process_exec")]
@@ -24,10 +24,11 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let rec = entry.as_mut_ptr();
+    let info = current(task);
     // SAFETY: `rec` points at a reserved, exclusively owned ring-buffer slot of the right size.
     unsafe {
         (*rec).header = header(EventKind::Exec);
-        (*rec).task = current(task);
+        (*rec).task = info;
         (*rec).old_pid = old_pid as u32;
         (*rec)._pad = 0;
         (*rec).filename[0] = 0;
@@ -37,6 +38,6 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
             let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*rec).filename);
         }
     }
-    entry.submit(0);
+    entry.submit(wake::for_exec(&info, wake::ring_bytes::<ExecRecord>()));
     0
 }

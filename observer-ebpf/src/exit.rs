@@ -11,7 +11,7 @@ use observer_common::{stat, EventKind, ExitRecord};
 use crate::{
     config, count, oom,
     task::{current, header, read_field, watched},
-    EVENTS, GROUP_DEAD,
+    wake, EVENTS, GROUP_DEAD,
 };
 
 #[btf_tracepoint(function = "sched_process_exit")]
@@ -59,14 +59,19 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let rec = entry.as_mut_ptr();
+    let info = current(task);
     // SAFETY: `rec` points at a reserved, exclusively owned ring-buffer slot of the right size.
     unsafe {
         (*rec).header = header(EventKind::Exit);
-        (*rec).task = current(task);
+        (*rec).task = info;
         (*rec).exit_code = read_field::<u32>(task, off.exit_code);
         (*rec).group_dead = group_dead as u8;
         (*rec)._pad = [0; 3];
     }
-    entry.submit(0);
+    entry.submit(wake::for_exit(
+        &info,
+        group_dead,
+        wake::ring_bytes::<ExitRecord>(),
+    ));
     0
 }

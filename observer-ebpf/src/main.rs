@@ -14,13 +14,16 @@ mod exit;
 mod group_dead;
 mod oom;
 mod task;
+mod wake;
 
 use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
-    oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
+    oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS,
+    RING_BUFFER_BYTES,
 };
 
 /// Filled by the loader (`EbpfLoader::override_global`). Read only through [`config`]: a plain read
@@ -49,6 +52,12 @@ static OOM_PENDING: LruHashMap<u32, OomPending> = LruHashMap::with_max_entries(4
 /// (see group_dead.rs). LRU: an entry whose tracepoint never ran cannot fill it.
 #[map]
 static GROUP_DEAD: LruHashMap<u32, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// Container inits by process id, filled by the PLEG (ContainerStarted in, ContainerDied out): their
+/// group exit wakes the reader (wake.rs). Not preallocated: memory follows the containers running.
+#[map]
+static KNOWN_INITS: HashMap<u32, u8> =
+    HashMap::with_max_entries(MAX_KNOWN_INITS, BPF_F_NO_PREALLOC);
 
 #[inline(always)]
 fn config() -> &'static ProbeConfig {

@@ -16,7 +16,7 @@ use observer_common::{
 use crate::{
     config, count,
     task::{current, header, read_field},
-    EVENTS, OOM_PENDING,
+    wake, EVENTS, OOM_PENDING,
 };
 
 #[inline(always)]
@@ -102,5 +102,6 @@ pub fn complete_if_victim(task: *const u8) {
         (*rec).victim = victim;
         (*rec).pending = pending;
     }
-    entry.submit(0);
+    // An OOM kill always wakes the reader.
+    entry.submit(wake::waking(wake::ring_bytes::<OomRecord>()));
 }

@@ -5,7 +5,9 @@
 //! [`pleg`] keeps the node model and emits pod lifecycle events; [`pipeline`] wires those three
 //! once; [`cri`] talks to the container runtime; [`reconcile`] merges the runtime's account with
 //! the kernel's; [`runner`] is the per-key job runner the reconciler (and the status manager)
-//! schedule work with; [`ratelimit`] keeps one pod from flooding Events or logs; [`agent`] starts it all; [`cli`] holds the subcommands of the `observer`
+//! schedule work with; [`ratelimit`] keeps one pod from flooding Events or logs; [`sched`] makes
+//! the kernel reader's thread real-time; [`agent`] starts it all; [`cli`] holds the subcommands of
+//! the `observer`
 //! binary. ARCHITECTURE.md at the repository's root says how the pieces fit.
 pub mod agent;
 pub mod cgroup;
@@ -20,5 +22,6 @@ pub mod pleg;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod runner;
+pub mod sched;
 
 pub use error::{Error, Result};

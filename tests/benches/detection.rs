@@ -1,6 +1,7 @@
 //! How long after a container's init exits each way of detecting it knows, side by side in one
 //! run, for the same deaths against the same private containerd:
-//!   (a) observer's kernel-driven PLEG: ContainerDied out of the PLEG stream;
+//!   (a) observer's kernel-driven PLEG: ContainerDied sent by the PLEG, on the reader's thread
+//!       (and, beside it, when a consumer task on the async runtime received it);
 //!   (b) containerd's own `/tasks/exit` event (what CRI GetContainerEvents, kubelet's Evented PLEG,
 //!       forwards in containerd 1.7+; 1.6 answers it Unimplemented, so this is its lower bound);
 //!   (c) a 1 s CRI ListContainers relist, as kubelet's generic PLEG does.
@@ -8,13 +9,21 @@
 //! Every delay is measured from the kernel's exit timestamp of the init (the `at` of its exit
 //! event, boot time mapped to the wall clock) to the wall time the consumer received the news.
 //!
+//! One command runs it in phases: the machine idle, then with every core busy with a CPU hog at
+//! normal priority; in each, the agent's read → PLEG loop where each lever puts it (a task on the
+//! async runtime as before, a thread of its own, that thread real-time), and a table per phase
+//! and one comparing them.
+//!
 //!     sudo cargo bench -p observer-tests --bench detection        (or: cargo xtask bench detection)
 //!
-//! `OBSERVER_BENCH_DEATHS` sets the number of deaths (default 300); `OBSERVER_BENCH_CSV=<file>`
-//! writes every death's three delays, to check the summary against.
+//! `OBSERVER_BENCH_DEATHS` sets the number of deaths per phase (default 150);
+//! `OBSERVER_BENCH_LOADS` (`idle,busy`) and `OBSERVER_BENCH_READERS` (`task,thread,realtime`)
+//! choose the phases; `OBSERVER_BENCH_CSV=<file>` writes every death's delays, to check the
+//! summaries against.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     collections::HashMap,
+    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
@@ -26,19 +35,23 @@ use anyhow::{bail, Context, Result};
 use observer::{
     cri::{api, CriClient},
     kernel::{BootNs, KernelEvent, ProbeOptions, Watch},
-    pipeline::{unified_mount, watch_roots, KernelPipeline, PipelineConfig, DEFAULT_QUEUE},
+    pipeline::{
+        unified_mount, watch_roots, KernelPipeline, PipelineConfig, ReaderThread, DEFAULT_QUEUE,
+    },
     pleg::{self, PlegEventType, PlegStats},
 };
 use observer_tests::{
-    kernel::require_kernel, require_containerd, ContainerSpec, Containerd, Pod, PodSpec, Qos,
-    TaskExit,
+    kernel::{require_kernel, workload},
+    require_containerd, ContainerSpec, Containerd, Pod, PodSpec, Qos, TaskExit,
 };
 use tokio::sync::{watch, Notify};
 
 /// Pods with a container in flight at once: enough overlap to be realistic, little enough that
 /// two cores stay mostly idle and no consumer is slowed by the load we make.
 const PODS: usize = 3;
-const DEFAULT_DEATHS: usize = 300;
+const DEFAULT_DEATHS: usize = 150;
+/// The real-time priority of the `realtime` phases: the DaemonSet's.
+const REALTIME_PRIORITY: u8 = 10;
 /// kubelet's generic PLEG relist period.
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// How long a pod's driver waits for all three consumers before moving on; a consumer that has not
@@ -81,6 +94,9 @@ struct PlegSeen {
     pid: Option<u32>,
     /// `at` on the wall clock.
     kernel_exit: SystemTime,
+    /// When the PLEG sent the event (on the loop's thread).
+    sent: SystemTime,
+    /// When the consumer task on the runtime received it.
     received: SystemTime,
     /// `None`: died without an exit record (ContainerStatusUnknown), `at` is not the exit's.
     exit_code: Option<i32>,
@@ -162,15 +178,106 @@ fn main() -> Result<()> {
         Ok(v) => v.parse().context("OBSERVER_BENCH_DEATHS")?,
         Err(_) => DEFAULT_DEATHS,
     };
-    // Two workers for two cores, as an agent would run.
+    let loads = list("OBSERVER_BENCH_LOADS", "idle,busy")?
+        .into_iter()
+        .map(|l| match l.as_str() {
+            "idle" => Ok(Load::Idle),
+            "busy" => Ok(Load::Busy),
+            _ => bail!("OBSERVER_BENCH_LOADS: {l}? (idle, busy)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let readers = list("OBSERVER_BENCH_READERS", "task,thread,realtime")?
+        .into_iter()
+        .map(|r| match r.as_str() {
+            "task" => Ok(ReaderThread::Task),
+            "thread" => Ok(ReaderThread::Dedicated),
+            "realtime" => Ok(ReaderThread::Realtime(REALTIME_PRIORITY)),
+            _ => bail!("OBSERVER_BENCH_READERS: {r}? (task, thread, realtime)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let phases: Vec<Phase> = loads
+        .iter()
+        .flat_map(|&load| readers.iter().map(move |&reader| Phase { load, reader }))
+        .collect();
+    // Two workers for two cores, as the agent runs (observer::cli::MAX_WORKERS).
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?
-        .block_on(run(deaths))
+        .block_on(run(deaths, phases))
 }
 
-async fn run(deaths: usize) -> Result<()> {
+/// A comma-separated list from the environment, or `default`.
+fn list(var: &str, default: &str) -> Result<Vec<String>> {
+    let v = std::env::var(var).unwrap_or_else(|_| default.into());
+    let items: Vec<String> = v
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    anyhow::ensure!(!items.is_empty(), "{var} is empty");
+    Ok(items)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    Idle,
+    /// A CPU hog per core, at normal priority.
+    Busy,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Phase {
+    load: Load,
+    reader: ReaderThread,
+}
+
+impl Phase {
+    fn load_name(&self) -> &'static str {
+        match self.load {
+            Load::Idle => "idle",
+            Load::Busy => "every core busy (CPU hogs)",
+        }
+    }
+
+    fn reader_name(&self) -> String {
+        match self.reader {
+            ReaderThread::Task => "task on the async runtime (before)".into(),
+            ReaderThread::Dedicated => "thread of its own".into(),
+            ReaderThread::Realtime(p) => format!("thread of its own, SCHED_FIFO {p}"),
+        }
+    }
+}
+
+/// One `observer-workload hog` per core, killed on drop.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start() -> Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let hogs = (0..cores)
+            .map(|_| {
+                Command::new(workload())
+                    .arg("hog")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self(hogs))
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
+
+async fn run(deaths: usize, phases: Vec<Phase>) -> Result<()> {
     let t0 = Instant::now();
     let ctrd = Arc::new(Containerd::start().await?);
     let mut pods = Vec::new();
@@ -180,7 +287,45 @@ async fn run(deaths: usize) -> Result<()> {
                 .await?,
         );
     }
+    let mut summaries = Vec::new();
+    let mut csv = vec!["phase,container_id,death,a_us,a_received_us,b_us,c_us".to_string()];
+    for (i, phase) in phases.iter().enumerate() {
+        println!(
+            "\n### Phase {}: {}, the agent's loop on a {}\n",
+            i + 1,
+            phase.load_name(),
+            phase.reader_name()
+        );
+        let s = run_phase(&ctrd, &pods, *phase, deaths, &mut csv).await?;
+        summaries.push((*phase, s));
+    }
+    compare(&summaries);
+    if let Some(path) = std::env::var_os("OBSERVER_BENCH_CSV") {
+        if let Err(e) = std::fs::write(&path, csv.join("\n") + "\n") {
+            eprintln!("writing {}: {e}", path.to_string_lossy());
+        }
+    }
+    println!(
+        "\ncontainerd start to this report {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for pod in &pods {
+        ctrd.remove_pod(pod).await?;
+    }
+    match Arc::try_unwrap(ctrd) {
+        Ok(mut c) => c.teardown(),
+        Err(_) => bail!("containerd still shared at teardown"),
+    }
+}
 
+async fn run_phase(
+    ctrd: &Arc<Containerd>,
+    pods: &[Pod],
+    phase: Phase,
+    deaths: usize,
+    csv: &mut Vec<String>,
+) -> Result<Summary> {
+    let t0 = Instant::now();
     // The sandboxes made /kubepods exist: watch exactly that subtree, as the agent does.
     let unified = unified_mount(None)?;
     let roots = watch_roots(&unified, &[KUBEPODS])?;
@@ -202,18 +347,40 @@ async fn run(deaths: usize) -> Result<()> {
     let (stop_tx, stop) = watch::channel(false);
     let exits = ctrd.subscribe_task_exits().await?;
     let clock = pipeline.clock();
-    let pleg_task = tokio::spawn(drive_pleg(pipeline, Arc::clone(&shared), stop.clone()));
+    // The agent's loop where the phase puts it; its tap records every whole-process exit with the
+    // time the loop read it.
+    let tap = {
+        let shared = Arc::clone(&shared);
+        let clock = clock.clone();
+        move |e: &KernelEvent| {
+            if let KernelEvent::Exit(x) = e {
+                if x.group_dead {
+                    let raw = RawExit {
+                        at: x.at,
+                        wall: clock.to_system_time(x.at),
+                        read: SystemTime::now(),
+                    };
+                    shared.raw_exits.lock().unwrap().insert(x.task.tgid, raw);
+                }
+            }
+        }
+    };
+    let task = pipeline.spawn_with_tap(phase.reader, tap, || {})?;
     let pleg_consumer = tokio::spawn(consume_pleg(rx, clock, Arc::clone(&shared), stop.clone()));
     let exit_consumer = tokio::spawn(consume_task_exits(exits, Arc::clone(&shared), stop.clone()));
     let relister = tokio::spawn(relist(ctrd.cri()?, Arc::clone(&shared), stop.clone()));
 
+    let hogs = match phase.load {
+        Load::Busy => Some(Hogs::start()?),
+        Load::Idle => None,
+    };
     let started = Instant::now();
     let cpu_before = cpu_times();
     let next = Arc::new(AtomicUsize::new(0));
     let mut drivers = tokio::task::JoinSet::new();
-    for pod in pods.clone() {
+    for pod in pods.iter().cloned() {
         drivers.spawn(drive_pod(
-            Arc::clone(&ctrd),
+            Arc::clone(ctrd),
             pod,
             Arc::clone(&shared),
             Arc::clone(&next),
@@ -228,31 +395,35 @@ async fn run(deaths: usize) -> Result<()> {
     let cpu_busy = cpu_before
         .zip(cpu_times())
         .map(|((b0, t0), (b1, t1))| (b1 - b0) as f64 / (t1 - t0).max(1) as f64);
+    drop(hogs);
     tokio::time::sleep(DRAIN).await;
     stop_tx.send(true)?;
-    let (pleg_stats, kernel) = pleg_task.await??;
+    let health = task.health();
+    anyhow::ensure!(!health.ended(), "the kernel pipeline stopped");
+    let (pleg_stats, realtime) = (health.stats().pleg, health.realtime());
+    let kernel = task.kernel_counters()?;
+    drop(task);
     let lagged = pleg_consumer.await??;
     exit_consumer.await??;
     let relists = relister.await??;
-    // Before teardown, so a teardown problem cannot cost the figures.
-    report(&Report {
-        planned: &planned,
-        shared: &shared,
-        pleg_stats,
-        lagged,
-        kernel_drops: kernel.ringbuf_drops,
-        relists: &relists,
-        deaths_took,
-        cpu_busy,
-        total: t0.elapsed(),
-    });
-    for pod in &pods {
-        ctrd.remove_pod(pod).await?;
-    }
-    match Arc::try_unwrap(ctrd) {
-        Ok(mut c) => c.teardown(),
-        Err(_) => bail!("containerd still shared at teardown"),
-    }
+    Ok(report(
+        &Report {
+            planned: &planned,
+            shared: &shared,
+            pleg_stats,
+            lagged,
+            kernel_drops: kernel.ringbuf_drops,
+            waking: kernel.waking_records,
+            quiet: kernel.quiet_records,
+            relists: &relists,
+            deaths_took,
+            cpu_busy,
+            realtime,
+            phase,
+            total: t0.elapsed(),
+        },
+        csv,
+    ))
 }
 
 /// One pod's container attempts, one at a time: start, let it die, wait until every consumer saw
@@ -302,35 +473,8 @@ async fn drive_pod(
     }
 }
 
-/// The agent's pipeline, woken by the ring buffer (epoll), never by a timer; its tap records
-/// every whole-process exit with the time this process read it.
-async fn drive_pleg(
-    mut pipeline: KernelPipeline,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(PlegStats, observer::kernel::KernelCounters)> {
-    let clock = pipeline.clock();
-    loop {
-        let tap = |e: &KernelEvent| {
-            if let KernelEvent::Exit(x) = e {
-                if x.group_dead {
-                    let raw = RawExit {
-                        at: x.at,
-                        wall: clock.to_system_time(x.at),
-                        read: SystemTime::now(),
-                    };
-                    shared.raw_exits.lock().unwrap().insert(x.task.tgid, raw);
-                }
-            }
-        };
-        tokio::select! {
-            _ = stop.changed() => return Ok((pipeline.stats().pleg, pipeline.kernel_counters()?)),
-            batch = pipeline.next_batch(tap) => { batch?; }
-        }
-    }
-}
-
-/// (a): stamps each ContainerDied as it comes out of the PLEG stream.
+/// (a): the time the PLEG sent each ContainerDied (stamped on the loop's thread), and the time
+/// this consumer task on the runtime received it.
 async fn consume_pleg(
     mut rx: pleg::PlegReceiver,
     clock: observer::kernel::BootClock,
@@ -338,17 +482,18 @@ async fn consume_pleg(
     mut stop: watch::Receiver<bool>,
 ) -> Result<u64> {
     loop {
-        let ev = tokio::select! {
+        let stamped = tokio::select! {
             biased;
             _ = stop.changed() => return Ok(rx.lagged()),
-            ev = rx.recv() => match ev {
+            ev = rx.recv_stamped() => match ev {
                 Some(ev) => ev,
-                // The PLEG task stops first at shutdown.
+                // The pipeline stops first at shutdown.
                 None if *stop.borrow() => return Ok(rx.lagged()),
                 None => bail!("PLEG stream ended"),
             },
         };
         let received = SystemTime::now();
+        let ev = stamped.event;
         if ev.kind() != PlegEventType::ContainerDied {
             continue;
         }
@@ -359,6 +504,7 @@ async fn consume_pleg(
             at: ev.at,
             pid: exit.pid,
             kernel_exit: clock.to_system_time(ev.at),
+            sent: stamped.sent,
             received,
             exit_code: exit.status.map(|s| s.exit_code()),
         };
@@ -422,11 +568,27 @@ struct Report<'a> {
     pleg_stats: PlegStats,
     lagged: u64,
     kernel_drops: u64,
+    /// Records the kernel submitted with a wake-up of the reader, and without.
+    waking: u64,
+    quiet: u64,
     relists: &'a [Duration],
     deaths_took: Duration,
     /// Share of all CPUs busy (any process) while the deaths ran.
     cpu_busy: Option<f64>,
+    /// The loop's thread really ran real-time.
+    realtime: bool,
+    phase: Phase,
     total: Duration,
+}
+
+/// A phase's sorted delays (µs), for the comparison of phases.
+struct Summary {
+    a: Vec<f64>,
+    a_received: Vec<f64>,
+    b: Vec<f64>,
+    c: Vec<f64>,
+    missed: usize,
+    realtime: bool,
 }
 
 /// (busy, total) jiffies over all CPUs from /proc/stat.
@@ -475,12 +637,13 @@ fn fmt_ratio(r: f64) -> String {
     }
 }
 
-fn report(r: &Report<'_>) {
+/// Prints a phase's table and checks; returns its delays.
+fn report(r: &Report<'_>, csv: &mut Vec<String>) -> Summary {
     let seen = r.shared.seen.lock().unwrap();
     let raw = r.shared.raw_exits.lock().unwrap();
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut reaped, mut ring) = (Vec::new(), Vec::new());
-    let mut csv = vec!["container_id,death,a_us,b_us,c_us".to_string()];
+    let (mut reaped, mut ring, mut a_received) = (Vec::new(), Vec::new(), Vec::new());
+    let phase = format!("{:?}/{:?}", r.phase.load, r.phase.reader);
     let (mut miss_a, mut miss_b, mut miss_c) = (0, 0, 0);
     let (mut no_kernel_time, mut unknown_exit) = (0, 0);
     let (mut at_checked, mut at_agree, mut code_disagree) = (0, 0, 0);
@@ -537,17 +700,19 @@ fn report(r: &Report<'_>) {
             t.map_or(String::new(), |t| format!("{:.1}", delay_us(kernel, t)))
         };
         csv.push(format!(
-            "{},{:?},{},{},{}",
+            "{phase},{},{:?},{},{},{},{}",
             p.id,
             p.death,
+            cell(pleg.map(|x| x.sent)),
             cell(pleg.map(|x| x.received)),
             cell(s.task_exit.as_ref().map(|t| t.received_at)),
             cell(s.relist)
         ));
         match pleg {
             Some(x) => {
-                a.push(delay_us(kernel, x.received));
-                a_by_kind[kind].push(delay_us(kernel, x.received));
+                a.push(delay_us(kernel, x.sent));
+                a_received.push(delay_us(kernel, x.received));
+                a_by_kind[kind].push(delay_us(kernel, x.sent));
             }
             None => {
                 miss_a += 1;
@@ -572,14 +737,16 @@ fn report(r: &Report<'_>) {
             }
         }
     }
-    if let Some(path) = std::env::var_os("OBSERVER_BENCH_CSV") {
-        if let Err(e) = std::fs::write(&path, csv.join("\n") + "\n") {
-            eprintln!("writing {}: {e}", path.to_string_lossy());
-        }
-    }
-    for v in [&mut a, &mut b, &mut c, &mut reaped, &mut ring]
-        .into_iter()
-        .chain(a_by_kind.iter_mut())
+    for v in [
+        &mut a,
+        &mut a_received,
+        &mut b,
+        &mut c,
+        &mut reaped,
+        &mut ring,
+    ]
+    .into_iter()
+    .chain(a_by_kind.iter_mut())
     {
         v.sort_by(f64::total_cmp);
     }
@@ -598,8 +765,13 @@ fn report(r: &Report<'_>) {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for (name, v, missed) in [
         (
-            "(a) observer: ContainerDied out of the PLEG stream",
+            "(a) observer: ContainerDied sent by the PLEG (the agent's loop)",
             &a,
+            miss_a,
+        ),
+        (
+            "(a') the same, received by a consumer task on the async runtime",
+            &a_received,
             miss_a,
         ),
         (
@@ -638,7 +810,12 @@ fn report(r: &Report<'_>) {
         }
     }
     println!(
-        "\nHow: one process, one tokio runtime (2 workers); the PLEG task awaits the ring buffer (epoll) and a consumer task awaits the PLEG stream; (b) and (c) run beside it against the same containerd. Each time is SystemTime::now() taken in this process when the consumer received the event, minus the init's kernel exit timestamp (bpf_ktime_get_boot_ns, mapped to the wall clock with BootClock)."
+        "\nHow: one process, one tokio runtime (2 workers); the agent's read → PLEG loop on a {}{}; a consumer task awaits the PLEG stream; (b) and (c) run beside it against the same containerd. Each time is SystemTime::now() taken in this process (for (a), by the PLEG as it sends the event), minus the init's kernel exit timestamp (bpf_ktime_get_boot_ns, mapped to the wall clock with BootClock).",
+        r.phase.reader_name(),
+        match (r.phase.reader, r.realtime) {
+            (ReaderThread::Realtime(_), false) => " (REFUSED by the kernel: it ran at normal priority)",
+            _ => "",
+        }
     );
     println!(
         "Deaths start at a random phase against the relist tick; each container is removed once all three saw it (or after {} s), so the relist lists at most {PODS} containers.",
@@ -657,6 +834,10 @@ fn report(r: &Report<'_>) {
         "- PLEG's `at` equals the kernel's exit record of the pid containerd reported: {at_agree}/{at_checked}; exit codes disagreeing with the planned death: {code_disagree}"
     );
     println!(
+        "- kernel records {} waking the reader, {} quiet (read with the next waking one or at the next poll)",
+        r.waking, r.quiet
+    );
+    println!(
         "- kernel ring-buffer drops {}, PLEG unattributed {}, lost {}, resyncs {}, stream lagged {}",
         r.kernel_drops,
         r.pleg_stats.unattributed,
@@ -666,7 +847,7 @@ fn report(r: &Report<'_>) {
     );
     if !ring.is_empty() {
         println!(
-            "- of (a), the init's exit record read from the ring buffer by this process: p50 {} / p99 {} after the exit",
+            "- of (a), the init's exit record read from the ring buffer by the loop: p50 {} / p99 {} after the exit",
             fmt_us(pct(&ring, 50.0)),
             fmt_us(pct(&ring, 99.0))
         );
@@ -695,12 +876,54 @@ fn report(r: &Report<'_>) {
         );
     }
     println!(
-        "- deaths took {:.1} s, with {} of the machine's CPU busy (every process, this one and containerd included); containerd start to this report {:.1} s",
+        "- deaths took {:.1} s, with {} of the machine's CPU busy (every process, this one, containerd and any hogs included); the phase took {:.1} s",
         r.deaths_took.as_secs_f64(),
         r.cpu_busy
             .map_or("?".into(), |b| format!("{:.0}%", b * 100.0)),
         r.total.as_secs_f64(),
     );
+    Summary {
+        a,
+        a_received,
+        b,
+        c,
+        missed: miss_a,
+        realtime: r.realtime,
+    }
+}
+
+/// One table over the phases: what each lever bought, idle and busy.
+fn compare(phases: &[(Phase, Summary)]) {
+    println!("\n### The phases side by side\n");
+    println!("| load | the agent's loop | (a) p50 | (a) p90 | (a) p99 | (a) max | missed | (a') p50 | (a') p99 | (b) p50 | (b) p99 | (b)/(a) p50 | (b)/(a) p99 | (c)/(a) p50 |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (p, s) in phases {
+        if s.a.is_empty() || s.b.is_empty() || s.c.is_empty() {
+            println!("| {} | {} | (no data) |", p.load_name(), p.reader_name());
+            continue;
+        }
+        let refused = match (p.reader, s.realtime) {
+            (ReaderThread::Realtime(_), false) => " (refused: normal priority)",
+            _ => "",
+        };
+        println!(
+            "| {} | {}{refused} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            p.load_name(),
+            p.reader_name(),
+            fmt_us(pct(&s.a, 50.0)),
+            fmt_us(pct(&s.a, 90.0)),
+            fmt_us(pct(&s.a, 99.0)),
+            fmt_us(*s.a.last().unwrap()),
+            s.missed,
+            fmt_us(pct(&s.a_received, 50.0)),
+            fmt_us(pct(&s.a_received, 99.0)),
+            fmt_us(pct(&s.b, 50.0)),
+            fmt_us(pct(&s.b, 99.0)),
+            fmt_ratio(pct(&s.b, 50.0) / pct(&s.a, 50.0)),
+            fmt_ratio(pct(&s.b, 99.0) / pct(&s.a, 99.0)),
+            fmt_ratio(pct(&s.c, 50.0) / pct(&s.a, 50.0)),
+        );
+    }
 }
 
 /// `<binary> --version`'s version word, e.g. `1.6.20~ds1`.

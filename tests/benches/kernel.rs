@@ -4,7 +4,10 @@
 //!   - probes watching everything, drained in process (the ring buffer's ceiling);
 //!   - `observer watch --all --format json > /dev/null` (the whole user-facing path).
 //!
-//! With per-program kernel cost from the kernel's own accounting (bpf_stats: run_time / run_cnt).
+//! With per-program kernel cost from the kernel's own accounting (bpf_stats: run_time / run_cnt),
+//! and the cost per exit of each record class (a container's other processes, a container's
+//! init), before (every record wakes the reader) and after (`Wake::Selective`: only the records
+//! something waits on do).
 //!
 //!     sudo cargo bench -p observer-tests --bench kernel        (or: cargo xtask bench)
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
@@ -18,12 +21,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer::kernel::{ProbeOptions, Probes, ProgramStats, Watch};
+use observer::kernel::{ProbeOptions, Probes, ProgramStats, Wait, Wake, Watch};
 use observer_tests::kernel::{workload, TestCgroup};
 
 /// Storm processes (one per core) and forks each.
 const STORMERS: usize = 2;
 const FORKS: u64 = 40_000;
+/// Forks per storm process in the per-class rows.
+const CLASS_FORKS: u64 = 20_000;
 
 struct Row {
     name: &'static str,
@@ -109,6 +114,8 @@ fn main() {
     {
         let mut probes = Probes::load(&ProbeOptions {
             watch: Watch::All,
+            // As `observer watch --all`: every record wakes the reader.
+            wake: Wake::Every,
             ..Default::default()
         })
         .unwrap();
@@ -169,6 +176,17 @@ fn main() {
         None => watch_note = "(observer binary not built: `cargo build --release -p observer` first, or use `cargo xtask bench`)".into(),
     }
 
+    // The cost per exit of each record class, before and after.
+    let classes: Vec<ClassRow> = [
+        (Class::Other, Wake::Every),
+        (Class::Other, Wake::Selective),
+        (Class::Init, Wake::Every),
+        (Class::Init, Wake::Selective),
+    ]
+    .into_iter()
+    .map(|(class, wake)| class_cost(class, wake))
+    .collect();
+
     let base = rows[0].elapsed;
     println!("Fork/exit storm: {STORMERS} processes × {FORKS} fork+exit each ({total} process exits), kernel {}\n", std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
     println!("| configuration | storm time | forks/s | vs baseline | events received | events/s received | drops |");
@@ -191,6 +209,7 @@ fn main() {
     if !watch_note.is_empty() {
         println!("\n{watch_note}");
     }
+    print_classes(&classes);
     println!(
         "\nPer-program kernel cost during the --all storm (bpf_stats: run_time_ns / run_cnt)\n"
     );
@@ -207,6 +226,122 @@ fn main() {
             s.name,
             s.run_count,
             s.run_time.as_secs_f64() * 1e3
+        );
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// A container's processes other than its init: `spin`, plain fork and exit.
+    Other,
+    /// Container inits: `spin-ns`, each child pid 1 of a new pid namespace.
+    Init,
+}
+
+struct ClassRow {
+    class: Class,
+    wake: Wake,
+    elapsed: Duration,
+    exits: u64,
+    exit_ns: Option<u128>,
+    waking: u64,
+    quiet: u64,
+    seen: u64,
+    drops: u64,
+}
+
+/// A storm of one record class inside a watched cgroup, with a reader on a thread of its own as
+/// the agent has it; the exit program's cost per run from bpf_stats.
+fn class_cost(class: Class, wake: Wake) -> ClassRow {
+    let cg = TestCgroup::new("bench-class").unwrap();
+    let mut probes = Probes::load(&ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        wake,
+        ..Default::default()
+    })
+    .unwrap();
+    probes.enable_run_time_stats().unwrap();
+    let mut reader = probes.events().unwrap();
+    let (stop, stop_rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    let drain = std::thread::spawn(move || {
+        use std::os::fd::AsFd;
+        let mut seen = 0u64;
+        while let Ok(w) = reader.next_blocking(Duration::from_secs(1), Some(stop_rx.as_fd())) {
+            match w {
+                Wait::Event(_) => seen += 1,
+                Wait::Idle => {}
+                Wait::Stopped => break,
+            }
+        }
+        seen
+    });
+    let before = probes.program_stats().unwrap();
+    let counters_before = probes.counters().unwrap();
+    let cmd = match class {
+        Class::Other => "spin",
+        Class::Init => "spin-ns",
+    };
+    let start = Instant::now();
+    let children: Vec<_> = (0..STORMERS)
+        .map(|_| {
+            cg.spawn(&workload(), &[cmd, &CLASS_FORKS.to_string()])
+                .expect("spawn")
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().expect("wait").success());
+    }
+    let elapsed = start.elapsed();
+    // Quiet records are read at the reader's next poll.
+    std::thread::sleep(observer::kernel::QUIET_RECORD_DELAY * 5);
+    drop(stop);
+    let seen = drain.join().unwrap();
+    let after = probes.program_stats().unwrap();
+    let counters = probes.counters().unwrap();
+    let exit = after
+        .iter()
+        .zip(&before)
+        .find(|(a, _)| a.name == "sched_process_exit")
+        .map(|(a, b)| (a.run_time - b.run_time, a.run_count - b.run_count));
+    ClassRow {
+        class,
+        wake,
+        elapsed,
+        exits: exit.map_or(0, |e| e.1),
+        exit_ns: exit
+            .filter(|e| e.1 > 0)
+            .map(|(t, n)| t.as_nanos() / u128::from(n)),
+        waking: counters.waking_records - counters_before.waking_records,
+        quiet: counters.quiet_records - counters_before.quiet_records,
+        seen,
+        drops: counters.ringbuf_drops - counters_before.ringbuf_drops,
+    }
+}
+
+fn print_classes(rows: &[ClassRow]) {
+    println!(
+        "\nCost per exit by record class: {STORMERS} processes × {CLASS_FORKS} fork+exit each in a watched cgroup, read by a thread of its own (sched_process_exit's bpf_stats: run_time_ns / run_cnt)\n"
+    );
+    println!("| record class | wake-ups | storm time | exits run | ns per exit | records waking / quiet | events read | drops |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let class = match r.class {
+            Class::Other => "a container's other processes (fork + exit)",
+            Class::Init => "container inits (pid 1 of a new pid namespace)",
+        };
+        let wake = match r.wake {
+            Wake::Every => "every record (before)",
+            Wake::Selective => "selective (after)",
+        };
+        println!(
+            "| {class} | {wake} | {:.3} s | {} | {} | {} / {} | {} | {} |",
+            r.elapsed.as_secs_f64(),
+            r.exits,
+            r.exit_ns.map_or("-".into(), |n| n.to_string()),
+            r.waking,
+            r.quiet,
+            r.seen,
+            r.drops
         );
     }
 }

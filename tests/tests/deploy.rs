@@ -33,6 +33,7 @@ const CAPABILITIES: &[(&str, &str)] = &[
     ("PERFMON", "load and attach probes"),
     ("DAC_READ_SEARCH", "cgroup id -> path"),
     ("SYSLOG", "kernel log"),
+    ("SYS_NICE", "real-time scheduling"),
 ];
 /// The host mounts `observer check` can prove (volume name, the row that fails without it). The
 /// CRI socket's is proven by `observer status` in the same container.
@@ -52,6 +53,8 @@ const CHECK_ROWS: &[&str] = &[
     "kernel log",
     "ring buffer maps",
     "load and attach probes",
+    // A requirement because the manifest sets OBSERVER_REALTIME_PRIORITY.
+    "real-time scheduling",
 ];
 const AGENT_MEMORY_BUDGET: i128 = 64 << 20;
 const CHECK_TIMEOUT: Duration = Duration::from_secs(90);
@@ -217,6 +220,18 @@ fn daemonset_runs_everywhere_with_named_privileges_only() {
     let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
     let proven: BTreeSet<&str> = CAPABILITIES.iter().map(|(c, _)| *c).collect();
     assert_eq!(added, proven, "the capabilities the container test proves");
+    // CAP_SYS_NICE is there for the real-time reader thread, and only with it.
+    let priority = env(c, "OBSERVER_REALTIME_PRIORITY")
+        .and_then(|e| e.value.as_deref())
+        .map(|v| {
+            v.parse::<u8>()
+                .expect("OBSERVER_REALTIME_PRIORITY is a number")
+        });
+    assert!(
+        priority.is_some_and(|p| (1..=99).contains(&p)),
+        "OBSERVER_REALTIME_PRIORITY in 1..=99: {priority:?}"
+    );
+    assert!(added.contains("SYS_NICE"), "CAP_SYS_NICE with the priority");
     let seccomp = spec
         .security_context
         .as_ref()

@@ -503,3 +503,156 @@ async fn older_kernel_paths_give_the_same_answers() {
     );
     assert_eq!(w.probes.counters().unwrap().read_errors, 0);
 }
+
+/// A container init: pid 1 of a pid namespace deeper than the node's (the tests run on the host).
+fn is_ns_init(task: &observer::kernel::Task) -> bool {
+    task.ns_pid == 1 && task.ns_level > observer::kernel::own_pid_ns_level()
+}
+
+/// Records that wake the reader (a container init's exec and exit) and records that do not (a
+/// plain process's), interleaved: every one arrives, in the order the kernel wrote them, each
+/// task's exec before its exit, and the kernel counted each class as the class it is. The plain
+/// child is reaped before the init child starts, so the two alternate strictly.
+#[tokio::test]
+async fn waking_and_quiet_records_interleave_without_loss_or_reordering() {
+    if !require_kernel() {
+        return;
+    }
+    const ROUNDS: usize = 100;
+    let cg = TestCgroup::new("wake-mix").unwrap();
+    let opts = ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        // Roomy enough that no quiet record reaches a wake-up batch (an eighth of the ring): each
+        // quiet record stays quiet.
+        ring_buffer_bytes: Some(16 << 20),
+        ..Default::default()
+    };
+    let mut w = KernelWatch::with(opts).unwrap();
+    let before = w.probes.counters().unwrap();
+    let mut child = cg
+        .spawn(&workload(), &["mix", &ROUNDS.to_string()])
+        .unwrap();
+    let parent = child.id();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, parent).is_some())
+        .await
+        .unwrap()
+        .to_vec();
+    assert!(child.wait().unwrap().success());
+    let after = w.probes.counters().unwrap();
+    assert_eq!(after.ringbuf_drops, 0);
+
+    // The children's records, in ring order: (is a container init, is an exit, tgid).
+    let mut seq = Vec::new();
+    for e in &events {
+        match e {
+            KernelEvent::Exec(x) if x.task.ppid == parent => {
+                seq.push((is_ns_init(&x.task), false, x.task.tgid));
+            }
+            KernelEvent::Exit(x) if x.task.ppid == parent && x.group_dead => {
+                seq.push((is_ns_init(&x.task), true, x.task.tgid));
+            }
+            KernelEvent::Lost { .. } => panic!("records lost: {e:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(seq.len(), 4 * ROUNDS, "{seq:?}");
+    for (round, recs) in seq.chunks(4).enumerate() {
+        let [(false, false, a), (false, true, b), (true, false, c), (true, true, d)] = recs else {
+            panic!("round {round}: {recs:?}");
+        };
+        assert_eq!(a, b, "round {round}: the plain child's exec, then its exit");
+        assert_eq!(c, d, "round {round}: the init child's exec, then its exit");
+    }
+    // Ring order is the order of the kernel's timestamps.
+    let times: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::Exec(x) => Some(x.at.0),
+            KernelEvent::Exit(x) => Some(x.at.0),
+            _ => None,
+        })
+        .collect();
+    assert!(times.windows(2).all(|t| t[0] <= t[1]), "{times:?}");
+    // Every exec and exit in the cgroup but the inits' was quiet: the children's, and the
+    // parent's own exec and exit. (Waking records are counted node-wide: other tests' cgroup
+    // events wake too.)
+    let quiet_expected = events
+        .iter()
+        .filter(|e| match e {
+            KernelEvent::Exec(x) => !is_ns_init(&x.task),
+            KernelEvent::Exit(x) => !is_ns_init(&x.task),
+            _ => false,
+        })
+        .count() as u64;
+    assert_eq!(after.quiet_records - before.quiet_records, quiet_expected);
+    assert!(after.waking_records - before.waking_records >= 2 * ROUNDS as u64);
+}
+
+/// A record that wakes nobody is still read, at the reader's next poll, with nothing after it to
+/// bring it along.
+#[tokio::test]
+async fn a_quiet_record_alone_is_read_at_the_next_poll() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("quiet-alone").unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let before = w.probes.counters().unwrap().quiet_records;
+    let mut child = cg.spawn(&workload(), &["exit", "3"]).unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap();
+    assert_eq!(group_exit(events, pid).unwrap().status.code(), Some(3));
+    assert!(w.probes.counters().unwrap().quiet_records > before);
+}
+
+/// A container init's exit wakes the reader even when the init is not pid 1 of its namespace
+/// (a shared pid namespace, hostPID) once the PLEG registered it as one; nothing else does.
+#[tokio::test]
+async fn a_registered_init_wakes_the_reader() {
+    if !require_kernel() {
+        return;
+    }
+    let cg = TestCgroup::new("known-init").unwrap();
+    let mut probes = observer::kernel::Probes::load(&ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut inits = probes.known_inits().unwrap();
+    let mut reader = probes.events().unwrap();
+    let mut child = cg.spawn(&workload(), &["sleep", "30"]).unwrap();
+    let pid = child.id();
+    // Its exec (quiet: not pid 1 of a namespace) first, so that the counters below see only
+    // the exit.
+    observer_tests::wait::poll_until(WAIT, || loop {
+        match reader.try_next()? {
+            KernelEvent::Exec(x) if x.task.tgid == pid => return Some(()),
+            _ => {}
+        }
+    })
+    .expect("the child's exec");
+    inits.insert(pid).unwrap();
+    assert!(inits.contains(pid));
+    assert_eq!(inits.pids(), [pid]);
+    let before = probes.counters().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let exit = observer_tests::wait::poll_until(WAIT, || loop {
+        match reader.try_next()? {
+            KernelEvent::Exit(x) if x.task.tgid == pid && x.group_dead => return Some(x),
+            _ => {}
+        }
+    })
+    .expect("the registered init's exit");
+    assert_eq!(exit.status.signal(), Some(9));
+    let after = probes.counters().unwrap();
+    assert_eq!(after.quiet_records, before.quiet_records, "the exit woke");
+    inits.remove(pid).unwrap();
+    inits.remove(pid).unwrap();
+    assert!(!inits.contains(pid));
+}

@@ -181,6 +181,15 @@ impl Collector for Sources {
                 "Kernel memory reads that failed (fields sent as zero)",
                 k.read_errors,
             )?;
+            counters(
+                &mut e,
+                "kernel_records_submitted",
+                "Records the kernel side submitted, by whether they woke the reader (waking: a \
+                 container init's exec or exit, an OOM kill, a cgroup event; quiet: read at the \
+                 next wake-up or poll)",
+                "wakeup",
+                [("waking", k.waking_records), ("quiet", k.quiet_records)],
+            )?;
         }
         // Per-program run time, where the kernel accounts it (sysctl kernel.bpf_stats_enabled=1).
         if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
@@ -252,6 +261,20 @@ impl Collector for Sources {
             "Time since the kernel pipeline's loop last turned",
             Some(&Unit::Seconds),
             self.pipeline.since_last_turn().as_secs_f64(),
+        )?;
+        gauge(
+            &mut e,
+            "pipeline_realtime",
+            "1 when the kernel reader and the PLEG run on a real-time (SCHED_FIFO) thread",
+            None,
+            f64::from(u8::from(self.pipeline.realtime())),
+        )?;
+        gauge(
+            &mut e,
+            "pipeline_known_inits",
+            "Container inits registered with the kernel (their exit wakes the reader)",
+            None,
+            p.known_inits as f64,
         )?;
         gauge(
             &mut e,

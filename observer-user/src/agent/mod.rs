@@ -1,5 +1,5 @@
 //! The agent, wired once for every consumer (`observer run`, `observer status`, `watch --pods`,
-//! the tests): the kernel pipeline (probes → PLEG, on its own task) → the reconciler against the
+//! the tests): the kernel pipeline (probes → PLEG, on its own thread) → the reconciler against the
 //! CRI, with the kernel log followed. [`http`], [`metrics`] and [`feed`] are `observer run`'s
 //! endpoint and its link to the status manager.
 pub mod feed;
@@ -14,7 +14,7 @@ use crate::{
     cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     kernel::{kmsg, BootClock, KernelCounters, KernelError},
-    pipeline::{KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask},
+    pipeline::{KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread},
     reconcile::{OomHistory, ReconcileConfig, ReconcileHandle, Reconciler},
     Error,
 };
@@ -25,6 +25,8 @@ pub struct AgentConfig {
     /// Where the host's cgroup filesystems are mounted when the agent runs in a container.
     pub cgroupfs: Option<PathBuf>,
     pub reconcile: ReconcileConfig,
+    /// Where the kernel reader and the PLEG run (`--realtime-priority` makes it real-time).
+    pub reader: ReaderThread,
 }
 
 impl AgentConfig {
@@ -33,6 +35,7 @@ impl AgentConfig {
             cri,
             cgroupfs: None,
             reconcile: ReconcileConfig::default(),
+            reader: ReaderThread::default(),
         }
     }
 }
@@ -79,7 +82,7 @@ impl Agent {
         // Subscribed before the reconciler runs, so the start-up walk's events are in it.
         let tap = handle.pleg_events();
         let relist = handle.clone();
-        let kernel = pipeline.spawn(move || relist.request_relist());
+        let kernel = pipeline.spawn(cfg.reader, move || relist.request_relist())?;
         let reconciler = tokio::spawn(reconciler.run(events));
         Ok(Self {
             reconcile: handle,

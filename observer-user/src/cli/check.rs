@@ -16,6 +16,15 @@ pub struct CheckArgs {
     /// mounts them elsewhere (e.g. /host/sys/fs/cgroup); the same variable as `observer run`'s.
     #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUPFS")]
     pub cgroupfs: Option<PathBuf>,
+    /// The real-time priority `observer run` is given (the same variable as its
+    /// `--realtime-priority`): then real-time scheduling is a requirement, checked on a thread.
+    #[arg(
+        long,
+        env = "OBSERVER_REALTIME_PRIORITY",
+        value_name = "1-99",
+        value_parser = clap::value_parser!(u8).range(1..=99)
+    )]
+    pub realtime_priority: Option<u8>,
 }
 
 struct Report {
@@ -294,11 +303,49 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    realtime(&mut r, args.realtime_priority);
+
     if r.missing == 0 {
         println!("\nall requirements met");
         Ok(ExitCode::SUCCESS)
     } else {
         println!("\n{} requirement(s) missing", r.missing);
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Real-time scheduling for the kernel reader's thread, tried on a scratch thread (SCHED_FIFO,
+/// then back). A requirement only when a priority is configured. Permission is what the
+/// deployment can give (CAP_SYS_NICE); a kernel with RT group scheduling may still refuse a
+/// cgroup without real-time budget, which the agent survives at normal priority: said, not
+/// counted as missing.
+fn realtime(r: &mut Report, priority: Option<u8>) {
+    use crate::sched::{self, RealtimeError};
+    const ROW: &str = "real-time scheduling";
+    let trial = priority.unwrap_or(1);
+    let outcome = std::thread::spawn(move || {
+        let r = sched::set_realtime(trial);
+        if r.is_ok() {
+            sched::set_normal();
+        }
+        r
+    })
+    .join()
+    .unwrap_or_else(|_| {
+        Err(RealtimeError::Other {
+            priority: trial,
+            source: std::io::Error::other("the trial thread panicked"),
+        })
+    });
+    match (priority, outcome) {
+        (Some(p), Ok(())) => r.row(ROW, true, format!("SCHED_FIFO {p} granted")),
+        (Some(_), Err(e @ RealtimeError::NoBudget { .. })) => r.row(
+            ROW,
+            true,
+            format!("permitted, but {e}: the reader thread will run at normal priority"),
+        ),
+        (Some(_), Err(e)) => r.row(ROW, false, e),
+        (None, Ok(())) => r.note(ROW, "available (observer run --realtime-priority)"),
+        (None, Err(e)) => r.note(ROW, format!("not available: {e}")),
     }
 }

@@ -87,6 +87,14 @@ pub fn init_logging(filter: &str, format: LogFormat) {
     }
 }
 
+/// Where the kernel reader runs: a thread of its own, real-time with `--realtime-priority`.
+fn reader_thread(realtime_priority: Option<u8>) -> crate::pipeline::ReaderThread {
+    match realtime_priority {
+        Some(p) => crate::pipeline::ReaderThread::Realtime(p),
+        None => crate::pipeline::ReaderThread::Dedicated,
+    }
+}
+
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

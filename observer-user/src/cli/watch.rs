@@ -1,6 +1,7 @@
 //! `observer watch`: the kernel's view of process lifecycle, live.
 use std::{
     io::{BufWriter, Write},
+    os::{fd::AsFd, unix::net::UnixStream},
     path::PathBuf,
     process::ExitCode,
 };
@@ -12,8 +13,11 @@ use super::render::{
 };
 use crate::{
     cgroup::{find_kubepods_roots, CgroupIndex, HierarchyMount},
-    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch},
-    pipeline::{unified_mount, watch_roots, KernelPipeline, PipelineConfig, DEFAULT_QUEUE},
+    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
+    pipeline::{
+        unified_mount, watch_roots, KernelPipeline, PipelineConfig, ReaderThread, DEFAULT_QUEUE,
+        HEARTBEAT,
+    },
     pleg::PlegReceiver,
 };
 
@@ -45,6 +49,16 @@ pub struct WatchArgs {
     /// (from its account and the kernel log), as kubelet's first relist reports them.
     #[arg(long, value_name = "ENDPOINT", requires = "pods")]
     pub cri_endpoint: Option<crate::cri::CriEndpoint>,
+    /// Read the kernel on a real-time thread (SCHED_FIFO at this priority, 1-99; needs
+    /// CAP_SYS_NICE), as `observer run --realtime-priority` does. Where the kernel refuses, says
+    /// so once and reads at normal priority.
+    #[arg(
+        long,
+        env = "OBSERVER_REALTIME_PRIORITY",
+        value_name = "1-99",
+        value_parser = clap::value_parser!(u8).range(1..=99)
+    )]
+    pub realtime_priority: Option<u8>,
 }
 
 pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
@@ -53,15 +67,25 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let opts = ProbeOptions {
         watch,
         thread_exits: args.threads,
+        // With --all or --threads every record is printed as it comes; otherwise only a
+        // container init's, OOM kills and cgroup events wake the reader, and the rest follow
+        // within kernel::QUIET_RECORD_DELAY.
+        wake: if args.all || args.threads {
+            Wake::Every
+        } else {
+            Wake::Selective
+        },
         ..Default::default()
     };
+    let reader = super::reader_thread(args.realtime_priority);
     if args.pods {
         let endpoint = args
             .cri_endpoint
             .clone()
             .unwrap_or_else(crate::cri::CriEndpoint::detect);
         if endpoint.path().exists() && !args.all && args.cgroup_roots.is_empty() {
-            return watch_pods_reconciled(args.format, endpoint, args.cgroupfs.clone()).await;
+            return watch_pods_reconciled(args.format, endpoint, args.cgroupfs.clone(), reader)
+                .await;
         }
         tracing::info!(%endpoint, "no container runtime socket: pod events from the kernel alone");
         let (pipeline, events) = KernelPipeline::start(PipelineConfig {
@@ -71,50 +95,77 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             queue: DEFAULT_QUEUE,
         })?;
         tracing::info!("watching pods; Ctrl-C to stop");
-        return watch_pods(args.format, pipeline, events).await;
+        return watch_pods(args.format, pipeline, events, reader).await;
     }
     let mut probes = Probes::load(&opts)?;
-    let mut reader = probes.events()?;
+    let events = probes.events()?;
     let mut cgroups = CgroupIndex::new(unified.clone());
     cgroups.scan();
     tracing::info!(cgroups = cgroups.len(), "watching; Ctrl-C to stop");
 
-    let stdout = std::io::stdout();
-    let mut printer = Printer {
-        out: BufWriter::with_capacity(1 << 16, stdout.lock()),
+    // The reader and the printer on a thread of their own (real-time if asked); this task waits
+    // for Ctrl-C or for the thread to end (stdout closed, the reader failed).
+    let printer = Printer {
+        out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
         format: args.format,
         cgroups,
         written: 0,
     };
-    let shutdown = super::shutdown_signal();
-    tokio::pin!(shutdown);
-    let result: anyhow::Result<()> = async {
+    let (stop, stop_rx) = UnixStream::pair()?;
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    let realtime = args.realtime_priority;
+    let thread = std::thread::Builder::new()
+        .name("observer-watch".into())
+        .spawn(move || {
+            let out = print_events(events, printer, &stop_rx, realtime);
+            let _ = done_tx.send(());
+            out
+        })?;
+    tokio::select! {
+        _ = super::shutdown_signal() => {}
+        _ = done => {}
+    }
+    drop(stop);
+    let (written, malformed, result) = thread
+        .join()
+        .map_err(|p| anyhow::anyhow!("the watch thread panicked: {p:?}"))?;
+    let counters = probes.counters()?;
+    eprintln!(
+        "observer watch: stopped; {written} events written, {} records dropped by the kernel (ring buffer full), {malformed} malformed",
+        counters.ringbuf_drops,
+    );
+    finish(result)
+}
+
+/// The raw watch's loop, on its own thread: until `stop` hangs up, stdout closes or the reader
+/// fails. Returns what it wrote, the malformed records, and how it ended.
+fn print_events(
+    mut reader: EventReader,
+    mut printer: Printer<BufWriter<std::io::Stdout>>,
+    stop: &UnixStream,
+    realtime: Option<u8>,
+) -> (u64, u64, anyhow::Result<()>) {
+    if let Some(priority) = realtime {
+        crate::sched::realtime_or_say_once(priority, "the kernel reader thread");
+    }
+    let result = (|| -> anyhow::Result<()> {
         loop {
-            tokio::select! {
-                biased;
-                _ = &mut shutdown => return Ok(()),
-                ev = reader.next() => {
+            match reader.next_blocking(HEARTBEAT, Some(stop.as_fd()))? {
+                Wait::Event(ev) => {
                     // Follows NTP steps in the printed times.
                     reader.refresh_clock();
-                    printer.emit(ev?, &reader)?;
+                    printer.emit(ev, &reader)?;
                     while let Some(ev) = reader.try_next() {
                         printer.emit(ev, &reader)?;
                     }
                     printer.out.flush()?;
                 }
+                Wait::Idle => {}
+                Wait::Stopped => return Ok(()),
             }
         }
-    }
-    .await;
-    let written = printer.written;
-    drop(printer);
-    let counters = probes.counters()?;
-    eprintln!(
-        "observer watch: stopped; {written} events written, {} records dropped by the kernel (ring buffer full), {} malformed",
-        counters.ringbuf_drops,
-        reader.malformed()
-    );
-    finish(result)
+    })();
+    (printer.written, reader.malformed(), result)
 }
 
 struct Printer<W: Write> {
@@ -152,42 +203,48 @@ impl<W: Write> Printer<W> {
     }
 }
 
-/// `--pods`: kernel events through the PLEG.
+/// `--pods`: kernel events through the PLEG, which runs where `reader` says.
 async fn watch_pods(
     format: Format,
-    mut pipeline: KernelPipeline,
+    pipeline: KernelPipeline,
     mut rx: PlegReceiver,
+    reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
     let clock = pipeline.clock();
+    let mut task = pipeline.spawn(reader, || {})?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
     let result: anyhow::Result<()> = async {
         loop {
-            while let Some(ev) = rx.try_recv() {
-                let line = pleg_line(&ev, clock.to_system_time(ev.at));
-                match format {
-                    Format::Json => serde_json::to_writer(&mut out, &line)
-                        .map_err(std::io::Error::from)
-                        .and_then(|_| out.write_all(b"\n"))?,
-                    Format::Text => write_pleg_text(&mut out, &line)?,
-                }
-            }
-            out.flush()?;
-            tokio::select! {
+            let ev = tokio::select! {
                 biased;
                 _ = &mut shutdown => return Ok(()),
-                batch = pipeline.next_batch(|_| {}) => { batch?; }
+                e = task.stopped() => return Err(e.into()),
+                ev = rx.recv() => match ev {
+                    Some(ev) => ev,
+                    None => return Ok(()),
+                },
+            };
+            let line = pleg_line(&ev, clock.to_system_time(ev.at));
+            match format {
+                Format::Json => serde_json::to_writer(&mut out, &line)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n"))?,
+                Format::Text => write_pleg_text(&mut out, &line)?,
+            }
+            if rx.is_empty() {
+                out.flush()?;
             }
         }
     }
     .await;
     drop(out);
-    let s = pipeline.stats().pleg;
+    let s = task.health().stats().pleg;
     eprintln!(
         "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
-        pipeline.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
+        task.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
     );
     finish(result)
 }
@@ -199,6 +256,7 @@ async fn watch_pods_reconciled(
     format: Format,
     endpoint: crate::cri::CriEndpoint,
     cgroupfs: Option<PathBuf>,
+    reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
     use std::collections::HashSet;
 
@@ -209,6 +267,7 @@ async fn watch_pods_reconciled(
     };
     let mut cfg = AgentConfig::new(endpoint);
     cfg.cgroupfs = cgroupfs;
+    cfg.reader = reader;
     let mut agent = Agent::start(cfg).await?;
     let mut events = agent.take_pleg_events();
     let clock = agent.clock();

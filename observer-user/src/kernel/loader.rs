@@ -2,7 +2,7 @@
 use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Duration};
 
 use aya::{
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, FEntry, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
@@ -10,10 +10,24 @@ use observer_common::{
     config::ALL_HIERARCHIES, names, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS,
 };
 
-use super::{btf::KernelBtf, reader::EventReader, tracefs, KernelError};
+use super::{
+    btf::KernelBtf, inits::KnownInits, own_pid_ns_level, reader::EventReader, tracefs, KernelError,
+};
 
 /// The eBPF object built by build.rs from observer-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+/// Which records wake the reader as they are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Wake {
+    /// Only those something waits on: a container init's exec and exit, OOM kills, cgroup
+    /// events. The others are read with the next of those or at the reader's next poll, at most
+    /// [`super::QUIET_RECORD_DELAY`] later (observer-ebpf/src/wake.rs).
+    #[default]
+    Selective,
+    /// Every record (`observer watch --all`, `--threads`: each one is printed as it comes).
+    Every,
+}
 
 /// Which tasks' exec and exit the kernel sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +52,8 @@ pub struct ProbeOptions {
     /// without its `group_dead` argument (before Linux 6.x) and a pid-only `oom/mark_victim`
     /// (before 6.8). For tests, so that the fallbacks run on every kernel the suites run on.
     pub older_kernel_paths: bool,
+    /// Which records wake the reader.
+    pub wake: Wake,
 }
 
 impl Default for ProbeOptions {
@@ -48,6 +64,7 @@ impl Default for ProbeOptions {
             all_cgroup_hierarchies: false,
             ring_buffer_bytes: None,
             older_kernel_paths: false,
+            wake: Wake::default(),
         }
     }
 }
@@ -105,6 +122,9 @@ pub struct KernelCounters {
     pub oom_pending_full: u64,
     /// Kernel memory reads that failed (fields sent as zero).
     pub read_errors: u64,
+    /// Records submitted with a wake-up of the reader, and without one (observer-ebpf/src/wake.rs).
+    pub waking_records: u64,
+    pub quiet_records: u64,
 }
 
 /// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
@@ -124,6 +144,8 @@ impl Stats {
             ringbuf_drops: sum(stat::RINGBUF_DROPS)?,
             oom_pending_full: sum(stat::OOM_PENDING_FULL)?,
             read_errors: sum(stat::READ_ERRORS)?,
+            waking_records: sum(stat::WAKING)?,
+            quiet_records: sum(stat::QUIET)?,
         })
     }
 }
@@ -141,6 +163,7 @@ pub struct Probes {
     ebpf: Ebpf,
     stats: Arc<Stats>,
     ring: Option<RingBuf<MapData>>,
+    known_inits: Option<HashMap<MapData, u32, u8>>,
     config: ProbeConfig,
     logger: Option<tokio::task::JoinHandle<()>>,
     run_time_stats: Option<OwnedFd>,
@@ -187,6 +210,16 @@ impl Probes {
                 o => o,
             },
             cgroup: tracefs::cgroup_offsets(&tracefs)?,
+            wake_all: u8::from(opts.wake == Wake::Every),
+            _pad: [0; 3],
+            host_ns_level: own_pid_ns_level(),
+            // An eighth of the ring: a reader that only polls is woken well before it fills.
+            wake_batch_bytes: (opts
+                .ring_buffer_bytes
+                .unwrap_or(observer_common::RING_BUFFER_BYTES)
+                / 8)
+            .max(1),
+            _pad2: 0,
         };
         tracing::debug!(?config, "probe config");
         let btf = kbtf.into_aya()?;
@@ -204,6 +237,7 @@ impl Probes {
         let mut probes = Self {
             stats: Arc::new(Stats(take_map(&mut ebpf, names::STATS)?)),
             ring: Some(take_map(&mut ebpf, names::EVENTS)?),
+            known_inits: Some(take_map(&mut ebpf, names::KNOWN_INITS)?),
             ebpf,
             config,
             logger,
@@ -295,6 +329,14 @@ impl Probes {
     pub fn events(&mut self) -> Result<EventReader, KernelError> {
         let ring = self.ring.take().ok_or(KernelError::ReaderTaken)?;
         EventReader::new(ring, Arc::clone(&self.stats))
+    }
+
+    /// The kernel's set of container inits whose exit wakes the reader. Can be taken once.
+    pub fn known_inits(&mut self) -> Result<KnownInits, KernelError> {
+        self.known_inits
+            .take()
+            .map(KnownInits::new)
+            .ok_or(KernelError::InitsTaken)
     }
 
     pub fn counters(&self) -> Result<KernelCounters, KernelError> {

@@ -4,21 +4,43 @@ pub mod btf;
 pub mod clock;
 pub mod decode;
 pub mod event;
+mod inits;
 pub mod kmsg;
 mod loader;
 mod reader;
 pub mod tracefs;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 pub use clock::BootClock;
 pub use event::*;
+pub use inits::KnownInits;
 pub use loader::{
     btf_path, privileges, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats,
-    Watch,
+    Wake, Watch,
 };
 pub use observer_common::WatchRoot;
-pub use reader::EventReader;
+pub use reader::{EventReader, Wait};
+
+/// The longest a record that does not wake the reader ([`Wake::Selective`]: a container's
+/// processes other than its init) waits in the ring buffer before it is read: the reader polls
+/// this often when the kernel has not woken it. A record that wakes it brings every record before
+/// it along (one ring, read in order). An idle agent pays one wake-up of its reader thread per
+/// period (measured in BENCHMARKS.md: about 0.01 % of a core).
+pub const QUIET_RECORD_DELAY: Duration = Duration::from_millis(10);
+
+/// Depth of this process's pid namespace (0 on the host), from the `NSpid` entries of
+/// /proc/self/status.
+pub fn own_pid_ns_level() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|v| v.split_whitespace().count().saturating_sub(1) as u32)
+        })
+        .unwrap_or(0)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -44,6 +66,8 @@ pub enum KernelError {
     TooManyRoots(usize),
     #[error("the event reader was already taken")]
     ReaderTaken,
+    #[error("the known-inits map was already taken")]
+    InitsTaken,
     #[error(transparent)]
     Io(std::io::Error),
 }

@@ -1,33 +1,54 @@
-//! Reads the ring buffer as an async stream of [`KernelEvent`]s: woken by epoll through tokio's
-//! `AsyncFd`, never by a timer.
+//! Reads the ring buffer as a stream of [`KernelEvent`]s, woken by the kernel for the records
+//! something waits on, and polling every [`QUIET_RECORD_DELAY`] for the ones nothing waits on
+//! (observer-ebpf/src/wake.rs). Two ways to wait, one reader: [`EventReader::next`] on a tokio
+//! runtime (epoll through `AsyncFd`), [`EventReader::next_blocking`] on a thread of its own
+//! (poll(2)).
 use std::{
+    io,
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
-use super::{clock::BootClock, decode::decode, event::KernelEvent, loader::Stats, KernelError};
+use super::{
+    clock::BootClock, decode::decode, event::KernelEvent, loader::Stats, KernelError,
+    QUIET_RECORD_DELAY,
+};
 
 pub struct EventReader {
-    ring: AsyncFd<RingBuf<MapData>>,
+    ring: RingBuf<MapData>,
+    /// A duplicate of the ring's fd registered with the tokio runtime, made at the first
+    /// [`Self::next`] and dropped (deregistered) at the first [`Self::next_blocking`], so that a
+    /// reader on its own thread does not also wake the runtime's reactor.
+    registered: Option<AsyncFd<OwnedFd>>,
     stats: Arc<Stats>,
     clock: BootClock,
     drops_seen: u64,
     malformed: Arc<AtomicU64>,
 }
 
+/// What [`EventReader::next_blocking`] returns.
+#[derive(Debug)]
+pub enum Wait {
+    Event(KernelEvent),
+    /// Nothing arrived within the timeout.
+    Idle,
+    /// The stop descriptor became readable (or hung up).
+    Stopped,
+}
+
 impl EventReader {
     pub(super) fn new(ring: RingBuf<MapData>, stats: Arc<Stats>) -> Result<Self, KernelError> {
         let drops_seen = stats.read()?.ringbuf_drops;
         Ok(Self {
-            // SAFETY: RingBuf owns the map fd and keeps it open until it is dropped with the AsyncFd.
-            ring: unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-                .map_err(|e| KernelError::Io(e.into()))?,
+            ring,
+            registered: None,
             stats,
             clock: BootClock::new(),
             drops_seen,
@@ -35,27 +56,79 @@ impl EventReader {
         })
     }
 
-    /// The next event. When the kernel dropped records since the last call, a
+    /// The next event, on a tokio runtime. When the kernel dropped records since the last call, a
     /// [`KernelEvent::Lost`] comes first. Malformed records are counted, logged once, and skipped.
+    /// Cancel-safe: records not returned stay in the ring buffer.
     pub async fn next(&mut self) -> Result<KernelEvent, KernelError> {
         loop {
-            if let Some(ev) = self.try_next() {
+            if let Some(ev) = self.ready()? {
                 return Ok(ev);
             }
-            // Empty: check for drops before sleeping, so a loss is reported as soon as the
-            // consumer has caught up with what did arrive.
-            if let Some(lost) = self.check_drops()? {
-                return Ok(lost);
+            if self.registered.is_none() {
+                let fd = self
+                    .ring
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(KernelError::Io)?;
+                // SAFETY: the OwnedFd is a valid descriptor owned by the AsyncFd, open until the
+                // AsyncFd drops it, and always returns that same descriptor.
+                let registered =
+                    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                        .map_err(|e| KernelError::Io(e.into()))?;
+                self.registered = Some(registered);
             }
-            let mut guard = self.ring.readable_mut().await.map_err(KernelError::Io)?;
-            guard.clear_ready();
+            let registered = self.registered.as_ref().expect("registered above");
+            // Woken for the records something waits on; the others are read at the latest one
+            // poll period after they were written.
+            if let Ok(guard) = tokio::time::timeout(QUIET_RECORD_DELAY, registered.readable()).await
+            {
+                guard.map_err(KernelError::Io)?.clear_ready();
+            }
         }
+    }
+
+    /// The next event, blocking the calling thread for at most `timeout` ([`Wait::Idle`] then),
+    /// or until `stop` is readable ([`Wait::Stopped`]). For a reader on a thread of its own.
+    pub fn next_blocking(
+        &mut self,
+        timeout: Duration,
+        stop: Option<BorrowedFd<'_>>,
+    ) -> Result<Wait, KernelError> {
+        // From now on the tokio reactor need not hear of this ring.
+        self.registered = None;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(ev) = self.ready()? {
+                return Ok(Wait::Event(ev));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Wait::Idle);
+            }
+            // poll(2) is level-triggered: records written without a wake-up are seen at once
+            // when the poll starts, and at the latest one poll period later otherwise.
+            if poll(self.ring.as_fd(), stop, left.min(QUIET_RECORD_DELAY))
+                .map_err(KernelError::Io)?
+            {
+                return Ok(Wait::Stopped);
+            }
+        }
+    }
+
+    /// The next record already in the ring buffer, or the news of lost ones, without waiting.
+    fn ready(&mut self) -> Result<Option<KernelEvent>, KernelError> {
+        if let Some(ev) = self.try_next() {
+            return Ok(Some(ev));
+        }
+        // Empty: check for drops before sleeping, so a loss is reported as soon as the consumer
+        // has caught up with what did arrive.
+        self.check_drops()
     }
 
     /// The next event already in the ring buffer, without waiting.
     pub fn try_next(&mut self) -> Option<KernelEvent> {
         loop {
-            let item = self.ring.get_mut().next()?;
+            let item = self.ring.next()?;
             match decode(&item) {
                 Ok(ev) => return Some(ev),
                 Err(e) => {
@@ -102,4 +175,43 @@ impl EventReader {
     pub fn malformed(&self) -> u64 {
         self.malformed.load(Ordering::Relaxed)
     }
+}
+
+/// The ring buffer's descriptor: readable when records wait, and notified when the kernel wakes
+/// the reader (for tests that tell a wake-up from a record written without one).
+impl AsFd for EventReader {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+}
+
+/// Waits until `ring` is readable, `stop` is readable or hung up (true), or `timeout`.
+fn poll(ring: BorrowedFd<'_>, stop: Option<BorrowedFd<'_>>, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [
+        libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            // poll(2) skips a negative fd.
+            fd: stop.map_or(-1, |s| s.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // Whole milliseconds, rounded up so that a short wait is not a busy loop.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid array of two pollfd for the duration of the call, and its length is
+    // the count passed; both descriptors are borrowed for at least that long.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(fds[1].revents != 0)
 }

@@ -1,25 +1,33 @@
 //! The kernel half of the agent, wired once: probes → ring-buffer reader → PLEG, with the
 //! start-up walk of the cgroup tree and a rescan whenever the kernel dropped records. Every
-//! consumer uses this one type: the agent ([`KernelPipeline::spawn`]), `observer watch --pods`,
-//! the kernel tests and the benches ([`KernelPipeline::next_batch`]).
+//! consumer uses this one type: the agent ([`KernelPipeline::spawn`], on a thread of its own or a
+//! tokio task), `observer watch --pods`, the kernel tests and the benches
+//! ([`KernelPipeline::next_batch`]). One turn of the loop is [`KernelPipeline::next_batch`] on a
+//! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
+//! the same code.
 mod task;
 
 use std::{
+    collections::HashSet,
+    os::fd::BorrowedFd,
     path::Path,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
-pub use task::{PipelineHealth, PipelineTask};
+/// Kept here too: the pipeline's callers found it here first.
+pub use crate::kernel::own_pid_ns_level;
+pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 
 use crate::{
     cgroup::{
         cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
     },
     kernel::{
-        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, ProbeOptions, Probes,
-        Watch, WatchRoot,
+        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions,
+        Probes, Wait, Watch, WatchRoot,
     },
-    pleg::{self, Pleg, PlegReceiver, PlegStats},
+    pleg::{self, InitChange, Pleg, PlegReceiver, PlegStats},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +128,16 @@ pub struct Batch {
     pub resynced: bool,
 }
 
+/// What one [`KernelPipeline::next_batch_blocking`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    Batch(Batch),
+    /// Nothing came within the timeout.
+    Idle,
+    /// The stop descriptor became readable.
+    Stopped,
+}
+
 /// Counters of the whole pipeline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PipelineStats {
@@ -131,6 +149,10 @@ pub struct PipelineStats {
     /// Pods and containers the PLEG tracks now.
     pub pods: usize,
     pub containers: usize,
+    /// Container inits registered in the kernel (their exit wakes the reader), and updates of
+    /// that set that failed (the map full: such an init's exit comes within the poll period).
+    pub known_inits: usize,
+    pub known_init_failures: u64,
 }
 
 /// Probes, reader and PLEG, started.
@@ -138,6 +160,10 @@ pub struct KernelPipeline {
     probes: Arc<Mutex<Probes>>,
     reader: EventReader,
     pleg: Pleg,
+    inits: KnownInits,
+    /// What `inits` holds, so that the kernel's map is written only on a change.
+    registered: HashSet<u32>,
+    init_failures: u64,
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
 }
@@ -149,6 +175,7 @@ impl KernelPipeline {
     pub fn start(cfg: PipelineConfig) -> Result<(Self, PlegReceiver), PipelineError> {
         let mut probes = Probes::load(&cfg.probes)?;
         let reader = probes.events()?;
+        let inits = probes.known_inits()?;
         let (tx, events) = pleg::channel(cfg.queue);
         let lagged = tx.lag_counter();
         let mut index = CgroupIndex::new(cfg.unified.clone());
@@ -160,10 +187,14 @@ impl KernelPipeline {
             probes: Arc::new(Mutex::new(probes)),
             reader,
             pleg,
+            inits,
+            registered: HashSet::new(),
+            init_failures: 0,
             scan_roots: cfg.scan_roots,
             lagged,
         };
         me.rescan();
+        me.sync_inits();
         // The walk's scratch (every directory listed, every process read) is garbage now.
         crate::mem::release_free_memory();
         Ok((me, events))
@@ -174,9 +205,31 @@ impl KernelPipeline {
     /// Cancel-safe: records not read yet stay in the ring buffer.
     pub async fn next_batch(
         &mut self,
-        mut tap: impl FnMut(&KernelEvent),
+        tap: impl FnMut(&KernelEvent),
     ) -> Result<Batch, KernelError> {
         let first = self.reader.next().await?;
+        Ok(self.batch(first, tap))
+    }
+
+    /// [`Self::next_batch`] for a thread of its own: blocks for at most `timeout`, or until `stop`
+    /// is readable.
+    pub fn next_batch_blocking(
+        &mut self,
+        timeout: Duration,
+        stop: Option<BorrowedFd<'_>>,
+        tap: impl FnMut(&KernelEvent),
+    ) -> Result<Turn, KernelError> {
+        Ok(match self.reader.next_blocking(timeout, stop)? {
+            Wait::Event(first) => Turn::Batch(self.batch(first, tap)),
+            Wait::Idle => Turn::Idle,
+            Wait::Stopped => Turn::Stopped,
+        })
+    }
+
+    /// The loop's one turn after its first event: that one and every one already in the ring
+    /// buffer through the PLEG, in ring order; the kernel's set of inits brought up to date; the
+    /// cgroup tree walked again if records were lost.
+    fn batch(&mut self, first: KernelEvent, mut tap: impl FnMut(&KernelEvent)) -> Batch {
         // Keeps the wall clock of every consumer in step with NTP.
         self.reader.refresh_clock();
         let mut batch = Batch::default();
@@ -191,7 +244,40 @@ impl KernelPipeline {
             self.rescan();
             batch.resynced = true;
         }
-        Ok(batch)
+        self.sync_inits();
+        batch
+    }
+
+    /// Hands the PLEG's init changes to the kernel's set of known inits.
+    fn sync_inits(&mut self) {
+        for change in self.pleg.take_init_changes() {
+            let r = match change {
+                InitChange::Started(pid) if self.registered.insert(pid) => {
+                    self.inits.insert(pid).inspect_err(|_| {
+                        self.registered.remove(&pid);
+                    })
+                }
+                InitChange::Died(pid) if self.registered.remove(&pid) => self.inits.remove(pid),
+                _ => Ok(()),
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) => {
+                    if self.init_failures == 0 {
+                        tracing::warn!(
+                            "container init not registered with the kernel (logged once, \
+                             counted): {e}; its exit is read within the poll period instead"
+                        );
+                    }
+                    self.init_failures += 1;
+                }
+            }
+        }
+    }
+
+    /// The kernel's set of known inits (their exit wakes the reader at once).
+    pub fn known_inits(&self) -> &KnownInits {
+        &self.inits
     }
 
     fn rescan(&mut self) {
@@ -217,6 +303,8 @@ impl KernelPipeline {
             malformed: self.reader.malformed(),
             pods,
             containers,
+            known_inits: self.registered.len(),
+            known_init_failures: self.init_failures,
         }
     }
 
@@ -230,19 +318,6 @@ impl KernelPipeline {
     pub fn kernel_counters(&self) -> Result<KernelCounters, KernelError> {
         counters(&self.probes)
     }
-}
-
-/// Depth of this process's pid namespace (0 on the host), from the `NSpid` entries of
-/// /proc/self/status.
-pub fn own_pid_ns_level() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("NSpid:"))
-                .map(|v| v.split_whitespace().count().saturating_sub(1) as u32)
-        })
-        .unwrap_or(0)
 }
 
 fn counters(probes: &Mutex<Probes>) -> Result<KernelCounters, KernelError> {

@@ -1,8 +1,14 @@
-//! The pipeline on a task of its own, with a heartbeat, so that its failure surfaces: whoever holds
-//! the [`PipelineTask`] can await [`PipelineTask::stopped`], and the agent's health check fails
-//! when the reader died or stopped turning, as kubelet's PLEG health fails after 3 minutes
-//! without a relist.
+//! The pipeline on a thread (or a tokio task) of its own, with a heartbeat, so that its failure
+//! surfaces: whoever holds the [`PipelineTask`] can await [`PipelineTask::stopped`], and the
+//! agent's health check fails when the reader died or stopped turning, as kubelet's PLEG health
+//! fails after 3 minutes without a relist.
+//!
+//! Where the loop runs is [`ReaderThread`]: a thread of its own by default, so that the read and
+//! the PLEG step never wait behind the async runtime's other work, real-time when asked
+//! (`--realtime-priority`), so that they do not wait behind the node's workloads either
+//! (BENCHMARKS.md, the detection benchmark, measures each).
 use std::{
+    os::{fd::AsFd, unix::net::UnixStream},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
@@ -10,18 +16,33 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::task::JoinHandle;
+use tokio::{sync::oneshot, task::JoinHandle};
 
-use super::{counters, KernelPipeline, PipelineError, PipelineStats};
-use crate::kernel::{BootClock, KernelCounters, KernelError, Probes};
+use super::{counters, KernelPipeline, PipelineError, PipelineStats, Turn};
+use crate::kernel::{BootClock, KernelCounters, KernelError, KernelEvent, Probes};
 
 /// How often the loop turns when the kernel has nothing to say: refreshes the clock and proves
-/// the task alive. Cheap enough for a near-zero idle CPU.
+/// the loop alive. Cheap enough for a near-zero idle CPU.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Where the read → PLEG loop runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReaderThread {
+    /// A task on the tokio runtime, sharing its workers with everything else the agent does.
+    Task,
+    /// A thread of its own at normal priority.
+    #[default]
+    Dedicated,
+    /// A thread of its own, SCHED_FIFO at this priority (1..=99) with SCHED_RESET_ON_FORK; at
+    /// normal priority where the kernel refuses (said once: see [`crate::sched`]).
+    Realtime(u8),
+}
 
 /// What the running pipeline publishes for health checks and metrics.
 pub struct PipelineHealth {
     born: Instant,
+    /// The loop runs on a real-time thread.
+    realtime: AtomicBool,
     /// Milliseconds after `born` of the loop's last turn (a batch or a heartbeat).
     last_turn_ms: AtomicU64,
     ended: AtomicBool,
@@ -32,6 +53,7 @@ impl PipelineHealth {
     fn new(stats: PipelineStats) -> Self {
         Self {
             born: Instant::now(),
+            realtime: AtomicBool::new(false),
             last_turn_ms: AtomicU64::new(0),
             ended: AtomicBool::new(false),
             stats: Mutex::new(stats),
@@ -61,6 +83,11 @@ impl PipelineHealth {
     pub fn stats(&self) -> PipelineStats {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }
+
+    /// The loop runs on a real-time (SCHED_FIFO) thread.
+    pub fn realtime(&self) -> bool {
+        self.realtime.load(Ordering::Relaxed)
+    }
 }
 
 /// Marks the health as ended however the task stops, panics included.
@@ -72,47 +99,132 @@ impl Drop for EndOnDrop {
     }
 }
 
-/// A pipeline running on its own task. Dropping it stops the task (and detaches the probes once
-/// nothing else holds them).
+/// A pipeline running on its own thread or task. Dropping it stops the loop (and detaches the
+/// probes once nothing else holds them).
 pub struct PipelineTask {
-    join: Option<JoinHandle<KernelError>>,
+    run: Run,
     health: Arc<PipelineHealth>,
     probes: Arc<Mutex<Probes>>,
     clock: BootClock,
 }
 
+enum Run {
+    Task(JoinHandle<KernelError>),
+    Thread {
+        /// Why the thread ended: its error, or its panic's message.
+        ended: oneshot::Receiver<Result<KernelError, String>>,
+        /// Dropped to stop the thread (its end of the pair then reads as hung up).
+        stop: Option<UnixStream>,
+        join: Option<std::thread::JoinHandle<()>>,
+    },
+    /// [`PipelineTask::stopped`] returned.
+    Done,
+}
+
 impl KernelPipeline {
-    /// Runs the pipeline on a tokio task until the reader fails. `on_resync` is called after every
-    /// walk that followed lost kernel records (the runtime should be relisted then).
-    pub fn spawn(mut self, on_resync: impl Fn() + Send + 'static) -> PipelineTask {
+    /// Runs the pipeline until the reader fails, where `reader` says. `on_resync` is called after
+    /// every walk that followed lost kernel records (the runtime should be relisted then).
+    pub fn spawn(
+        self,
+        reader: ReaderThread,
+        on_resync: impl Fn() + Send + 'static,
+    ) -> Result<PipelineTask, PipelineError> {
+        self.spawn_with_tap(reader, |_| {}, on_resync)
+    }
+
+    /// [`Self::spawn`], showing every kernel event to `tap` on the loop's thread before the PLEG
+    /// handles it (the benchmarks time the read there).
+    pub fn spawn_with_tap(
+        mut self,
+        reader: ReaderThread,
+        mut tap: impl FnMut(&KernelEvent) + Send + 'static,
+        on_resync: impl Fn() + Send + 'static,
+    ) -> Result<PipelineTask, PipelineError> {
         let health = Arc::new(PipelineHealth::new(self.stats()));
         let probes = self.probes();
         let clock = self.clock();
         let guard = EndOnDrop(Arc::clone(&health));
-        let join = tokio::spawn(async move {
-            let guard = guard;
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    batch = self.next_batch(|_| {}) => match batch {
-                        Ok(b) if b.resynced => on_resync(),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::error!("kernel event stream failed: {e}");
-                            return e;
-                        }
-                    },
-                    _ = tick.tick() => self.reader.refresh_clock(),
+        let run = match reader {
+            ReaderThread::Task => Run::Task(tokio::spawn(async move {
+                let guard = guard;
+                let mut tick = tokio::time::interval(HEARTBEAT);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        batch = self.next_batch(&mut tap) => match batch {
+                            Ok(b) if b.resynced => on_resync(),
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::error!("kernel event stream failed: {e}");
+                                return e;
+                            }
+                        },
+                        _ = tick.tick() => self.reader.refresh_clock(),
+                    }
+                    guard.0.turn(self.stats());
                 }
-                guard.0.turn(self.stats());
+            })),
+            ReaderThread::Dedicated | ReaderThread::Realtime(_) => {
+                let (stop, stop_rx) = UnixStream::pair().map_err(KernelError::Io)?;
+                let (tx, ended) = oneshot::channel();
+                let join = std::thread::Builder::new()
+                    .name("observer-kernel".into())
+                    .spawn(move || {
+                        let guard = guard;
+                        if let ReaderThread::Realtime(priority) = reader {
+                            let rt = crate::sched::realtime_or_say_once(
+                                priority,
+                                "the kernel reader thread",
+                            );
+                            guard.0.realtime.store(rt, Ordering::Relaxed);
+                        }
+                        let run = std::panic::AssertUnwindSafe(|| {
+                            self.run_thread(&stop_rx, &mut tap, &on_resync, &guard.0)
+                        });
+                        let why = match std::panic::catch_unwind(run) {
+                            Ok(None) => return,
+                            Ok(Some(e)) => Ok(e),
+                            Err(panic) => Err(crate::runner::panic_message(panic)),
+                        };
+                        let _ = tx.send(why);
+                    })
+                    .map_err(KernelError::Io)?;
+                Run::Thread {
+                    ended,
+                    stop: Some(stop),
+                    join: Some(join),
+                }
             }
-        });
-        PipelineTask {
-            join: Some(join),
+        };
+        Ok(PipelineTask {
+            run,
             health,
             probes,
             clock,
+        })
+    }
+
+    /// The loop on a thread of its own: until `stop` reads as hung up (`None`), or the reader
+    /// fails.
+    fn run_thread(
+        &mut self,
+        stop: &UnixStream,
+        tap: &mut impl FnMut(&KernelEvent),
+        on_resync: &impl Fn(),
+        health: &PipelineHealth,
+    ) -> Option<KernelError> {
+        loop {
+            match self.next_batch_blocking(HEARTBEAT, Some(stop.as_fd()), &mut *tap) {
+                Ok(Turn::Batch(b)) if b.resynced => on_resync(),
+                Ok(Turn::Batch(_)) => {}
+                Ok(Turn::Idle) => self.reader.refresh_clock(),
+                Ok(Turn::Stopped) => return None,
+                Err(e) => {
+                    tracing::error!("kernel event stream failed: {e}");
+                    return Some(e);
+                }
+            }
+            health.turn(self.stats());
         }
     }
 }
@@ -135,27 +247,40 @@ impl PipelineTask {
         counters(&self.probes)
     }
 
-    /// Resolves when the task has stopped, with why. Pending forever once it has been returned.
+    /// Resolves when the loop has stopped, with why. Pending forever once it has been returned.
     pub async fn stopped(&mut self) -> PipelineError {
-        let Some(join) = self.join.as_mut() else {
-            return std::future::pending().await;
+        let why = match &mut self.run {
+            Run::Done => return std::future::pending().await,
+            Run::Task(join) => match join.await {
+                Ok(e) => PipelineError::Kernel(e),
+                Err(e) if e.is_panic() => {
+                    PipelineError::Panicked(crate::runner::panic_message(e.into_panic()))
+                }
+                Err(e) => PipelineError::Panicked(e.to_string()),
+            },
+            Run::Thread { ended, .. } => match ended.await {
+                Ok(Ok(e)) => PipelineError::Kernel(e),
+                Ok(Err(panic)) => PipelineError::Panicked(panic),
+                Err(_) => PipelineError::Panicked("the kernel reader thread ended".into()),
+            },
         };
-        let why = match join.await {
-            Ok(e) => PipelineError::Kernel(e),
-            Err(e) if e.is_panic() => {
-                PipelineError::Panicked(crate::runner::panic_message(e.into_panic()))
-            }
-            Err(e) => PipelineError::Panicked(e.to_string()),
-        };
-        self.join = None;
+        self.run = Run::Done;
         why
     }
 }
 
 impl Drop for PipelineTask {
     fn drop(&mut self) {
-        if let Some(j) = &self.join {
-            j.abort();
+        match &mut self.run {
+            Run::Task(j) => j.abort(),
+            Run::Thread { stop, join, .. } => {
+                // The thread sees its end of the pair hang up at once, whatever it waits for.
+                drop(stop.take());
+                if let Some(j) = join.take() {
+                    let _ = j.join();
+                }
+            }
+            Run::Done => {}
         }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 pub use event::{ContainerExit, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
 pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
-pub use stream::{channel, LagCounter, PlegReceiver, PlegSender};
+pub use stream::{channel, LagCounter, PlegReceiver, PlegSender, Stamped};
 
 use crate::{
     cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},
@@ -24,6 +24,16 @@ const ORPHAN_TTL_NS: u64 = 2_000_000_000;
 const ORPHAN_CAP: usize = 4096;
 /// Removed cgroup ids remembered so that late events for them are told apart from unknown ones.
 const TOMBSTONES: usize = 4096;
+
+/// A container's init came or went, for the kernel's set of known inits (whose exit wakes the
+/// reader at once: `kernel::KnownInits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitChange {
+    /// ContainerStarted: this process is a container's init.
+    Started(u32),
+    /// ContainerDied: it is not any more.
+    Died(u32),
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlegStats {
@@ -54,6 +64,7 @@ pub struct Pleg {
     tombstones: HashSet<u64>,
     tombstone_order: VecDeque<u64>,
     scratch: Vec<PodLifecycleEvent>,
+    init_changes: Vec<InitChange>,
     stats: PlegStats,
     needs_resync: bool,
 }
@@ -70,6 +81,7 @@ impl Pleg {
             tombstones: HashSet::new(),
             tombstone_order: VecDeque::new(),
             scratch: Vec::new(),
+            init_changes: Vec::new(),
             stats: PlegStats::default(),
             needs_resync: false,
         }
@@ -241,8 +253,25 @@ impl Pleg {
         self.stats.lifecycle_events += self.scratch.len() as u64;
         for ev in self.scratch.drain(..) {
             self.stats.lifecycle_by_type[ev.kind().index()] += 1;
+            match &ev.event {
+                PlegEvent::ContainerStarted { pid, .. } => {
+                    self.init_changes.push(InitChange::Started(*pid));
+                }
+                PlegEvent::ContainerDied {
+                    exit: ContainerExit { pid: Some(pid), .. },
+                    ..
+                } => self.init_changes.push(InitChange::Died(*pid)),
+                _ => {}
+            }
             self.tx.send(ev);
         }
+    }
+
+    /// The inits that started and died since the last call, in order. A running container reaches
+    /// Exited through a ContainerDied before it is forgotten, so what goes in comes out (one
+    /// left behind would only cost a needless wake-up, should its pid exit again).
+    pub fn take_init_changes(&mut self) -> std::vec::Drain<'_, InitChange> {
+        self.init_changes.drain(..)
     }
 
     /// Events currently held for their cgroup's mkdir.

@@ -2,12 +2,15 @@
 //! never makes the PLEG block or grow without bound, and never silently loses a pod's state: once
 //! the queue is full, a pod's further events are coalesced into one PodSync for that pod, which
 //! the consumer receives after the pod's events that did fit (so per-container order holds).
+//! Each event carries the wall time the PLEG sent it ([`Stamped`]): what the detection bench and
+//! the agent's queueing figures start from.
 use std::{
     collections::{HashSet, VecDeque},
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
+    time::SystemTime,
 };
 
 use tokio::sync::Notify;
@@ -15,10 +18,18 @@ use tokio::sync::Notify;
 use super::event::PodLifecycleEvent;
 use crate::{cgroup::PodUid, kernel::BootNs};
 
+/// An event and the wall time the PLEG sent it.
+#[derive(Clone, Debug)]
+pub struct Stamped {
+    pub event: PodLifecycleEvent,
+    pub sent: SystemTime,
+}
+
 struct Inner {
-    queue: VecDeque<PodLifecycleEvent>,
-    /// Pods with coalesced events, in the order they overflowed, and the newest time of each.
-    coalesced: VecDeque<(PodUid, BootNs)>,
+    queue: VecDeque<Stamped>,
+    /// Pods with coalesced events, in the order they overflowed, the newest time of each, and
+    /// when the first was coalesced.
+    coalesced: VecDeque<(PodUid, BootNs, SystemTime)>,
     coalesced_set: HashSet<PodUid>,
     closed: bool,
 }
@@ -62,6 +73,7 @@ pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
 impl PlegSender {
     /// Never blocks.
     pub fn send(&self, ev: PodLifecycleEvent) {
+        let sent = SystemTime::now();
         let mut inner = self.0.inner.lock().expect("pleg queue lock");
         if inner.coalesced_set.contains(&ev.pod_uid) {
             // Already behind for this pod: later events must not overtake the pending sync.
@@ -69,16 +81,16 @@ impl PlegSender {
             if let Some(slot) = inner
                 .coalesced
                 .iter_mut()
-                .find(|(uid, _)| *uid == ev.pod_uid)
+                .find(|(uid, _, _)| *uid == ev.pod_uid)
             {
                 slot.1 = slot.1.max(ev.at);
             }
         } else if inner.queue.len() >= self.0.capacity {
             self.0.lagged.fetch_add(1, Ordering::Relaxed);
             inner.coalesced_set.insert(ev.pod_uid);
-            inner.coalesced.push_back((ev.pod_uid, ev.at));
+            inner.coalesced.push_back((ev.pod_uid, ev.at, sent));
         } else {
-            inner.queue.push_back(ev);
+            inner.queue.push_back(Stamped { event: ev, sent });
         }
         drop(inner);
         self.0.notify.notify_one();
@@ -117,25 +129,38 @@ impl Drop for PlegSender {
 impl PlegReceiver {
     /// The next event; `None` once every sender is gone and the queue is drained.
     pub async fn recv(&mut self) -> Option<PodLifecycleEvent> {
+        self.recv_stamped().await.map(|s| s.event)
+    }
+
+    pub fn try_recv(&mut self) -> Option<PodLifecycleEvent> {
+        self.try_recv_stamped().map(|s| s.event)
+    }
+
+    /// [`Self::recv`] with the time the PLEG sent the event.
+    pub async fn recv_stamped(&mut self) -> Option<Stamped> {
         loop {
-            if let Some(ev) = self.try_recv() {
+            if let Some(ev) = self.try_recv_stamped() {
                 return Some(ev);
             }
             if self.0.inner.lock().expect("pleg queue lock").closed {
-                return self.try_recv();
+                return self.try_recv_stamped();
             }
             self.0.notify.notified().await;
         }
     }
 
-    pub fn try_recv(&mut self) -> Option<PodLifecycleEvent> {
+    /// [`Self::try_recv`] with the time the PLEG sent the event.
+    pub fn try_recv_stamped(&mut self) -> Option<Stamped> {
         let mut inner = self.0.inner.lock().expect("pleg queue lock");
         if let Some(ev) = inner.queue.pop_front() {
             return Some(ev);
         }
-        let (uid, at) = inner.coalesced.pop_front()?;
+        let (uid, at, sent) = inner.coalesced.pop_front()?;
         inner.coalesced_set.remove(&uid);
-        Some(PodLifecycleEvent::pod_sync(uid, at))
+        Some(Stamped {
+            event: PodLifecycleEvent::pod_sync(uid, at),
+            sent,
+        })
     }
 
     /// Events folded into PodSyncs so far because this receiver lagged.

@@ -741,3 +741,68 @@ fn a_lagging_consumer_gets_pod_syncs_not_loss() {
     assert_eq!(evs[3].pod_uid.as_str(), UID2);
     assert_eq!(rx.lagged(), 100 - 2);
 }
+
+/// The kernel's set of known inits follows the PLEG: an init in at its ContainerStarted (from an
+/// exec or from a walk), out at its ContainerDied (from its exit, its cgroup emptying or
+/// vanishing, or a walk that no longer finds it); nothing for other processes.
+#[test]
+fn init_changes_follow_started_and_died() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(mkdir(12, &ctr_path(UID, 2), 2));
+    p.handle(mkdir(13, &ctr_path(UID, 3), 2));
+    p.handle(exec(100, 11, "a", 3));
+    // Shared pid namespace: the init is not pid 1, and is registered all the same.
+    p.handle(exec_as(task_ns(200, 7, 1, 12, "b"), "/usr/bin/b", 3));
+    p.handle(exec(300, 13, "c", 3));
+    p.handle(exec_other(400, 11, "sh", 4));
+    p.handle(exit(400, 11, WaitStatus::exited(0), 5));
+    assert_eq!(
+        p.take_init_changes().collect::<Vec<_>>(),
+        [
+            InitChange::Started(100),
+            InitChange::Started(200),
+            InitChange::Started(300)
+        ]
+    );
+    p.handle(exit(100, 11, WaitStatus::exited(0), 6));
+    // Container 2's exit was lost: its cgroup emptied. Container 3's cgroup vanished.
+    p.handle(empty(12, &ctr_path(UID, 2), 7));
+    p.handle(rmdir(13, &ctr_path(UID, 3), 8));
+    assert_eq!(
+        p.take_init_changes().collect::<Vec<_>>(),
+        [
+            InitChange::Died(100),
+            InitChange::Died(200),
+            InitChange::Died(300)
+        ]
+    );
+    assert_eq!(p.take_init_changes().count(), 0, "taken once");
+
+    // From walks: found running, then gone.
+    p.resync(&scan(vec![
+        scanned(20, &pod_path(UID2), &[500], None),
+        scanned(21, &ctr_path(UID2, 5), &[500], Some(500)),
+    ]));
+    assert_eq!(
+        p.take_init_changes().collect::<Vec<_>>(),
+        [InitChange::Started(500)]
+    );
+    p.resync(&scan(vec![scanned(20, &pod_path(UID2), &[], None)]));
+    assert_eq!(
+        p.take_init_changes().collect::<Vec<_>>(),
+        [InitChange::Died(500)]
+    );
+    drain(&mut rx);
+}
+
+#[test]
+fn the_stream_stamps_each_event_when_it_is_sent() {
+    let (mut p, mut rx) = pleg(64);
+    let before = std::time::SystemTime::now();
+    setup(&mut p);
+    let after = std::time::SystemTime::now();
+    let s = rx.try_recv_stamped().unwrap();
+    assert_eq!(s.event.kind(), ContainerChanged);
+    assert!(before <= s.sent && s.sent <= after);
+}

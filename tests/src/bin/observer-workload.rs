@@ -8,12 +8,18 @@
 //!   oom-child MIB     fork a child named "oom-victim" that runs `alloc MIB`; wait for it,
 //!                     print how it ended, exit 0
 //!   spin N            fork and reap N short-lived children (a fork/exit storm), exit 0
+//!   spin-ns N         the same, each child the init (pid 1) of a new pid namespace
+//!   pidns-init CODE   a child, pid 1 of a new pid namespace, execs `exit CODE`; wait, print
+//!                     `child <host pid> status <status>`, exit 0
+//!   mix N             N times: a child execs `exit 0` (a plain process), then a child that is
+//!                     pid 1 of a new pid namespace execs `exit 1` (a container init); reap both
+//!   hog               burn CPU until killed
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{env, process::exit, thread, time::Duration};
 
 fn arg(n: usize) -> u64 {
     env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or_else(|| {
-        eprintln!("usage: observer-workload <exit N|segv|sleep S|thread-exit N|alloc MIB|oom-child MIB|spin N>");
+        eprintln!("usage: observer-workload <exit N|segv|sleep S|thread-exit N|alloc MIB|oom-child MIB|spin N|spin-ns N|pidns-init CODE|mix N|hog>");
         exit(64)
     })
 }
@@ -22,6 +28,49 @@ fn set_comm(name: &str) {
     let c = std::ffi::CString::new(name).expect("no NUL");
     // SAFETY: PR_SET_NAME copies at most 16 bytes from a valid C string.
     unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr(), 0, 0, 0) };
+}
+
+/// clone(2) with `CLONE_NEWPID`, fork-like (no new stack): the child is pid 1 of a new pid
+/// namespace. Returns the child's pid in the parent, 0 in the child.
+fn fork_new_pid_ns() -> i64 {
+    // SAFETY: a raw clone without CLONE_VM is a fork: the child gets a copy of the address space
+    // and, with a null stack, continues on its copy of this stack. The callers' children only
+    // call async-signal-safe functions (execv, _exit) before they exit.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_NEWPID | libc::SIGCHLD,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    }
+}
+
+/// In a forked child: exec this program with `args`, or `_exit(127)`.
+fn exec_self(argv: &[std::ffi::CString]) -> ! {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: a NUL-terminated array of valid C strings, alive until execv replaces the image.
+    unsafe { libc::execv(ptrs[0], ptrs.as_ptr()) };
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(127) }
+}
+
+fn self_argv(args: &[&str]) -> Vec<std::ffi::CString> {
+    let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+    std::iter::once(exe.to_string_lossy().into_owned())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|a| std::ffi::CString::new(a).expect("no NUL"))
+        .collect()
+}
+
+fn reap(child: i64) -> i32 {
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(child as libc::pid_t, &mut status, 0) };
+    status
 }
 
 fn alloc(mib: u64) -> ! {
@@ -104,6 +153,53 @@ fn main() {
                 }
             }
         }
+        "spin-ns" => {
+            for _ in 0..arg(2) {
+                match fork_new_pid_ns() {
+                    -1 => exit(71),
+                    // SAFETY: _exit is async-signal-safe.
+                    0 => unsafe { libc::_exit(0) },
+                    child => {
+                        reap(child);
+                    }
+                }
+            }
+        }
+        "pidns-init" => {
+            let argv = self_argv(&["exit", &arg(2).to_string()]);
+            match fork_new_pid_ns() {
+                -1 => exit(71),
+                0 => exec_self(&argv),
+                child => {
+                    let status = reap(child);
+                    println!("child {child} status {status:#x}");
+                }
+            }
+        }
+        "mix" => {
+            let plain = self_argv(&["exit", "0"]);
+            let init = self_argv(&["exit", "1"]);
+            for _ in 0..arg(2) {
+                // SAFETY: the child only calls execv/_exit.
+                match unsafe { libc::fork() } {
+                    -1 => exit(71),
+                    0 => exec_self(&plain),
+                    child => {
+                        reap(i64::from(child));
+                    }
+                }
+                match fork_new_pid_ns() {
+                    -1 => exit(71),
+                    0 => exec_self(&init),
+                    child => {
+                        reap(child);
+                    }
+                }
+            }
+        }
+        "hog" => loop {
+            std::hint::black_box(0u64);
+        },
         _ => {
             arg(usize::MAX);
         }
