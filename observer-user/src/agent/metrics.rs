@@ -276,6 +276,12 @@ impl Collector for Sources {
             None,
             p.known_inits as f64,
         )?;
+        counter(
+            &mut e,
+            "pipeline_known_init_failures",
+            "Registrations of container inits with the kernel that failed (the map full: such an init's exit is read within the 10 ms poll instead of at once)",
+            p.known_init_failures,
+        )?;
         gauge(
             &mut e,
             "kernel_pods",
