@@ -23,13 +23,13 @@ use std::{
 
 use anyhow::{Context, Result};
 use nix::{sys::signal::Signal, unistd::Pid};
-use observer::cri::{api, CriClient};
 use observer_tests::{
     apiserver::{pod_object, ApiStandIn, Recorded},
     endpoint::{free_listen, histogram, metric, ok, quantile_bound},
     eventually_async,
     kernel::require_kernel,
     process::ObserverProcess,
+    relist::{relist_exited, RELIST_PERIOD},
     require_containerd, ContainerSpec, Containerd, Pod, PodSpec,
 };
 use tokio::sync::watch;
@@ -39,7 +39,6 @@ const ALIVE: &str = "observer.dev/ContainersAlive";
 /// Pods cycling at once.
 const PODS: usize = 3;
 const DEFAULT_DEATHS: usize = 60;
-const RELIST_PERIOD: Duration = Duration::from_secs(1);
 const WAIT: Duration = Duration::from_secs(20);
 
 /// What was seen of one death.
@@ -121,7 +120,14 @@ async fn run(deaths: usize) -> Result<()> {
 
     let shared = Arc::new(Shared::default());
     let (stop_tx, stop) = watch::channel(false);
-    let relister = tokio::spawn(relist(ctrd.cri()?, Arc::clone(&shared), stop));
+    let relister = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(relist_exited(ctrd.cri()?, stop, move |id, at| {
+            shared.record(id, |d| {
+                d.relist.get_or_insert(at);
+            })
+        }))
+    };
     let per_pod = deaths.div_ceil(PODS);
     let mut drivers = Vec::new();
     for spec in specs {
@@ -241,32 +247,6 @@ impl Shared {
 
     fn get(&self, id: &str) -> Option<Death> {
         self.deaths.lock().unwrap().get(id).cloned()
-    }
-}
-
-/// (b): kubelet's generic PLEG: relist, then wait the period. Returns each relist's round trip.
-async fn relist(
-    cri: CriClient,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<Vec<Duration>> {
-    let mut rtts = Vec::new();
-    loop {
-        let t = Instant::now();
-        let containers = cri.list_containers(None).await?;
-        let received = SystemTime::now();
-        rtts.push(t.elapsed());
-        for c in containers {
-            if c.state == api::ContainerState::ContainerExited as i32 {
-                shared.record(&c.id, |d| {
-                    d.relist.get_or_insert(received);
-                });
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return Ok(rtts),
-            _ = tokio::time::sleep(RELIST_PERIOD) => {}
-        }
     }
 }
 

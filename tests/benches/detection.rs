@@ -33,7 +33,6 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use observer::{
-    cri::{api, CriClient},
     kernel::{BootNs, KernelEvent, ProbeOptions, Watch},
     pipeline::{
         unified_mount, watch_roots, KernelPipeline, PipelineConfig, ReaderThread, DEFAULT_QUEUE,
@@ -42,6 +41,7 @@ use observer::{
 };
 use observer_tests::{
     kernel::{require_kernel, workload},
+    relist::relist_exited,
     require_containerd, ContainerSpec, Containerd, Pod, PodSpec, Qos, TaskExit,
 };
 use tokio::sync::{watch, Notify};
@@ -52,8 +52,6 @@ const PODS: usize = 3;
 const DEFAULT_DEATHS: usize = 150;
 /// The real-time priority of the `realtime` phases: the DaemonSet's.
 const REALTIME_PRIORITY: u8 = 10;
-/// kubelet's generic PLEG relist period.
-const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// How long a pod's driver waits for all three consumers before moving on; a consumer that has not
 /// seen the death by the end of the run counts it as missed.
 const GATE: Duration = Duration::from_secs(10);
@@ -368,7 +366,14 @@ async fn run_phase(
     let task = pipeline.spawn_with_tap(phase.reader, tap, || {})?;
     let pleg_consumer = tokio::spawn(consume_pleg(rx, clock, Arc::clone(&shared), stop.clone()));
     let exit_consumer = tokio::spawn(consume_task_exits(exits, Arc::clone(&shared), stop.clone()));
-    let relister = tokio::spawn(relist(ctrd.cri()?, Arc::clone(&shared), stop.clone()));
+    let relister = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(relist_exited(ctrd.cri()?, stop.clone(), move |id, at| {
+            shared.record(id, |s| {
+                s.relist.get_or_insert(at);
+            })
+        }))
+    };
 
     let hogs = match phase.load {
         Load::Busy => Some(Hogs::start()?),
@@ -531,33 +536,6 @@ async fn consume_task_exits(
             shared.record(&id, |s| {
                 s.task_exit.get_or_insert(ev);
             });
-        }
-    }
-}
-
-/// (c): kubelet's generic PLEG: relist, then wait the period (its wait.Until slides the period
-/// after each relist). Returns each relist's round-trip time.
-async fn relist(
-    cri: CriClient,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<Vec<Duration>> {
-    let mut rtts = Vec::new();
-    loop {
-        let t = Instant::now();
-        let containers = cri.list_containers(None).await?;
-        let received = SystemTime::now();
-        rtts.push(t.elapsed());
-        for c in containers {
-            if c.state == api::ContainerState::ContainerExited as i32 {
-                shared.record(&c.id, |s| {
-                    s.relist.get_or_insert(received);
-                });
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return Ok(rtts),
-            _ = tokio::time::sleep(RELIST_PERIOD) => {}
         }
     }
 }

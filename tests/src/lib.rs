@@ -39,6 +39,7 @@ pub mod manifests;
 pub mod pod;
 pub mod prereq;
 pub mod process;
+pub mod relist;
 mod sys;
 pub mod wait;
 

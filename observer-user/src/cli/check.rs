@@ -16,15 +16,8 @@ pub struct CheckArgs {
     /// mounts them elsewhere (e.g. /host/sys/fs/cgroup); the same variable as `observer run`'s.
     #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUPFS")]
     pub cgroupfs: Option<PathBuf>,
-    /// The real-time priority `observer run` is given (the same variable as its
-    /// `--realtime-priority`): then real-time scheduling is a requirement, checked on a thread.
-    #[arg(
-        long,
-        env = "OBSERVER_REALTIME_PRIORITY",
-        value_name = "1-99",
-        value_parser = clap::value_parser!(u8).range(1..=99)
-    )]
-    pub realtime_priority: Option<u8>,
+    #[command(flatten)]
+    pub realtime: super::RealtimeArg,
 }
 
 struct Report {
@@ -303,7 +296,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    realtime(&mut r, args.realtime_priority);
+    realtime(&mut r, args.realtime.realtime_priority);
 
     if r.missing == 0 {
         println!("\nall requirements met");

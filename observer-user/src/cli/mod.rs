@@ -88,6 +88,23 @@ pub fn init_logging(filter: &str, format: LogFormat) {
 }
 
 /// Where the kernel reader runs: a thread of its own, real-time with `--realtime-priority`.
+/// `--realtime-priority`, the same for `run`, `watch` and `check`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct RealtimeArg {
+    /// Read the kernel on a real-time thread: SCHED_FIFO at this priority (1-99; needs
+    /// CAP_SYS_NICE), so that a death is seen at once on a busy node rather than after the
+    /// workloads' turn. Only that thread is real-time, and nothing it starts inherits it. Where
+    /// the kernel refuses, the agent says so once and reads at normal priority; `observer check`
+    /// then fails its real-time row.
+    #[arg(
+        long,
+        env = "OBSERVER_REALTIME_PRIORITY",
+        value_name = "1-99",
+        value_parser = clap::value_parser!(u8).range(1..=99)
+    )]
+    pub realtime_priority: Option<u8>,
+}
+
 fn reader_thread(realtime_priority: Option<u8>) -> crate::pipeline::ReaderThread {
     match realtime_priority {
         Some(p) => crate::pipeline::ReaderThread::Realtime(p),

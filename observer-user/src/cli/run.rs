@@ -88,18 +88,8 @@ pub struct RunArgs {
         default_value_t = 60
     )]
     pub health_stale_after: u64,
-    /// Read the kernel and run the PLEG on a real-time thread (SCHED_FIFO at this priority,
-    /// 1-99; needs CAP_SYS_NICE), so that a death is seen at once on a busy node rather than
-    /// after the workloads' turn. Only that thread is real-time, and nothing it starts inherits
-    /// it. Where the kernel refuses, the agent says so once and the thread runs at normal
-    /// priority.
-    #[arg(
-        long,
-        env = "OBSERVER_REALTIME_PRIORITY",
-        value_name = "1-99",
-        value_parser = clap::value_parser!(u8).range(1..=99)
-    )]
-    pub realtime_priority: Option<u8>,
+    #[command(flatten)]
+    pub realtime: super::RealtimeArg,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -118,7 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
     cfg.reconcile.state_dir = Some(args.state_dir.clone());
     cfg.reconcile.detection_latency = Some(metrics.detection_latency.clone());
-    cfg.reader = super::reader_thread(args.realtime_priority);
+    cfg.reader = super::reader_thread(args.realtime.realtime_priority);
     let mut agent = Agent::start(cfg).await?;
     let listener = http::bind(args.listen).await?;
 

@@ -49,16 +49,8 @@ pub struct WatchArgs {
     /// (from its account and the kernel log), as kubelet's first relist reports them.
     #[arg(long, value_name = "ENDPOINT", requires = "pods")]
     pub cri_endpoint: Option<crate::cri::CriEndpoint>,
-    /// Read the kernel on a real-time thread (SCHED_FIFO at this priority, 1-99; needs
-    /// CAP_SYS_NICE), as `observer run --realtime-priority` does. Where the kernel refuses, says
-    /// so once and reads at normal priority.
-    #[arg(
-        long,
-        env = "OBSERVER_REALTIME_PRIORITY",
-        value_name = "1-99",
-        value_parser = clap::value_parser!(u8).range(1..=99)
-    )]
-    pub realtime_priority: Option<u8>,
+    #[command(flatten)]
+    pub realtime: super::RealtimeArg,
 }
 
 pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
@@ -77,7 +69,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         },
         ..Default::default()
     };
-    let reader = super::reader_thread(args.realtime_priority);
+    let reader = super::reader_thread(args.realtime.realtime_priority);
     if args.pods {
         let endpoint = args
             .cri_endpoint
@@ -113,7 +105,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     };
     let (stop, stop_rx) = UnixStream::pair()?;
     let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
-    let realtime = args.realtime_priority;
+    let realtime = args.realtime.realtime_priority;
     let thread = std::thread::Builder::new()
         .name("observer-watch".into())
         .spawn(move || {
