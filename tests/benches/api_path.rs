@@ -24,7 +24,7 @@ use std::{
 use anyhow::{Context, Result};
 use nix::{sys::signal::Signal, unistd::Pid};
 use observer_tests::{
-    apiserver::{pod_object, ApiStandIn, Recorded},
+    apiserver::{ApiStandIn, Recorded},
     endpoint::{free_listen, histogram, metric, ok, quantile_bound},
     eventually_async,
     kernel::require_kernel,
@@ -58,17 +58,8 @@ fn main() -> Result<()> {
     if !require_containerd() || !require_kernel() {
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let deaths = match std::env::var("OBSERVER_BENCH_DEATHS") {
-        Ok(v) => v.parse().context("OBSERVER_BENCH_DEATHS")?,
-        Err(_) => DEFAULT_DEATHS,
-    };
+    observer_tests::bench::init_tracing();
+    let deaths = observer_tests::bench::env_count("OBSERVER_BENCH_DEATHS", DEFAULT_DEATHS)?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -83,14 +74,7 @@ async fn run(deaths: usize) -> Result<()> {
     let specs: Vec<PodSpec> = (0..PODS)
         .map(|i| {
             let spec = PodSpec::new(format!("path-{i}"));
-            api.add_pod(pod_object(
-                &spec.name,
-                &spec.namespace,
-                &spec.uid,
-                NODE,
-                &[("app", None)],
-                Some(ALIVE),
-            ));
+            api.declare(&spec, NODE, &[("app", None)], Some(ALIVE));
             spec
         })
         .collect();

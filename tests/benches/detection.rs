@@ -165,17 +165,8 @@ fn main() -> Result<()> {
         // Both print `SKIPPED: <why>` (and panic under CI=true instead).
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let deaths = match std::env::var("OBSERVER_BENCH_DEATHS") {
-        Ok(v) => v.parse().context("OBSERVER_BENCH_DEATHS")?,
-        Err(_) => DEFAULT_DEATHS,
-    };
+    observer_tests::bench::init_tracing();
+    let deaths = observer_tests::bench::env_count("OBSERVER_BENCH_DEATHS", DEFAULT_DEATHS)?;
     let loads = list("OBSERVER_BENCH_LOADS", "idle,busy")?
         .into_iter()
         .map(|l| match l.as_str() {

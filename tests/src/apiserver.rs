@@ -371,6 +371,26 @@ impl ApiStandIn {
         self.state.lock().expect("state").pods.push(pod);
     }
 
+    /// Adds `spec` as the API has it: bound to `node`, with its containers `(name, memory
+    /// limit)` and the readiness gate. The stand-in's watch sends nothing: declare a pod before
+    /// the agent lists.
+    pub fn declare(
+        &self,
+        spec: &crate::PodSpec,
+        node: &str,
+        containers: &[(&str, Option<&str>)],
+        readiness_gate: Option<&str>,
+    ) {
+        self.add_pod(pod_object(
+            &spec.name,
+            &spec.namespace,
+            &spec.uid,
+            node,
+            containers,
+            readiness_gate,
+        ));
+    }
+
     /// Answer every write with `code` from now on (`None`: success again).
     pub fn fail_writes(&self, code: Option<u16>) {
         self.state.lock().expect("state").fail_writes = code;

@@ -29,6 +29,7 @@ use cel as _;
 
 pub mod agent;
 pub mod apiserver;
+pub mod bench;
 pub mod containerd;
 pub mod endpoint;
 pub mod events;

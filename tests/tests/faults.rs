@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use observer_tests::{
     agent::WAIT,
-    apiserver::{pod_object, ApiStandIn, Recorded},
+    apiserver::{ApiStandIn, Recorded},
     containerd::StopSignal,
     endpoint::{free_listen, metric, ok},
     eventually_async,
@@ -120,14 +120,7 @@ impl Agent {
 /// A pod in the API (before the agent lists: the stand-in's watch sends nothing).
 fn declare(api: &ApiStandIn, name: &str) -> PodSpec {
     let spec = PodSpec::new(name);
-    api.add_pod(pod_object(
-        &spec.name,
-        &spec.namespace,
-        &spec.uid,
-        NODE,
-        &[("app", None)],
-        Some(ALIVE),
-    ));
+    api.declare(&spec, NODE, &[("app", None)], Some(ALIVE));
     spec
 }
 
