@@ -6,6 +6,9 @@ use std::{env, fs, path::PathBuf};
 // aya-build builds it for the BPF target itself.
 use observer_ebpf as _;
 
+/// The nightly that builds the kernel side (scripts/bootstrap.sh installs it).
+const NIGHTLY: &str = "nightly-2026-05-19";
+
 fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     // AYA_BUILD_SKIP=1 builds userspace alone (docs, clippy of userspace on a machine without
@@ -24,5 +27,6 @@ fn main() -> anyhow::Result<()> {
         root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../observer-ebpf"),
         ..Default::default()
     };
-    aya_build::build_ebpf([pkg], aya_build::Toolchain::default())
+    // The pin scripts/bootstrap.sh installs: its LLVM is the one bpf-linker was built against.
+    aya_build::build_ebpf([pkg], aya_build::Toolchain::Custom(NIGHTLY))
 }

@@ -32,12 +32,14 @@ else
   log "Debian packages present"
 fi
 
-# The kernel side is built by the nightly toolchain with build-std, which needs rust-src.
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-  log "adding rust-src to the nightly toolchain"
-  rustup component add rust-src --toolchain nightly
+# The kernel side is built by a pinned nightly with build-std (rust-src); its LLVM (22) is the one
+# bpf-linker is built against below. observer-user/build.rs, xtask and .ci/run name the same pin.
+NIGHTLY=nightly-2026-05-19
+if ! rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src'; then
+  log "installing the $NIGHTLY toolchain (rust-src, clippy)"
+  rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src --component clippy
 else
-  log "nightly rust-src present"
+  log "$NIGHTLY with rust-src present"
 fi
 
 # bpf-linker links the eBPF object; it must use the same LLVM major as the nightly (22).

@@ -119,7 +119,7 @@ fn main() -> Result<()> {
         } => image(out, binary, rootfs, jobs),
         Task::Bootstrap => run(&mut Command::new("./scripts/bootstrap.sh")),
         Task::BuildEbpf => run(Command::new("cargo").args([
-            "+nightly",
+            "+nightly-2026-05-19",
             "build",
             "-p",
             "observer-ebpf",
