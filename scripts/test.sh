@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+if [ "${OBSERVER_CLUSTER_TEST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  ./scripts/cluster-build.sh start
+fi
 # The tests that run the agent's binary (tests/tests/cli.rs, the DaemonSet container test in
 # tests/tests/deploy.rs) need target/release/observer: `cargo test` builds a bin only as a test
 # harness, and only another target of the same package would make it build the binary itself.
@@ -27,6 +30,7 @@ fi
 if [ "${OBSERVER_CLUSTER_TEST:-1}" = 0 ] && [ "${CI:-}" != true ]; then
   echo "real-cluster suite: skipped (OBSERVER_CLUSTER_TEST=0)"
 else
+  ./scripts/cluster-build.sh wait
   cargo xtask cluster up
   trap 'cargo xtask cluster down' EXIT
   cargo test --release -p observer-tests --test cluster -- --test-threads=2

@@ -22,10 +22,17 @@ const KUBERNETES_COMMANDS: &[&str] = &[
     "kubectl",
 ];
 
-/// Builds what is missing or was built from other module files.
+/// Builds what is missing or was built from other module files. One build at a time per
+/// directory: a second caller (CI starts the build early in the background; the suite's `up`
+/// comes later) waits for the first and then finds it done.
 pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
     let go_src = workspace.join("cluster/go");
     let bin = dir.join("bin");
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let lock_path = dir.join(".build.lock");
+    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
     let stamp_file = bin.join(".built-from");
     let stamp = stamp(&go_src)?;
     let complete = KUBERNETES_COMMANDS

@@ -126,7 +126,7 @@ pub fn start_apiserver(c: &Cluster, f: &Files) -> Result<()> {
     .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
     .arg(format!(
         "--service-account-key-file={}",
-        p("service-account.key")
+        p("service-account.pub")
     ))
     .arg(format!(
         "--service-account-signing-key-file={}",

@@ -181,7 +181,7 @@ state = "{run}/containerd-state"
     )
 }
 
-/// Every cgroup hierarchy mounted under /sys/fs/cgroup (v1 controllers and cgroup2).
+/// Every cgroup hierarchy mounted (v1 controllers, named v1 hierarchies and cgroup2).
 fn hierarchies() -> Vec<PathBuf> {
     let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
         return Vec::new();
@@ -190,10 +190,9 @@ fn hierarchies() -> Vec<PathBuf> {
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            let (_, dir, kind, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
-            let named_only = kind == "cgroup" && opts.split(',').any(|o| o.starts_with("name="));
-            let v1_controllers = kind == "cgroup" && !named_only;
-            (kind == "cgroup2" || v1_controllers).then(|| PathBuf::from(dir))
+            let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
+            // Named v1 hierarchies (name=systemd) too: kubelet checks every one.
+            (kind == "cgroup2" || kind == "cgroup").then(|| PathBuf::from(dir))
         })
         .collect()
 }

@@ -223,8 +223,8 @@ impl Cluster {
     }
 
     /// Stops every component (kubelet first, so nothing is restarted), kills what runs in the
-    /// pods' cgroups, unmounts what kubelet and containerd mounted and removes all state but the
-    /// binaries, the Go caches and the certificates' parent directory.
+    /// pods' cgroups, unmounts what kubelet and containerd mounted and removes all state: only
+    /// the binaries and the Go caches stay.
     pub fn down(&self) -> Result<()> {
         daemon::stop_all(self);
         files::kill_and_remove_cgroups();

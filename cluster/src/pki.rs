@@ -25,7 +25,7 @@ const CLIENTS: &[(&str, &str, Option<&str>)] = &[
 ];
 
 pub fn ensure(dir: &Path) -> Result<()> {
-    if dir.join("ca.crt").exists() && dir.join("service-account.key").exists() {
+    if dir.join("ca.crt").exists() && dir.join("service-account.pub").exists() {
         return Ok(());
     }
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
@@ -91,9 +91,11 @@ pub fn ensure(dir: &Path) -> Result<()> {
     for (stem, cn, o) in CLIENTS {
         issue(stem, cn, *o, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
     }
-    // ECDSA P-256 in PKCS#8: the API server signs tokens with it (ES256) and verifies them
-    // with its public half, which it derives from this same file.
-    put("service-account.key", KeyPair::generate()?.serialize_pem())
+    // ECDSA P-256: the API server signs tokens with it (ES256) and verifies them with the
+    // public half (which it will not derive from a PKCS#8 private key).
+    let sa = KeyPair::generate()?;
+    put("service-account.pub", sa.public_key_pem())?;
+    put("service-account.key", sa.serialize_pem())
 }
 
 fn dn(cn: &str, o: Option<&str>) -> DistinguishedName {
