@@ -671,6 +671,7 @@ fn probes(
 }
 
 mod kubelet;
+pub mod print;
 
 #[cfg(test)]
 mod tests;
