@@ -145,15 +145,25 @@ mod real_cluster {
         wait_pod_ready_agent(c);
         let (code, body) = http_get(agent_addr(), "/metrics").expect("the agent answers");
         assert_eq!(code, 200);
-        for family in [
-            "# TYPE observer_kernel_events",
-            "# TYPE observer_status_write_latency_seconds histogram",
-        ] {
-            assert!(
-                body.lines().any(|l| l.starts_with(family)),
-                "{family} missing from /metrics:\n{body}"
-            );
-        }
+        let sample = |name: &str| {
+            body.lines()
+                .find_map(|l| {
+                    l.strip_prefix(name)?
+                        .strip_prefix(' ')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{body}"))
+        };
+        // Connected to the node's containerd through the mounted socket, reading the kernel.
+        assert_eq!(sample("observer_cri_connected"), 1.0);
+        assert_eq!(sample(r#"observer_kernel_records_total{type="lost"}"#), 0.0);
+        assert!(
+            sample("observer_kernel_containers") >= 1.0,
+            "its own container at least"
+        );
+        assert!(body.contains("# TYPE observer_status_write_latency_seconds histogram"));
         assert_eq!(http_get(agent_addr(), "/healthz").map(|r| r.0), Some(200));
         assert_eq!(http_get(agent_addr(), "/readyz").map(|r| r.0), Some(200));
     }
@@ -168,10 +178,12 @@ mod real_cluster {
             .unwrap();
         let mut granted = BTreeSet::new();
         for line in list.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let (Some(resource), Some(verbs)) = (cols.first(), cols.last()) else {
+            // Verbs are the last bracketed column, and may hold spaces: `[create patch]`.
+            let (Some(resource), Some(open)) = (line.split_whitespace().next(), line.rfind('['))
+            else {
                 continue;
             };
+            let verbs = &line[open..];
             // Non-resource URLs (discovery, /healthz...) come as `[]  [/api/*]  []  [get]`.
             if resource.starts_with('[') {
                 continue;
@@ -245,44 +257,46 @@ mod real_cluster {
 
         let patch =
             r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#;
+        // The request the agent makes (kube's patch_status: a strategic merge patch, no GET
+        // first), with the agent's token.
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
+            observer_cluster::APISERVER_PORT,
+            c.dir().join("pki/ca.crt").display(),
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = rt.block_on(async {
+            let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
+            kube::Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name)
+        });
         let as_agent = |pod: &str| {
-            c.kubectl()
-                .args([
-                    "--token",
-                    &token,
-                    // The token authenticates; the admin kubeconfig supplies only the server and CA.
-                    "--user",
-                    "token-only",
-                    "-n",
-                    &ns.name,
-                    "patch",
-                    "pod",
-                    pod,
-                    "--subresource=status",
-                    "--type=strategic",
-                    "-p",
-                    patch,
-                ])
-                .output()
-                .unwrap()
+            let patch: Value = serde_json::from_str(patch).unwrap();
+            rt.block_on(pods.patch_status(
+                pod,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(patch),
+            ))
         };
-        let theirs = as_agent("theirs");
-        let err = String::from_utf8_lossy(&theirs.stderr);
-        assert!(
-            !theirs.status.success(),
-            "a status write to another node's pod was accepted"
-        );
-        assert!(
-            err.contains("observer-own-node")
-                && err.contains(&format!("the observer agent of node {NODE_NAME} may only change pods bound to that node")),
-            "refused, but not by the admission policy: {err}"
-        );
-        let mine = as_agent("mine");
-        assert!(
-            mine.status.success(),
-            "a status write to its own node's pod was refused: {}",
-            String::from_utf8_lossy(&mine.stderr)
-        );
+        match as_agent("theirs") {
+            Ok(_) => panic!("a status write to another node's pod was accepted"),
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{status:?}");
+                assert!(
+                    status.message.contains("observer-own-node")
+                        && status.message.contains(&format!(
+                            "the observer agent of node {NODE_NAME} may only change pods bound to that node"
+                        )),
+                    "refused, but not by the admission policy: {status:?}"
+                );
+            }
+            Err(other) => panic!("the write failed, not refused: {other}"),
+        }
+        if let Err(e) = as_agent("mine") {
+            panic!("a status write to its own node's pod was refused: {e}");
+        }
         let pod = get_json(c, &["get", "pod", "mine", "-n", &ns.name]).unwrap();
         assert_eq!(
             condition(&pod, "observer.dev/AdmissionProbe").map(|c| c["status"].clone()),
@@ -385,5 +399,61 @@ mod real_cluster {
                 "{line:?} lost across the restart:\n{kept}"
             );
         }
+    }
+
+    /// A child OOM-killed in a container that then exits 0 (kubernetes#104454): containerd 1.6
+    /// and kubelet report the container OOMKilled with exit code 0; the truth, which the agent
+    /// writes, is a completed container that lost a child (dd) to the OOM killer.
+    #[test]
+    fn child_oom_kill_told_right_beside_kubelet() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        let ns = Namespace::new(c, "t-child-oom").unwrap();
+        wait_pod_ready_agent(c);
+        // dd's 64 MiB buffer in a 32 MiB container: the kernel kills dd, the shell goes on.
+        let manifest = busybox_pod(
+            "child-oom",
+            &ns.name,
+            "Never",
+            "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 2; exit 0",
+        )
+        .replace(
+            "      command:",
+            "      resources:\n        limits:\n          memory: 32Mi\n      command:",
+        );
+        apply(c, &manifest).unwrap();
+        let pod = wait_pod(c, &ns.name, "child-oom", READY, |p| {
+            p["status"]["phase"] == "Succeeded"
+                && condition(p, "observer.dev/OOMKilled").is_some_and(|c| c["status"] == "True")
+        })
+        .unwrap();
+        let term = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(term["exitCode"], 0, "the container exited 0: {term}");
+        let oom = condition(&pod, "observer.dev/OOMKilled").unwrap();
+        assert_eq!(
+            oom["reason"], "ProcessOOMKilled",
+            "the agent's condition: {oom}"
+        );
+        assert!(
+            oom["message"].as_str().unwrap_or("").contains("dd"),
+            "the victim is named: {oom}"
+        );
+        // kubelet's account, which the agent does not overwrite: containerd 1.6's mislabel.
+        eprintln!(
+            "kubelet: reason {} exit {}; agent: {} {}",
+            term["reason"], term["exitCode"], oom["reason"], oom["message"]
+        );
+        let events = get_json(c, &["get", "events.events.k8s.io", "-n", &ns.name]).unwrap();
+        let from_agent: Vec<&Value> = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["reportingController"] == "observer")
+            .collect();
+        assert!(
+            from_agent.iter().any(|e| e["reason"] == "ProcessOOMKilled"
+                && e["note"].as_str().unwrap_or("").contains("dd")),
+            "no ProcessOOMKilled Event naming dd from the agent: {events}"
+        );
     }
 }
