@@ -23,5 +23,8 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod runner;
 pub mod sched;
+pub mod sync;
+#[cfg(test)]
+pub(crate) mod testlog;
 
 pub use error::{Error, Result};

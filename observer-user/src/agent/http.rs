@@ -1,22 +1,34 @@
-//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (liveness: the kernel
-//! reader and the reconciler are alive and turning, as kubelet's PLEG health fails after 3
-//! minutes without a relist), `/readyz` (ready once the first sync is done: the start-up walk and
-//! the first relist answered).
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (liveness: every task of
+//! the agent runs, the kernel reader and the reconciler are turning, as kubelet's PLEG health
+//! fails after 3 minutes without a relist), `/readyz` (ready once the first sync is done: the
+//! start-up walk, the runtime's first relist answered, and the API's first list of this node's
+//! pods; until then it says what is missing and why).
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::metrics::Metrics;
-use crate::{pipeline::PipelineHealth, reconcile::ReconcileHandle};
+use super::{metrics::Metrics, tasks::TaskHealth};
+use crate::{
+    cri::ReconnectingCri, kube::StatusHandle, pipeline::PipelineHealth, reconcile::ReconcileHandle,
+};
 
 /// What the health checks look at.
 #[derive(Clone)]
 pub struct Health {
     pub pipeline: Arc<PipelineHealth>,
     pub reconcile: ReconcileHandle,
+    pub cri: ReconnectingCri,
+    pub tasks: TaskHealth,
+    /// The status manager once it runs; `None` when nothing reaches the API.
+    pub api: Option<Arc<OnceLock<StatusHandle>>>,
     /// A loop that has not turned for this long is stuck (both turn every few seconds).
     pub stale_after: Duration,
 }
@@ -24,6 +36,7 @@ pub struct Health {
 impl Health {
     /// `Err(why)` when a part of the agent died or stopped turning.
     pub fn live(&self) -> Result<(), String> {
+        self.tasks.check()?;
         if self.pipeline.ended() {
             return Err("the kernel reader has stopped".into());
         }
@@ -38,13 +51,31 @@ impl Health {
         Ok(())
     }
 
-    /// Live, and the first sync (walk and relist) is done.
+    /// Live, and the first syncs are done: with the runtime (walk and relist) and with the API
+    /// (this node's pods listed). Every one missing is said.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
+        let mut missing = Vec::new();
         if !self.reconcile.is_settled() {
-            return Err("the first sync with the runtime is not done".into());
+            let state = self.cri.state();
+            missing.push(match state.last_error {
+                Some(why) if !state.connected => {
+                    format!("the first sync with the runtime is not done: {why}")
+                }
+                _ => "the first sync with the runtime is not done".into(),
+            });
         }
-        Ok(())
+        if let Some(api) = &self.api {
+            match api.get() {
+                Some(status) => missing.extend(status.listed().err()),
+                None => missing.push("the API's first list of this node's pods is not done".into()),
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("\n"))
+        }
     }
 }
 

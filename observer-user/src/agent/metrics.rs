@@ -4,11 +4,11 @@
 //! connection, status manager); one collector reads them at scrape time, so nothing is counted
 //! twice and an idle agent does no work for its metrics. Two metrics are recorded as things
 //! happen: the detection latency (kernel exit → reconciler) and the OOM kills per container.
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    encoding::{DescriptorEncoder, EncodeMetric},
     metrics::{
         counter::{ConstCounter, Counter},
         family::Family,
@@ -28,12 +28,7 @@ use crate::{
     reconcile::{ReconcileHandle, ReconcileStats},
 };
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ContainerLabels {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-}
+pub use crate::reconcile::ContainerLabels;
 
 /// The agent's registry and the metrics recorded as things happen.
 pub struct Metrics {
@@ -52,7 +47,8 @@ pub struct Sources {
     pub probes: Arc<Mutex<Probes>>,
     pub reconcile: ReconcileHandle,
     pub cri: ReconnectingCri,
-    pub status: Option<StatusHandle>,
+    /// The status manager once it runs.
+    pub status: Arc<OnceLock<StatusHandle>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -157,12 +153,7 @@ impl Collector for Sources {
                 .copied()
                 .zip(p.pleg.kernel_by_type),
         )?;
-        if let Ok(k) = self
-            .probes
-            .lock()
-            .map_err(|_| ())
-            .and_then(|p| p.counters().map_err(|_| ()))
-        {
+        if let Ok(k) = crate::sync::lock(&self.probes).counters() {
             counter(
                 &mut e,
                 "kernel_ring_buffer_drops",
@@ -195,12 +186,7 @@ impl Collector for Sources {
         if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
             .is_ok_and(|v| v.trim() == "1")
         {
-            if let Ok(stats) = self
-                .probes
-                .lock()
-                .map_err(|_| ())
-                .and_then(|p| p.program_stats().map_err(|_| ()))
-            {
+            if let Ok(stats) = crate::sync::lock(&self.probes).program_stats() {
                 counters(
                     &mut e,
                     "kernel_program_runs",
@@ -406,7 +392,7 @@ impl Collector for Sources {
             self.cri.reconnects(),
         )?;
 
-        if let Some(h) = &self.status {
+        if let Some(h) = self.status.get() {
             let s = h.stats();
             let g = StatusStats::get;
             counter(

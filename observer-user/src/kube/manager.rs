@@ -2,9 +2,9 @@
 //! event publisher, and runs them in one loop; the agent talks to it through a cheap
 //! [`StatusHandle`].
 //!
-//! - [`StatusHandle::observe`] takes a reconciled pod on every change. It only stores the view
-//!   (the newest per pod wins) and wakes the loop, so a burst of changes handed over together is
-//!   computed once and written once.
+//! - The loop takes the pods whose reconciled view changed straight from the reconciler
+//!   ([`ReconcileHandle::changed_pods`], one queue: the newest view of a pod wins), so a burst of
+//!   changes is computed once and written once.
 //! - The loop computes what the mode says, skips the write when it equals (normalised, as kubelet
 //!   does) what was last sent or what the API already has, and hands the patch to the writer:
 //!   one request in flight per pod, the newest state next.
@@ -13,13 +13,13 @@
 //!   UID: the pod is gone, or its name now belongs to a new pod.
 //! - Kernel events (OOM kills, deaths) become Events in every mode but `off`; in `audit` mode
 //!   kubelet's status is compared with the kernel's account instead of writing.
-//! - Per-pod state is dropped by [`StatusHandle::forget`] (the pod left the node view); what it
-//!   remembers of a pod is bounded by the containers the view still has.
+//! - Per-pod state is dropped when the pod leaves the node view; what it remembers of a pod is
+//!   bounded by the containers the view still has.
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -29,7 +29,7 @@ use futures::{stream::BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use serde_json::Value;
 use tokio::{
-    sync::{mpsc, oneshot, Notify},
+    sync::{mpsc, oneshot},
     time::Instant,
 };
 
@@ -44,14 +44,15 @@ use super::{
     StatusConfig, StatusMode,
 };
 use crate::{
+    cgroup::PodUid,
     ratelimit::{KeyedLimiter, Take},
-    reconcile::{ContainerPhase, PodView},
+    reconcile::{ContainerPhase, PodView, ReconcileHandle},
 };
 
 /// Counters for metrics, readable while the manager runs.
 #[derive(Debug, Default)]
 pub struct StatusStats {
-    /// Views handed to `observe`.
+    /// Changed views taken from the reconciler.
     pub observed: AtomicU64,
     /// Pod statuses (or condition sets) computed.
     pub computed: AtomicU64,
@@ -61,8 +62,9 @@ pub struct StatusStats {
     pub writes: AtomicU64,
     /// Computations that needed no write (equal to the last sent, or to the API's).
     pub unchanged: AtomicU64,
-    /// Failed attempts (5xx, 429, timeouts, transport); each is retried.
+    /// Failed attempts (5xx, timeouts, transport); each is retried.
     pub write_errors: AtomicU64,
+    /// 429s (retried after the server's Retry-After); not in `write_errors`.
     pub throttled: AtomicU64,
     /// 404: the pod was gone.
     pub gone: AtomicU64,
@@ -80,34 +82,11 @@ pub struct StatusStats {
     pub watch_errors: AtomicU64,
     /// Log lines about a pod dropped over its rate limit.
     pub logs_suppressed: AtomicU64,
-    latencies: Mutex<VecDeque<Duration>>,
 }
-
-const LATENCY_SAMPLES: usize = 4096;
 
 impl StatusStats {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
-    }
-
-    /// Time from `observe` to the request leaving, for the last writes: (p50, p99, samples).
-    pub fn write_latency(&self) -> Option<(Duration, Duration, usize)> {
-        let mut v: Vec<Duration> = self.latencies.lock().ok()?.iter().copied().collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_unstable();
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-        Some((at(0.5), at(0.99), v.len()))
-    }
-
-    fn record_latency(&self, d: Duration) {
-        if let Ok(mut l) = self.latencies.lock() {
-            if l.len() == LATENCY_SAMPLES {
-                l.pop_front();
-            }
-            l.push_back(d);
-        }
     }
 }
 
@@ -149,61 +128,32 @@ pub struct FlushReport {
 }
 
 enum Cmd {
-    Forget(String),
     Flush(Duration, oneshot::Sender<FlushReport>),
-}
-
-struct Shared {
-    /// The newest view of each pod not yet taken by the loop, and when it was first observed.
-    dirty: Mutex<HashMap<String, (PodView, Instant)>>,
-    notify: Notify,
-    stats: StatusStats,
 }
 
 /// The agent's side of the manager. Cheap to clone.
 #[derive(Clone)]
 pub struct StatusHandle {
-    shared: Arc<Shared>,
+    stats: Arc<StatusStats>,
     cmds: mpsc::UnboundedSender<Cmd>,
     pods: NodePods,
+    reconcile: ReconcileHandle,
     events: Arc<EventStats>,
     cfg: Arc<StatusConfig>,
 }
 
 impl StatusHandle {
-    /// A pod changed in the reconciled view. Never blocks; the newest view of a pod wins.
-    pub fn observe(&self, view: &PodView) {
-        bump(&self.shared.stats.observed);
-        if let Ok(mut dirty) = self.shared.dirty.lock() {
-            let now = Instant::now();
-            dirty
-                .entry(view.uid.to_string())
-                .and_modify(|(v, _)| *v = view.clone())
-                .or_insert_with(|| (view.clone(), now));
-        }
-        self.shared.notify.notify_one();
-    }
-
-    /// The pod left the node view: its state, pending write and rate limit are dropped.
-    pub fn forget(&self, uid: &str) {
-        if let Ok(mut dirty) = self.shared.dirty.lock() {
-            dirty.remove(uid);
-        }
-        let _ = self.cmds.send(Cmd::Forget(uid.to_string()));
-    }
-
     /// Writes what is pending now, retries without waiting out back-offs, and waits until
     /// everything is written or `deadline` has passed (SIGTERM).
     pub async fn flush(&self, deadline: Duration) -> FlushReport {
         let (tx, rx) = oneshot::channel();
         let pending = || FlushReport {
-            unwritten: self.shared.dirty.lock().map_or(0, |d| d.len()),
+            unwritten: self.reconcile.pending_changes(),
             events_pending: self.events.pending.load(Ordering::Relaxed),
         };
         if self.cmds.send(Cmd::Flush(deadline, tx)).is_err() {
             return pending();
         }
-        self.shared.notify.notify_one();
         match tokio::time::timeout(deadline + Duration::from_millis(100), rx).await {
             Ok(Ok(report)) => report,
             _ => pending(),
@@ -211,7 +161,12 @@ impl StatusHandle {
     }
 
     pub fn stats(&self) -> &StatusStats {
-        &self.shared.stats
+        &self.stats
+    }
+
+    /// `Ok` once the API listed this node's pods; else why not (for `/readyz`).
+    pub fn listed(&self) -> Result<(), String> {
+        self.pods.listed()
     }
 
     /// The event publisher's counters (queued, published, failed, rate-limited, overflow).
@@ -275,7 +230,8 @@ impl PodState {
 pub struct StatusManager {
     cfg: Arc<StatusConfig>,
     types: ConditionTypes,
-    shared: Arc<Shared>,
+    stats: Arc<StatusStats>,
+    reconcile: ReconcileHandle,
     cmds: mpsc::UnboundedReceiver<Cmd>,
     pods: NodePods,
     changes: BoxStream<'static, PodChange>,
@@ -297,9 +253,14 @@ pub struct StatusManager {
 }
 
 impl StatusManager {
-    /// The manager and its handle. Nothing happens until [`StatusManager::run`] is polled.
-    pub fn new(client: Client, cfg: StatusConfig) -> (Self, StatusHandle) {
-        let (pods, changes) = pods::watch(client.clone(), &cfg.node_name);
+    /// The manager of the pods `reconcile` has, and its handle. Nothing happens until
+    /// [`StatusManager::run`] is polled.
+    pub fn new(
+        client: Client,
+        cfg: StatusConfig,
+        reconcile: ReconcileHandle,
+    ) -> (Self, StatusHandle) {
+        let (pods, changes) = pods::watch(client.clone(), &cfg.node_name, &cfg.api_url);
         let writer = StatusWriter::new(client.clone(), &cfg);
         let reporter = Reporter {
             controller: cfg.reporter.clone(),
@@ -307,17 +268,14 @@ impl StatusManager {
         };
         let (events, worker) = EventPublisher::new(client, reporter, cfg.events.clone());
         let event_stats = events.stats();
-        let shared = Arc::new(Shared {
-            dirty: Mutex::new(HashMap::new()),
-            notify: Notify::new(),
-            stats: StatusStats::default(),
-        });
+        let stats = Arc::new(StatusStats::default());
         let (tx, rx) = mpsc::unbounded_channel();
         let cfg = Arc::new(cfg);
         let handle = StatusHandle {
-            shared: Arc::clone(&shared),
+            stats: Arc::clone(&stats),
             cmds: tx,
             pods: pods.clone(),
+            reconcile: reconcile.clone(),
             events: Arc::clone(&event_stats),
             cfg: Arc::clone(&cfg),
         };
@@ -325,7 +283,8 @@ impl StatusManager {
             logs: KeyedLimiter::new(cfg.pod_logs, cfg.events.max_pods),
             types: cfg.condition_types(),
             cfg,
-            shared,
+            stats,
+            reconcile,
             cmds: rx,
             pods,
             changes,
@@ -342,23 +301,30 @@ impl StatusManager {
         (me, handle)
     }
 
+    /// The Events' publishing, to run beside [`Self::run`] (the agent supervises it); left
+    /// here, `run` spawns it.
+    pub fn take_events_worker(&mut self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.events_worker.take()
+    }
+
     /// Runs until every handle is dropped. The reflector, the writes and the events all run
     /// here (the events' publishing in a task of its own).
     pub async fn run(mut self) {
-        if let Some(worker) = self.events_worker.take() {
-            tokio::spawn(worker);
-        }
+        let _events = self
+            .events_worker
+            .take()
+            .map(|w| crate::sync::AbortOnDrop(tokio::spawn(w)));
+        let reconcile = self.reconcile.clone();
         loop {
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
             tokio::select! {
                 biased;
-                _ = self.shared.notify.notified() => self.drain(),
+                changed = reconcile.changed_pods() => self.take(changed),
                 cmd = self.cmds.recv() => match cmd {
-                    Some(Cmd::Forget(uid)) => self.forget(&uid),
                     Some(Cmd::Flush(within, tx)) => {
-                        self.drain();
+                        self.take(self.reconcile.take_changed());
                         self.writer.expedite();
                         self.flushes.push((Instant::now() + within, tx));
                     }
@@ -396,16 +362,19 @@ impl StatusManager {
         self.flushes = keep;
     }
 
-    fn drain(&mut self) {
-        let dirty = match self.shared.dirty.lock() {
-            Ok(mut d) => std::mem::take(&mut *d),
-            Err(_) => return,
-        };
-        for (uid, (view, at)) in dirty {
-            let st = self.state.entry(uid.clone()).or_default();
+    /// Pods whose view changed: computed from the newest view, or forgotten when it is gone.
+    fn take(&mut self, changed: Vec<(PodUid, Instant)>) {
+        for (uid, at) in changed {
+            let key = uid.to_string();
+            let Some(view) = self.reconcile.pod(&uid) else {
+                self.forget(&key);
+                continue;
+            };
+            bump(&self.stats.observed);
+            let st = self.state.entry(key.clone()).or_default();
             st.observed_at.get_or_insert(at);
             st.view = Some(view);
-            self.process(&uid);
+            self.process(&key);
         }
     }
 
@@ -470,12 +439,12 @@ impl StatusManager {
                     self.process(&uid);
                 }
             }
-            PodChange::Error(_) => bump(&self.shared.stats.watch_errors),
+            PodChange::Error(_) => bump(&self.stats.watch_errors),
         }
     }
 
     fn finished(&mut self, done: WriteDone) {
-        let stats = &self.shared.stats;
+        let stats = &*self.stats;
         let Ok((job, outcome)) = done.output else {
             bump(&stats.write_errors);
             return;
@@ -485,7 +454,6 @@ impl StatusManager {
             WriteOutcome::Written { sent_at } => {
                 bump(&stats.writes);
                 let latency = sent_at.saturating_duration_since(job.observed_at);
-                stats.record_latency(latency);
                 if let Some(h) = &self.cfg.write_latency {
                     h.observe(latency.as_secs_f64());
                 }
@@ -517,7 +485,6 @@ impl StatusManager {
                 }
             }
             WriteOutcome::Throttled(after) => {
-                bump(&stats.write_errors);
                 bump(&stats.throttled);
                 tracing::debug!(pod = %job.name, ?after, "status write throttled");
             }
@@ -560,7 +527,7 @@ impl StatusManager {
             StatusMode::Audit => self.audit(&view, pod.as_deref(), now),
             StatusMode::Conditions | StatusMode::Full => {
                 let Some(pod) = pod else {
-                    bump(&self.shared.stats.waiting_for_pod);
+                    bump(&self.stats.waiting_for_pod);
                     return;
                 };
                 self.write(&view, &pod, now);
@@ -570,7 +537,7 @@ impl StatusManager {
 
     /// Computes what the mode writes and hands it to the writer unless nothing changed.
     fn write(&mut self, view: &PodView, pod: &Pod, now: SystemTime) {
-        let stats = &self.shared.stats;
+        let stats = &self.stats;
         let Some(st) = self.state.get_mut(view.uid.as_str()) else {
             return;
         };
@@ -692,14 +659,14 @@ impl StatusManager {
         }
         let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
-            bump(&self.shared.stats.events);
+            bump(&self.stats.events);
             // The node's log says it too, for log pipelines (the Event may be rate-limited or
             // the API away).
             let (e, _) = ev.render();
             let note = e.note.as_deref().unwrap_or_default();
             pod_log(
                 &mut self.logs,
-                &self.shared.stats,
+                &self.stats,
                 view.uid.as_str(),
                 &view.name,
                 || match ev {
@@ -717,7 +684,7 @@ impl StatusManager {
 
     fn audit(&mut self, view: &PodView, pod: Option<&Pod>, now: SystemTime) {
         let Some(api) = pod.and_then(|p| p.status.as_ref()) else {
-            bump(&self.shared.stats.waiting_for_pod);
+            bump(&self.stats.waiting_for_pod);
             return;
         };
         let grace = self.cfg.audit_running_grace;
@@ -734,11 +701,11 @@ impl StatusManager {
             if !st.findings.insert((f.container_id.clone(), f.kind)) {
                 continue;
             }
-            bump(&self.shared.stats.audit_findings[f.kind.index()]);
-            bump(&self.shared.stats.events);
+            bump(&self.stats.audit_findings[f.kind.index()]);
+            bump(&self.stats.events);
             pod_log(
                 &mut self.logs,
-                &self.shared.stats,
+                &self.stats,
                 view.uid.as_str(),
                 &view.name,
                 || tracing::warn!(namespace = %view.namespace, pod = %view.name, finding = %f.kind, "{}", f.message()),

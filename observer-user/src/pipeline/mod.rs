@@ -321,8 +321,5 @@ impl KernelPipeline {
 }
 
 fn counters(probes: &Mutex<Probes>) -> Result<KernelCounters, KernelError> {
-    probes
-        .lock()
-        .map_err(|_| KernelError::Map("STATS", "probes lock poisoned".into()))?
-        .counters()
+    crate::sync::lock(probes).counters()
 }

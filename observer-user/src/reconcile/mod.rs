@@ -19,7 +19,8 @@ pub mod evidence;
 mod fetch;
 mod handle;
 pub mod history;
-mod inits;
+pub mod inits;
+mod kills;
 pub mod merge;
 pub mod relist;
 mod runtime_events;
@@ -35,6 +36,7 @@ use fetch::{fetch_pod, PodSnapshot};
 use handle::{add, bump, Shared};
 pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
+pub use kills::ContainerLabels;
 pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
 
 use crate::{
@@ -43,6 +45,7 @@ use crate::{
     kernel::{kmsg::LoggedOomKill, BootClock},
     pleg::{PlegReceiver, PodLifecycleEvent},
     runner::{Finished, Runner, RunnerConfig, Step},
+    sync::AbortOnDrop,
 };
 
 #[derive(Clone, Debug)]
@@ -57,8 +60,17 @@ pub struct ReconcileConfig {
     /// Where the inits of containers are kept across agent restarts (see [`inits`]); `None`: in
     /// memory only.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Only the agent writes there; everything else reads.
+    pub state_access: inits::StateAccess,
     /// Observes, for each death, the seconds from the kernel's exit to the reconciler.
     pub detection_latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// Counts the OOM kills of each container.
+    pub oom_kills: Option<
+        prometheus_client::metrics::family::Family<
+            ContainerLabels,
+            prometheus_client::metrics::counter::Counter,
+        >,
+    >,
 }
 
 impl Default for ReconcileConfig {
@@ -68,7 +80,9 @@ impl Default for ReconcileConfig {
             unknown_grace: Duration::from_secs(2),
             max_fetches: 8,
             state_dir: Some("/run/observer".into()),
+            state_access: inits::StateAccess::ReadOnly,
             detection_latency: None,
+            oom_kills: None,
         }
     }
 }
@@ -116,6 +130,7 @@ pub struct Reconciler {
     pids: Runner<ContainerId, (), Result<Option<u32>, CriError>>,
     history: OomHistory,
     inits: inits::InitStore,
+    kills: Option<kills::KillCounter>,
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
@@ -124,12 +139,13 @@ pub struct Reconciler {
 impl Reconciler {
     /// `clock` maps kernel times to wall time; pass the pipeline's, which it keeps refreshed.
     /// `history`: the kernel log's kills (read after the probes were attached, so that together
-    /// they miss none).
+    /// they miss none). `inits`: what earlier agents of this boot saw start.
     pub fn new(
         cri: ReconnectingCri,
         cfg: ReconcileConfig,
         clock: BootClock,
         history: OomHistory,
+        inits: inits::InitStore,
     ) -> (Self, ReconcileHandle) {
         let shared = std::sync::Arc::new(Shared::new());
         let runner_cfg = |max| RunnerConfig {
@@ -160,11 +176,8 @@ impl Reconciler {
                 }
             }
         });
-        let inits = match &cfg.state_dir {
-            Some(dir) => inits::InitStore::open(dir),
-            None => inits::InitStore::in_memory(),
-        };
         let me = Self {
+            kills: cfg.oom_kills.clone().map(kills::KillCounter::new),
             inits,
             cri,
             cfg,
@@ -285,7 +298,7 @@ impl Reconciler {
         };
         let merged = (!self.is_sandbox(uid, cid)).then(|| self.merged(cid, t));
         let sandbox_dead = t.kernel.as_ref().is_some_and(|k| k.exit.is_some());
-        let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.shared.view_mut();
         let Some(pod) = view.get_mut(&uid) else {
             return;
         };
@@ -301,6 +314,14 @@ impl Reconciler {
             }
         }
         drop(view);
+        self.changed(uid);
+    }
+
+    /// The pod's view changed: counted, and handed to the consumer.
+    fn changed(&mut self, uid: PodUid) {
+        if let Some(k) = &mut self.kills {
+            k.update(uid, self.shared.view().get(&uid));
+        }
         self.shared.changed(uid);
     }
 
@@ -439,15 +460,9 @@ impl Reconciler {
 
         let Some(sandbox) = newest_sandbox(&snap.sandboxes) else {
             // The runtime has no such pod (any more).
-            let gone = self
-                .shared
-                .view
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&uid)
-                .is_some();
+            let gone = self.shared.view_mut().remove(&uid).is_some();
             if gone {
-                self.shared.changed(uid);
+                self.changed(uid);
             }
             for (id, _) in &statuses {
                 self.forget(id);
@@ -526,7 +541,7 @@ impl Reconciler {
             last_oom: latest_oom(&containers),
             containers,
         };
-        let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.shared.view_mut();
         let old = view.insert(uid, pod);
         let changed = old.as_ref() != view.get(&uid);
         drop(view);
@@ -542,7 +557,7 @@ impl Reconciler {
                 &self.shared.stats.corrected,
                 (corrected as u64).saturating_sub(before as u64),
             );
-            self.shared.changed(uid);
+            self.changed(uid);
         }
         again
     }
@@ -658,13 +673,5 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
