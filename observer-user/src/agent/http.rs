@@ -152,3 +152,91 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health)
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::{
+        agent::tasks::Tasks,
+        cri::{CriConfig, CriEndpoint},
+        kube::{
+            testkit::api::{self, status, Reply},
+            StatusConfig, StatusManager, StatusMode,
+        },
+        pipeline::PipelineStats,
+    };
+
+    async fn get(path: &str, health: &Health) -> (u16, String) {
+        let r = route(path, &Metrics::new(), health);
+        let code = r.status().as_u16();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readyz_says_what_is_missing_and_healthz_which_task_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("absent.sock");
+        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(&socket)));
+        let mut cri_state = cri.subscribe();
+        cri_state
+            .wait_for(|s| s.last_error.is_some())
+            .await
+            .unwrap();
+
+        let reconcile = ReconcileHandle::detached();
+        let (client, mock) = api::client();
+        api::serve(mock, vec![status(401, "Unauthorized"), Reply::Hang]);
+        let (manager, status_handle) = StatusManager::new(
+            client,
+            StatusConfig::new("node-1", StatusMode::Conditions),
+            reconcile.clone(),
+        );
+        let mut tasks = Tasks::default();
+        tasks.spawn("status manager", manager.run());
+        let api = Arc::new(OnceLock::new());
+        let health = Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile,
+            cri,
+            tasks: tasks.health(),
+            api: Some(Arc::clone(&api)),
+            stale_after: Duration::from_secs(60),
+        };
+        let runtime = format!("the first sync with the runtime is not done: CRI socket {} does not exist; is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its socket? containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock", socket.display());
+        assert_eq!(
+            get("/readyz", &health).await,
+            (
+                503,
+                format!("{runtime}\nthe API's first list of this node's pods is not done\n")
+            )
+        );
+        let _ = api.set(status_handle.clone());
+        let unauthorized = "the API's first list of this node's pods has not succeeded: the API server refused the agent's credentials (401 Unauthorized: Unauthorized (test)): check the kubeconfig's user, or the service account's token";
+        let said = tokio::time::timeout(Duration::from_secs(10), async {
+            while status_handle.listed() != Err(unauthorized.into()) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(said.is_ok(), "{:?}", status_handle.listed());
+        assert_eq!(
+            get("/readyz", &health).await,
+            (503, format!("{runtime}\n{unauthorized}\n"))
+        );
+        assert_eq!(get("/healthz", &health).await, (200, "ok\n".into()));
+
+        tasks.spawn("Events worker", async {});
+        let _ = tokio::time::timeout(Duration::from_secs(10), tasks.failed()).await;
+        assert_eq!(
+            get("/healthz", &health).await,
+            (503, "the Events worker ended\n".into())
+        );
+        assert_eq!(
+            get("/readyz", &health).await,
+            (503, "the Events worker ended\n".into())
+        );
+    }
+}

@@ -250,7 +250,17 @@ pub struct StatusManager {
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
     /// Audit: when to look at a pod again (a death the API has not caught up with yet).
     rechecks: HashMap<String, Instant>,
+    /// The API listed this node's pods at least once.
+    listed: bool,
+    /// Pods the runtime runs that the API does not list for this node, and since when.
+    unlisted: HashMap<String, Instant>,
+    /// Said for the pods unlisted now; said again once all were found and some go missing again.
+    node_warned: bool,
 }
+
+/// How long a running pod may be missing from the API's pods of this node before the node name
+/// is doubted: the API has a pod before its sandbox exists, so only a watch lagging can hide it.
+const UNLISTED_GRACE: Duration = Duration::from_secs(3);
 
 impl StatusManager {
     /// The manager of the pods `reconcile` has, and its handle. Nothing happens until
@@ -297,6 +307,9 @@ impl StatusManager {
             epoch: (SystemTime::now(), Instant::now()),
             flushes: Vec::new(),
             rechecks: HashMap::new(),
+            listed: false,
+            unlisted: HashMap::new(),
+            node_warned: false,
         };
         (me, handle)
     }
@@ -319,6 +332,7 @@ impl StatusManager {
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
+            let node_check = self.node_check_due();
             tokio::select! {
                 biased;
                 changed = reconcile.changed_pods() => self.take(changed),
@@ -334,6 +348,7 @@ impl StatusManager {
                 done = self.writer.next() => self.finished(done),
                 _ = sleep_until(deadline), if deadline.is_some() => {}
                 _ = sleep_until(recheck), if recheck.is_some() => self.recheck(),
+                _ = sleep_until(node_check), if node_check.is_some() => self.check_node_name(),
             }
         }
     }
@@ -396,7 +411,58 @@ impl StatusManager {
         }
     }
 
+    /// When pods missing from the API's list will have been missing for the grace.
+    fn node_check_due(&self) -> Option<Instant> {
+        if !self.listed || self.node_warned {
+            return None;
+        }
+        self.unlisted
+            .values()
+            .min()
+            .map(|since| *since + UNLISTED_GRACE)
+    }
+
+    /// Running pods the API does not list for this node: the node name is likely wrong, and
+    /// nothing is written for them.
+    fn check_node_name(&mut self) {
+        let now = Instant::now();
+        let mut missing: Vec<String> = self
+            .unlisted
+            .iter()
+            .filter(|(_, since)| **since + UNLISTED_GRACE <= now)
+            .filter_map(|(uid, _)| self.state.get(uid)?.view.as_ref())
+            .map(|v| format!("{}/{}", v.namespace, v.name))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        missing.sort();
+        let n = missing.len();
+        missing.truncate(3);
+        tracing::warn!(
+            "{n} pod(s) the runtime runs here are not among the API's pods of node {:?} ({}{}): is --node-name (NODE_NAME) this node's name as the API knows it (kubectl get nodes)? Nothing is written for them",
+            self.cfg.node_name,
+            missing.join(", "),
+            if n > 3 { ", ..." } else { "" },
+        );
+        self.node_warned = true;
+    }
+
+    /// Whether the API lists the pod the runtime runs.
+    fn track_listing(&mut self, uid: &str, view: &PodView, listed: bool) {
+        if listed || !view.sandbox_ready {
+            self.unlisted.remove(uid);
+            self.node_warned &= !self.unlisted.is_empty();
+        } else {
+            self.unlisted
+                .entry(uid.to_string())
+                .or_insert_with(Instant::now);
+        }
+    }
+
     fn forget(&mut self, uid: &str) {
+        self.unlisted.remove(uid);
+        self.node_warned &= !self.unlisted.is_empty();
         self.state.remove(uid);
         self.rechecks.remove(uid);
         self.writer.forget(uid);
@@ -434,6 +500,11 @@ impl StatusManager {
             }
             // Pods applied during the relist are in the store only now.
             PodChange::Resynced => {
+                if !self.listed {
+                    // Missing before the first list meant nothing.
+                    self.listed = true;
+                    self.unlisted.clear();
+                }
                 let uids: Vec<String> = self.state.keys().cloned().collect();
                 for uid in uids {
                     self.process(&uid);
@@ -520,6 +591,7 @@ impl StatusManager {
             return;
         };
         let pod = resolve(&self.pods, &view);
+        self.track_listing(uid, &view, pod.is_some());
         let now = self.now();
         self.kernel_events(&view, pod.as_deref());
         match self.cfg.mode {

@@ -50,7 +50,7 @@ pub struct PipelineHealth {
 }
 
 impl PipelineHealth {
-    fn new(stats: PipelineStats) -> Self {
+    pub(crate) fn new(stats: PipelineStats) -> Self {
         Self {
             born: Instant::now(),
             realtime: AtomicBool::new(false),

@@ -581,3 +581,36 @@ async fn a_crash_looping_pod_cannot_flood_the_log() {
         "the line after the refill was dropped"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn pods_the_api_does_not_list_for_this_node_make_the_node_name_doubted() {
+    let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+    // The API lists another pod for "node-1": this one runs here all the same.
+    let mut other = app_pod();
+    other.metadata.uid = Some("0b6a3f5e-0000-4000-8000-0000000000ff".into());
+    other.metadata.name = Some("elsewhere".into());
+    let (h, log_api) = start(StatusMode::Conditions, vec![other], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    tokio::time::sleep(UNLISTED_GRACE - Duration::from_millis(100)).await;
+    assert_eq!(log.lines(), Vec::<String>::new(), "not before the grace");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        log.lines(),
+        vec![format!(
+            "WARN 1 pod(s) the runtime runs here are not among the API's pods of node \"node-1\" ({NS}/{NAME}): is --node-name (NODE_NAME) this node's name as the API knows it (kubectl get nodes)? Nothing is written for them"
+        )]
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(log.lines().len(), 1, "said once");
+    assert!(server::patches(&log_api).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn listed_pods_raise_no_doubt() {
+    let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+    let (h, log_api) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(log.lines(), Vec::<String>::new());
+    assert_eq!(server::patches(&log_api).len(), 1);
+}
