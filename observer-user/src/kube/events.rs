@@ -37,6 +37,7 @@ use super::{
     conditions::{describe_kill, kib},
 };
 use crate::{
+    cri::PodRef,
     ratelimit::{KeyedLimiter, Rate},
     reconcile::{ContainerView, OomEvidence},
 };
@@ -66,14 +67,6 @@ impl Default for EventConfig {
             timeout: Duration::from_secs(10),
         }
     }
-}
-
-/// The pod an event is about.
-#[derive(Clone, Debug)]
-pub struct PodRef {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
 }
 
 /// What happened.

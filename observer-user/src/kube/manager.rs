@@ -37,7 +37,7 @@ use super::{
     audit::{audit, FindingKind},
     compute::{compute_status, ComputedStatus, StatusInputs},
     conditions::{memory_limit, observer_conditions, survived, ConditionTypes},
-    events::{EventPublisher, EventStats, PodEvent, PodRef},
+    events::{EventPublisher, EventStats, PodEvent},
     patch::{conditions_patch, normalize, status_patch},
     pods::{self, NodePods, PodChange},
     writer::{StatusWriter, WriteDone, WriteJob, WriteOutcome},
@@ -45,6 +45,7 @@ use super::{
 };
 use crate::{
     cgroup::PodUid,
+    cri::PodRef,
     ratelimit::{KeyedLimiter, Take},
     reconcile::{ContainerPhase, PodView, ReconcileHandle},
 };

@@ -48,7 +48,7 @@ use thiserror::Error;
 pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{check_prefix, observer_conditions, ConditionTypes};
-pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
+pub use events::{EventConfig, EventPublisher, PodEvent};
 pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
 pub use pods::{NodePods, PodChange};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
@@ -102,11 +102,6 @@ impl StatusMode {
             StatusMode::Audit => "audit",
             StatusMode::Full => "full",
         }
-    }
-
-    /// Modes that patch pod status.
-    pub fn writes_status(self) -> bool {
-        matches!(self, StatusMode::Conditions | StatusMode::Full)
     }
 }
 

@@ -15,8 +15,6 @@ use std::{
     time::Duration,
 };
 
-/// Kept here too: the pipeline's callers found it here first.
-pub use crate::kernel::own_pid_ns_level;
 pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 
 use crate::{
@@ -182,7 +180,7 @@ impl KernelPipeline {
         index.scan();
         let mut pleg = Pleg::new(index, tx);
         // With hostPID the agent shares the node's pid namespace: its depth is the node's.
-        pleg.set_host_ns_level(own_pid_ns_level());
+        pleg.set_host_ns_level(crate::kernel::own_pid_ns_level());
         let mut me = Self {
             probes: Arc::new(Mutex::new(probes)),
             reader,
@@ -273,11 +271,6 @@ impl KernelPipeline {
                 }
             }
         }
-    }
-
-    /// The kernel's set of known inits (their exit wakes the reader at once).
-    pub fn known_inits(&self) -> &KnownInits {
-        &self.inits
     }
 
     fn rescan(&mut self) {
