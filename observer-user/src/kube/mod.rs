@@ -1,10 +1,10 @@
 //! The status manager: what the kernel saw, written to the Kubernetes API.
 //!
-//! The agent reconciles its node view ([`crate::reconcile::PodView`]) and hands each changed pod
-//! to a [`StatusManager`] through its [`StatusHandle::observe`]. The manager keeps this node's
-//! pods from a reflector ([`pods`]), computes what to say by kubelet's rules ([`compute`],
-//! [`conditions`], [`audit`]), and writes it with one request in flight per pod ([`writer`],
-//! [`patch`]) and Events ([`events`]).
+//! The agent reconciles its node view ([`crate::reconcile::PodView`]); a [`StatusManager`] takes
+//! each changed pod straight from the reconciler's handle. The manager keeps this node's pods from
+//! a reflector ([`pods`]), computes what to say by kubelet's rules ([`compute`], [`conditions`],
+//! [`audit`]), and writes it with one request in flight per pod ([`writer`], [`patch`]) and Events
+//! ([`events`]).
 //!
 //! Modes ([`StatusMode`]):
 //! - `conditions` (default): beside kubelet, two observer-owned condition types,
@@ -15,16 +15,15 @@
 //! - `full`: the whole computed PodStatus, for nodes where nothing else writes pod status.
 //! - `off`: nothing reaches the API.
 //!
-//! Wiring, for the agent:
+//! Wiring, for the agent (`agent::run` does it):
 //! ```ignore
 //! let api = observer::kube::client(kubeconfig.as_deref()).await?;
-//! let cfg = StatusConfig::new(node_name, StatusMode::Conditions);
-//! let (manager, handle) = StatusManager::new(api.client, cfg);
+//! let mut cfg = StatusConfig::new(node_name, StatusMode::Conditions);
+//! cfg.api_url = api.url;
+//! let (manager, handle) = StatusManager::new(api.client, cfg, agent.reconcile.clone());
 //! tokio::spawn(manager.run());
-//! // on every reconciled change of a pod:
-//! handle.observe(&pod_view);
-//! // when a pod is gone from the node view:
-//! handle.forget(&uid);
+//! // /readyz:
+//! handle.listed()?;
 //! // on SIGTERM:
 //! handle.flush(Duration::from_secs(5)).await;
 //! ```
