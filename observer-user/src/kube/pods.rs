@@ -292,4 +292,34 @@ mod tests {
             "the API server at https://10.0.0.1:6443 cannot be reached (ServiceError: client error (Connect)): check the kubeconfig's server, or the network to it"
         );
     }
+
+    #[tokio::test]
+    async fn a_closed_port_is_named_with_its_cause_once() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user: {{}}\ncurrent-context: c\n"),
+        )
+        .unwrap();
+        let api = crate::kube::client(Some(kubeconfig.as_os_str()))
+            .await
+            .unwrap();
+        let (pods, mut changes) = watch(api.client, "node-1", &api.url);
+        let PodChange::Error(why) = next(&mut changes).await else {
+            panic!("a closed port answered");
+        };
+        let server = format!("the API server at http://127.0.0.1:{port}/ cannot be reached (");
+        assert!(why.starts_with(&server), "{why}");
+        assert!(
+            why.ends_with("): check the kubeconfig's server, or the network to it"),
+            "{why}"
+        );
+        assert_eq!(why.matches("Connection refused").count(), 1, "{why}");
+        assert!(pods.listed().unwrap_err().ends_with(&why));
+    }
 }
