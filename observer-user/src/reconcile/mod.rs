@@ -23,6 +23,7 @@ pub mod inits;
 mod kills;
 pub mod merge;
 pub mod relist;
+pub mod runtime;
 mod runtime_events;
 pub mod view;
 
@@ -37,6 +38,7 @@ use handle::{add, bump, Shared};
 pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
 pub use kills::ContainerLabels;
+pub use runtime::RuntimeService;
 pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
 
 use crate::{
@@ -120,8 +122,10 @@ impl Tracked {
     }
 }
 
-pub struct Reconciler {
-    cri: ReconnectingCri,
+/// The reconciler against a runtime: the CRI ([`ReconnectingCri`]) in the agent, a fake one in
+/// its tests.
+pub struct Reconciler<R: RuntimeService = ReconnectingCri> {
+    cri: R,
     cfg: ReconcileConfig,
     clock: BootClock,
     shared: std::sync::Arc<Shared>,
@@ -136,12 +140,12 @@ pub struct Reconciler {
     relisted_once: bool,
 }
 
-impl Reconciler {
+impl<R: RuntimeService> Reconciler<R> {
     /// `clock` maps kernel times to wall time; pass the pipeline's, which it keeps refreshed.
     /// `history`: the kernel log's kills (read after the probes were attached, so that together
     /// they miss none). `inits`: what earlier agents of this boot saw start.
     pub fn new(
-        cri: ReconnectingCri,
+        cri: R,
         cfg: ReconcileConfig,
         clock: BootClock,
         history: OomHistory,
@@ -200,7 +204,7 @@ impl Reconciler {
 
     /// Runs until the PLEG stream ends.
     pub async fn run(mut self, mut pleg: PlegReceiver) {
-        let mut conn = self.cri.subscribe();
+        let mut conn = self.cri.connection();
         let mut seen_generation = conn.borrow().generation;
         let mut tick = tokio::time::interval(self.cfg.relist_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -240,13 +244,11 @@ impl Reconciler {
             self.shared.beat();
             // Every pod asked about has been answered (a pod whose fetch waits out a back-off
             // is not answered yet).
-            let settled = self.relisted_once && self.fetches.is_idle();
-            if settled && !*self.shared.settled.borrow() {
+            // Once: the first sync stays done while later requests are in flight.
+            if self.relisted_once && self.fetches.is_idle() && !*self.shared.settled.borrow() {
                 tracing::debug!(pods = self.shared.view().len(), "settled");
+                self.shared.settled.send_replace(true);
             }
-            self.shared
-                .settled
-                .send_if_modified(|s| std::mem::replace(s, settled) != settled);
         }
     }
 
@@ -585,15 +587,17 @@ impl Reconciler {
     /// Lists everything, counts what the event-driven path missed, and fetches the pods that
     /// differ.
     async fn relist(&mut self) {
-        let Ok(client) = self.cri.client() else {
-            tracing::debug!("relist skipped: runtime not connected (it runs again on reconnect)");
-            return;
-        };
         let (sandboxes, containers) = match tokio::try_join!(
-            client.list_pod_sandboxes(None),
-            client.list_containers(None)
+            self.cri.list_pod_sandboxes(None),
+            self.cri.list_containers(None)
         ) {
             Ok(x) => x,
+            Err(CriError::Disconnected { .. }) => {
+                tracing::debug!(
+                    "relist skipped: runtime not connected (it runs again on reconnect)"
+                );
+                return;
+            }
             Err(e) => {
                 bump(&self.shared.stats.fetch_errors);
                 tracing::warn!("relist failed: {}", e.chain());
@@ -675,3 +679,6 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;
