@@ -52,6 +52,8 @@ struct State {
     recorded: Vec<Recorded>,
     /// A status code to answer writes with, for fault tests (None: success).
     fail_writes: Option<u16>,
+    /// A status code to answer every request with (401, 403: credentials refused or forbidden).
+    refuse: Option<u16>,
 }
 
 pub struct ApiStandIn {
@@ -129,6 +131,29 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    let refuse = state.lock().expect("state").refuse;
+    if let Some(code) = refuse {
+        let reason = StatusCode::from_u16(code)
+            .ok()
+            .and_then(|c| c.canonical_reason())
+            .unwrap_or("Refused");
+        let mut st = state.lock().expect("state");
+        let seq = st.recorded.len();
+        st.recorded.push(Recorded {
+            seq,
+            code,
+            at,
+            method: method.to_string(),
+            uri,
+            content_type,
+            body: Value::Null,
+        });
+        drop(st);
+        return respond(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
+            &status(code, reason, "refused by the stand-in"),
+        );
+    }
     if method == Method::GET {
         if let Some(doc) = discovery(&path) {
             return respond(StatusCode::OK, &doc);
@@ -394,6 +419,12 @@ impl ApiStandIn {
     /// Answer every write with `code` from now on (`None`: success again).
     pub fn fail_writes(&self, code: Option<u16>) {
         self.state.lock().expect("state").fail_writes = code;
+    }
+
+    /// Answer every request with `code` from now on (401: bad credentials, 403: forbidden;
+    /// `None`: serve again).
+    pub fn refuse(&self, code: Option<u16>) {
+        self.state.lock().expect("state").refuse = code;
     }
 
     /// The pod as the stand-in serves it now (with the conditions written to it).
