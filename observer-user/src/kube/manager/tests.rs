@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use serde_json::Value;
 
-use super::*;
+use super::{listing::UNLISTED_GRACE, *};
+use crate::kube::conditions::observer_conditions;
 use crate::kube::testkit::{
     api::{self, status, Reply, Seen},
     server::{self, Log},
