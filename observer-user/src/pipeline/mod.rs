@@ -5,6 +5,7 @@
 //! ([`KernelPipeline::next_batch`]). One turn of the loop is [`KernelPipeline::next_batch`] on a
 //! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
 //! the same code.
+mod metrics;
 mod task;
 
 use std::{

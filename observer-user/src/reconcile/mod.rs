@@ -22,6 +22,7 @@ pub mod history;
 pub mod inits;
 mod kills;
 pub mod merge;
+mod metrics;
 pub mod relist;
 pub mod runtime;
 mod runtime_events;

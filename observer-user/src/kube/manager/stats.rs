@@ -45,3 +45,113 @@ impl StatusStats {
 pub(super) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
+
+impl super::StatusHandle {
+    /// The status manager's and its Events' metrics.
+    pub fn encode_metrics(
+        &self,
+        e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        use super::super::audit::FindingKind;
+        use crate::exposition::{counter, counters};
+        let s = self.stats();
+        let g = StatusStats::get;
+        counter(
+            e,
+            "status_writes",
+            "Pod status patches the API accepted",
+            g(&s.writes),
+        )?;
+        counter(
+            e,
+            "status_write_errors",
+            "Failed status patches (5xx, timeouts, transport; each retried)",
+            g(&s.write_errors),
+        )?;
+        counter(
+            e,
+            "status_write_retries",
+            "Status patches retried (errors and 429s)",
+            g(&s.write_errors) + g(&s.throttled),
+        )?;
+        counter(
+            e,
+            "status_throttled",
+            "Status patches the API throttled (429)",
+            g(&s.throttled),
+        )?;
+        counter(
+            e,
+            "status_conflicts",
+            "Status patches refused by the UID precondition (a re-created pod)",
+            g(&s.conflicts),
+        )?;
+        counter(
+            e,
+            "status_gone",
+            "Status patches for pods the API no longer has",
+            g(&s.gone),
+        )?;
+        counter(
+            e,
+            "status_rejected",
+            "Status patches the API refused as invalid",
+            g(&s.rejected),
+        )?;
+        counter(
+            e,
+            "status_unchanged",
+            "Computed statuses that needed no write",
+            g(&s.unchanged),
+        )?;
+        counter(
+            e,
+            "api_watch_errors",
+            "Errors of the watch on this node's pods",
+            g(&s.watch_errors),
+        )?;
+        counter(
+            e,
+            "pod_log_lines_dropped",
+            "Log lines about a pod dropped over its per-pod rate limit",
+            g(&s.logs_suppressed),
+        )?;
+        counters(
+            e,
+            "audit_findings",
+            "Disagreements between kubelet's status in the API and the kernel's account",
+            "reason",
+            FindingKind::ALL
+                .iter()
+                .map(|k| (k.reason(), g(&s.audit_findings[k.index()]))),
+        )?;
+        let ev = self.event_stats();
+        let [queued, published, failed, limited, overflow, _pending] = ev.snapshot();
+        counter(e, "events_queued", "Kubernetes Events queued", queued)?;
+        counter(
+            e,
+            "events_published",
+            "Kubernetes Events published",
+            published,
+        )?;
+        counter(
+            e,
+            "events_failed",
+            "Kubernetes Events the API refused or never took",
+            failed,
+        )?;
+        counter(
+            e,
+            "events_rate_limited",
+            "Kubernetes Events over a pod's rate limit",
+            limited,
+        )?;
+        counter(
+            e,
+            "events_overflow",
+            "Kubernetes Events dropped because the queue was full",
+            overflow,
+        )?;
+        Ok(())
+    }
+}
