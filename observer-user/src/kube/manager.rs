@@ -168,10 +168,10 @@ pub struct StatusManager {
     writer: StatusWriter,
     events: EventPublisher,
     /// Per-pod rate limit of log lines.
-    logs: KeyedLimiter<String>,
+    logs: KeyedLimiter<PodUid>,
     events_worker: Option<futures::future::BoxFuture<'static, ()>>,
     event_stats: Arc<EventStats>,
-    state: HashMap<String, PodState>,
+    state: HashMap<PodUid, PodState>,
     /// Deaths and kills before this are history: not published again at start.
     started: SystemTime,
     /// The wall clock is read once; later times are this plus tokio's monotonic clock, so that
@@ -179,11 +179,11 @@ pub struct StatusManager {
     epoch: (SystemTime, Instant),
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
     /// Audit: when to look at a pod again (a death the API has not caught up with yet).
-    rechecks: HashMap<String, Instant>,
+    rechecks: HashMap<PodUid, Instant>,
     /// The API listed this node's pods at least once.
     listed: bool,
     /// Pods the runtime runs that the API does not list for this node, and since when.
-    unlisted: HashMap<String, Instant>,
+    unlisted: HashMap<PodUid, Instant>,
     /// Said for the pods unlisted now; said again once all were found and some go missing again.
     node_warned: bool,
 }
@@ -306,16 +306,15 @@ impl StatusManager {
     /// Pods whose view changed: computed from the newest view, or forgotten when it is gone.
     fn take(&mut self, changed: Vec<(PodUid, Instant)>) {
         for (uid, at) in changed {
-            let key = uid.to_string();
             let Some(view) = self.reconcile.pod(&uid) else {
-                self.forget(&key);
+                self.forget(&uid);
                 continue;
             };
             bump(&self.stats.observed);
-            let st = self.state.entry(key.clone()).or_default();
+            let st = self.state.entry(uid).or_default();
             st.observed_at.get_or_insert(at);
             st.view = Some(view);
-            self.process(&key);
+            self.process(&uid);
         }
     }
 
@@ -323,13 +322,13 @@ impl StatusManager {
         self.epoch.0 + self.epoch.1.elapsed()
     }
 
-    fn forget(&mut self, uid: &str) {
+    fn forget(&mut self, uid: &PodUid) {
         self.unlisted.remove(uid);
         self.node_warned &= !self.unlisted.is_empty();
         self.state.remove(uid);
         self.rechecks.remove(uid);
         self.writer.forget(uid);
-        self.events.forget(uid);
+        self.events.forget(uid.as_str());
         self.logs.forget(uid);
     }
 
@@ -337,24 +336,29 @@ impl StatusManager {
         match change {
             PodChange::Applied { uid } => {
                 // A mirror pod changed: its static pod is known by the UID in its annotation.
-                let key = if self.state.contains_key(&uid) {
-                    Some(uid)
-                } else {
-                    self.pods.by_uid(&uid).and_then(|p| {
-                        p.metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get("kubernetes.io/config.mirror").cloned())
-                    })
-                };
-                if let Some(st) = key.as_ref().and_then(|k| self.state.get_mut(k)) {
-                    st.gone = false;
-                    if let Some(k) = key {
-                        self.process(&k);
+                let key = PodUid::parse(&uid)
+                    .filter(|u| self.state.contains_key(u))
+                    .or_else(|| {
+                        self.pods.by_uid(&uid).and_then(|p| {
+                            p.metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get("kubernetes.io/config.mirror"))
+                                .and_then(|m| PodUid::parse(m))
+                        })
+                    });
+                if let Some(key) = key {
+                    if let Some(st) = self.state.get_mut(&key) {
+                        st.gone = false;
+                        self.process(&key);
                     }
                 }
             }
             PodChange::Deleted { uid } => {
+                // Not a pod of this node's views (no UID of the shape kubelet gives): nothing kept.
+                let Some(uid) = PodUid::parse(&uid) else {
+                    return;
+                };
                 self.writer.forget(&uid);
                 if let Some(st) = self.state.get_mut(&uid) {
                     st.gone = true;
@@ -368,7 +372,7 @@ impl StatusManager {
                     self.listed = true;
                     self.unlisted.clear();
                 }
-                let uids: Vec<String> = self.state.keys().cloned().collect();
+                let uids: Vec<PodUid> = self.state.keys().copied().collect();
                 for uid in uids {
                     self.process(&uid);
                 }
@@ -377,7 +381,7 @@ impl StatusManager {
         }
     }
 
-    fn process(&mut self, uid: &str) {
+    fn process(&mut self, uid: &PodUid) {
         if self.cfg.mode == StatusMode::Off {
             return;
         }

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
 use super::StatusManager;
-use crate::{kube::pods::NodePods, reconcile::PodView};
+use crate::{cgroup::PodUid, kube::pods::NodePods, reconcile::PodView};
 
 /// How long a running pod may be missing from the API's pods of this node before the node name
 /// is doubted: the API has a pod before its sandbox exists, so only a watch lagging can hide it.
@@ -65,14 +65,12 @@ impl StatusManager {
     }
 
     /// Whether the API lists the pod the runtime runs.
-    pub(super) fn track_listing(&mut self, uid: &str, view: &PodView, listed: bool) {
+    pub(super) fn track_listing(&mut self, uid: &PodUid, view: &PodView, listed: bool) {
         if listed || !view.sandbox_ready {
             self.unlisted.remove(uid);
             self.node_warned &= !self.unlisted.is_empty();
         } else {
-            self.unlisted
-                .entry(uid.to_string())
-                .or_insert_with(Instant::now);
+            self.unlisted.entry(*uid).or_insert_with(Instant::now);
         }
     }
 }

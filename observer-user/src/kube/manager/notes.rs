@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{podlog::pod_log, stats::bump, StatusManager};
 use crate::{
+    cgroup::PodUid,
     cri::PodRef,
     kube::{
         audit::audit,
@@ -20,11 +21,11 @@ use crate::{
 impl StatusManager {
     pub(super) fn recheck(&mut self) {
         let now = Instant::now();
-        let due: Vec<String> = self
+        let due: Vec<PodUid> = self
             .rechecks
             .iter()
             .filter(|(_, at)| **at <= now)
-            .map(|(uid, _)| uid.clone())
+            .map(|(uid, _)| *uid)
             .collect();
         for uid in due {
             self.rechecks.remove(&uid);
@@ -52,7 +53,7 @@ impl StatusManager {
                 .is_some_and(|ic| ic.iter().any(|c| c.name == name))
         };
         let started = self.started;
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
+        let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };
         st.prune(view);
@@ -94,7 +95,7 @@ impl StatusManager {
             pod_log(
                 &mut self.logs,
                 &self.stats,
-                view.uid.as_str(),
+                &view.uid,
                 &view.name,
                 || match ev {
                     PodEvent::OomKill { .. } => {
@@ -117,11 +118,10 @@ impl StatusManager {
         let grace = self.cfg.audit_running_grace;
         let findings = audit(api, view, now, grace);
         if let Some(due) = still_running_due(api, view, now, grace) {
-            self.rechecks
-                .insert(view.uid.to_string(), Instant::now() + due);
+            self.rechecks.insert(view.uid, Instant::now() + due);
         }
         let pod_ref = Self::pod_ref(view, pod);
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
+        let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };
         for f in findings {
@@ -133,7 +133,7 @@ impl StatusManager {
             pod_log(
                 &mut self.logs,
                 &self.stats,
-                view.uid.as_str(),
+                &view.uid,
                 &view.name,
                 || tracing::warn!(namespace = %view.namespace, pod = %view.name, finding = %f.kind, "{}", f.message()),
             );

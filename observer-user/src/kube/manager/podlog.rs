@@ -1,13 +1,16 @@
 //! Log lines about one pod, under the pod's rate limit.
 use super::stats::{bump, StatusStats};
-use crate::ratelimit::{KeyedLimiter, Take};
+use crate::{
+    cgroup::PodUid,
+    ratelimit::{KeyedLimiter, Take},
+};
 
 /// A log line about a pod, under the pod's rate limit, so that a crash-looping pod cannot flood
 /// the node's log pipeline. The first line allowed after some were dropped says how many.
 pub(super) fn pod_log(
-    limits: &mut KeyedLimiter<String>,
+    limits: &mut KeyedLimiter<PodUid>,
     stats: &StatusStats,
-    uid: &str,
+    uid: &PodUid,
     pod: &str,
     line: impl FnOnce(),
 ) {

@@ -78,7 +78,7 @@ impl StatusManager {
     /// Computes what the mode writes and hands it to the writer unless nothing changed.
     pub(super) fn write(&mut self, view: &PodView, pod: &Pod, now: SystemTime) {
         let stats = &self.stats;
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
+        let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };
         if st.gone {
@@ -124,7 +124,7 @@ impl StatusManager {
         let (normal, patch) = match result {
             Ok(r) => r,
             Err(e) => {
-                pod_log(&mut self.logs, stats, view.uid.as_str(), &view.name, || {
+                pod_log(&mut self.logs, stats, &view.uid, &view.name, || {
                     tracing::error!(pod = %view.name, "status not computed: {e}");
                 });
                 return;
@@ -150,7 +150,7 @@ impl StatusManager {
         self.writer.submit(WriteJob {
             namespace: view.namespace.clone(),
             name: view.name.clone(),
-            uid: view.uid.to_string(),
+            uid: view.uid,
             body: Arc::new(body),
             desired: normal,
             observed_at,
