@@ -26,6 +26,7 @@ mod metrics;
 pub mod relist;
 pub mod runtime;
 mod runtime_events;
+mod snapshot;
 pub mod view;
 
 use std::{collections::HashMap, time::Duration};
@@ -40,6 +41,7 @@ pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
 pub use kills::ContainerLabels;
 pub use runtime::RuntimeService;
+use snapshot::{PodPlan, SandboxPlan};
 pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
 
 use crate::{
@@ -415,93 +417,64 @@ impl<R: RuntimeService> Reconciler<R> {
         !t.pid_asked && merge::cri_phase(status.state) == ContainerPhase::Running
     }
 
-    /// Writes the pod's merged view. Returns true when the runtime should be asked again shortly
-    /// (a container the kernel reported is unknown to it, or it lags behind a death).
+    /// Carries out what the pod's snapshot says ([`snapshot::plan`]). Returns true when the
+    /// runtime should be asked again shortly (a container the kernel reported is unknown to it, or
+    /// it lags behind a death).
     fn apply_snapshot(&mut self, uid: PodUid, snap: PodSnapshot) -> bool {
-        let now = Instant::now();
-        let mut known: Vec<ContainerId> = Vec::new();
-        let mut statuses: Vec<(ContainerId, api::ContainerStatus)> = Vec::new();
-        let pids = snap.pids;
-        for s in snap.containers {
-            match ContainerId::parse(&s.id) {
-                Some(id) => {
-                    known.push(id);
-                    statuses.push((id, s));
-                }
-                None => self.unparsable(&s.id),
-            }
-        }
-        known.extend(
-            snap.sandboxes
-                .iter()
-                .filter_map(|s| ContainerId::parse(&s.id)),
+        let plan = snapshot::plan(
+            uid,
+            snap,
+            &self.tracked,
+            Instant::now(),
+            self.cfg.unknown_grace,
         );
-
-        // Kernel-reported containers of this pod the runtime does not know.
-        let mut again = false;
-        let reported: Vec<ContainerId> = self
-            .tracked
-            .iter()
-            .filter(|(id, t)| t.pod == uid && !known.contains(id))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in reported {
-            let t = self.tracked.get_mut(&id).expect("listed above");
-            let removed = t.kernel.as_ref().is_some_and(|k| k.removed.is_some());
-            let since = *t.unknown_since.get_or_insert(now);
-            if removed || now.duration_since(since) >= self.cfg.unknown_grace {
-                // Known once and now gone, or never known: either way nothing more will come.
-                if !removed && t.runtime.is_none() {
-                    bump(&self.shared.stats.unknown_dropped);
-                    tracing::debug!(container = %id, pod = %uid, "kernel reported a container the runtime never knew: dropped");
-                }
-                self.forget(&id);
-            } else {
-                again = true;
+        for id in &plan.unparsable {
+            self.unparsable(id);
+        }
+        for (id, since) in &plan.unknown {
+            if let Some(t) = self.tracked.get_mut(id) {
+                t.unknown_since = Some(*since);
             }
         }
-
-        let Some(sandbox) = newest_sandbox(&snap.sandboxes) else {
-            // The runtime has no such pod (any more).
-            let gone = self.shared.view_mut().remove(&uid).is_some();
-            if gone {
-                self.changed(uid);
+        for (id, never_known) in &plan.forget {
+            if *never_known {
+                bump(&self.shared.stats.unknown_dropped);
+                tracing::debug!(container = %id, pod = %uid, "kernel reported a container the runtime never knew: dropped");
             }
-            for (id, _) in &statuses {
-                self.forget(id);
+            self.forget(id);
+        }
+        match plan.sandbox {
+            SandboxPlan::Unparsable => {}
+            SandboxPlan::Gone => {
+                if self.shared.view_mut().remove(&uid).is_some() {
+                    self.changed(uid);
+                }
             }
-            return again;
-        };
-        let Some(sandbox_id) = ContainerId::parse(&sandbox.id) else {
-            self.unparsable(&sandbox.id);
-            return again;
-        };
+            SandboxPlan::Present(pod) => self.apply_pod(uid, *pod),
+        }
+        plan.again
+    }
 
-        let mut containers = Vec::with_capacity(statuses.len());
+    /// The pod's merged view, from its planned containers.
+    fn apply_pod(&mut self, uid: PodUid, plan: PodPlan) {
+        let PodPlan {
+            sandbox,
+            sandbox_id,
+            containers: planned,
+        } = plan;
+        let mut containers = Vec::with_capacity(planned.len());
         let mut want_pids = Vec::new();
-        for (id, status) in statuses {
+        for c in planned {
+            let id = c.id;
             let t = self.tracked.entry(id).or_insert_with(|| Tracked::new(uid));
             t.pod = uid;
             t.unknown_since = None;
-            // The kernel saw the death (or the start) first; the runtime's account (finished
-            // time, its reason, the running init's pid to check) follows within milliseconds.
-            // Ask again shortly rather than wait for the relist.
-            let phase = merge::cri_phase(status.state);
-            let lags = t.kernel.as_ref().is_some_and(|k| {
-                (k.exit.is_some() && phase != ContainerPhase::Exited)
-                    || (k.started.is_some() && phase == ContainerPhase::Created)
-            });
-            if lags {
-                let since = *t.lagging_since.get_or_insert(now);
-                again |= now.duration_since(since) < self.cfg.unknown_grace;
-            } else {
-                t.lagging_since = None;
-            }
-            if let Some(&pid) = pids.get(&status.id) {
+            t.lagging_since = c.lagging_since;
+            if let Some(pid) = c.pid {
                 t.runtime_pid = Some(pid);
                 t.pid_asked = true;
             }
-            t.runtime = Some(status);
+            t.runtime = Some(c.status);
             let t = &self.tracked[&id];
             if self.wants_pid(t, t.runtime.as_ref().expect("just set")) {
                 want_pids.push(id);
@@ -562,7 +535,6 @@ impl<R: RuntimeService> Reconciler<R> {
             );
             self.changed(uid);
         }
-        again
     }
 
     fn unparsable(&self, id: &str) {
@@ -656,15 +628,6 @@ impl<R: RuntimeService> Reconciler<R> {
         // Counted once its requests are scheduled, so that `settled` cannot see a relist without them.
         bump(&self.shared.stats.relists);
     }
-}
-
-fn newest_sandbox(s: &[api::PodSandbox]) -> Option<&api::PodSandbox> {
-    s.iter().max_by_key(|s| {
-        (
-            s.state == api::PodSandboxState::SandboxReady as i32,
-            s.created_at,
-        )
-    })
 }
 
 fn latest_oom(containers: &[ContainerView]) -> Option<OomEvidence> {
