@@ -264,12 +264,14 @@ pub struct EventPublisher {
 
 impl EventPublisher {
     /// The publisher, and the task that publishes (spawn it; it ends when the publisher is
-    /// dropped and its queue is empty).
+    /// dropped and its queue is empty). `url` names the API server in reports.
     pub fn new(
         client: Client,
         reporter: Reporter,
         cfg: EventConfig,
+        url: &str,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let url = url.to_string();
         let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(cfg.queue.max(1));
         let stats = Arc::new(EventStats::default());
         let worker_stats = Arc::clone(&stats);
@@ -287,7 +289,7 @@ impl EventPublisher {
                         // One line per power of two: an API outage does not flood the log.
                         if n.is_power_of_two() || n == 0 {
                             let why = match failed {
-                                Ok(Err(e)) => e.to_string(),
+                                Ok(Err(e)) => super::describe_api_error(&e, &url),
                                 _ => format!("no answer within {timeout:?}"),
                             };
                             tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}");
@@ -391,7 +393,7 @@ mod tests {
             controller: "observer".into(),
             instance: Some("node-1".into()),
         };
-        let (p, worker) = EventPublisher::new(client, reporter, cfg);
+        let (p, worker) = EventPublisher::new(client, reporter, cfg, "");
         tokio::spawn(worker);
         (p, seen)
     }
@@ -505,7 +507,7 @@ mod tests {
             ..Default::default()
         };
         let (client, _handle) = client(); // nobody answers: the queue fills
-        let (mut p, _worker) = EventPublisher::new(client, "observer".into(), cfg);
+        let (mut p, _worker) = EventPublisher::new(client, "observer".into(), cfg, "");
         for i in 0..100 {
             let pod = PodRef {
                 uid: format!("pod-{i}"),

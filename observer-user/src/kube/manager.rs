@@ -202,7 +202,8 @@ impl StatusManager {
             controller: cfg.reporter.clone(),
             instance: Some(cfg.node_name.clone()),
         };
-        let (events, worker) = EventPublisher::new(client, reporter, cfg.events.clone());
+        let (events, worker) =
+            EventPublisher::new(client, reporter, cfg.events.clone(), &cfg.api_url);
         let event_stats = events.stats();
         let stats = Arc::new(StatusStats::default());
         let (tx, rx) = mpsc::unbounded_channel();

@@ -257,6 +257,14 @@ fn describe_status(code: u16, reason: &str, message: &str, url: &str) -> String 
     }
 }
 
+/// A failed request, described ([`describe_api_error`] for the client's own errors).
+pub fn describe(e: &KubeError, url: &str) -> String {
+    match e {
+        KubeError::Client(k) => describe_api_error(k, url),
+        other => other.to_string(),
+    }
+}
+
 /// A failed list or watch of pods, described.
 pub fn describe_watch_error(e: &::kube::runtime::watcher::Error, url: &str) -> String {
     use ::kube::runtime::watcher::Error as W;
@@ -380,5 +388,24 @@ mod tests {
     fn an_empty_kubeconfig_list_names_no_file() {
         assert!(read_kubeconfigs(OsStr::new("")).unwrap().is_none());
         assert!(read_kubeconfigs(OsStr::new("::")).unwrap().is_none());
+    }
+
+    #[test]
+    fn failed_requests_name_the_server_and_say_each_cause_once() {
+        let refused = KubeError::Client(::kube::Error::Api(Box::new(::kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "pods is forbidden".into(),
+            ..Default::default()
+        })));
+        assert_eq!(
+            describe(&refused, "https://10.0.0.1:6443"),
+            "the API server at https://10.0.0.1:6443 forbids it (403 Forbidden: pods is forbidden): the agent's account needs get, list and watch on pods, patch on pods/status and create on events (deploy/'s ClusterRole)"
+        );
+        let timeout = KubeError::Timeout(Duration::from_secs(5));
+        assert_eq!(
+            describe(&timeout, ""),
+            "no answer from the API server within 5s"
+        );
     }
 }

@@ -67,8 +67,9 @@ impl StatusManager {
                 bump(&stats.write_errors);
                 // A crash-looping pod or an API outage would log every retry: powers of two.
                 if done.failures.is_power_of_two() {
+                    let why = crate::kube::describe(&e, &self.cfg.api_url);
                     pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
-                        tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {e}; retrying");
+                        tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {why}; retrying");
                     });
                 }
             }
