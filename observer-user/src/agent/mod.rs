@@ -155,9 +155,9 @@ impl Agent {
     }
 
     /// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
-    /// runtime's own name, else what the socket's path says.
-    pub async fn runtime_name(&self) -> String {
-        if let Ok(client) = self.cri.wait_connected(Duration::from_secs(10)).await {
+    /// runtime's own name (waiting up to `wait` for it), else what the socket's path says.
+    pub async fn runtime_name(&self, wait: Duration) -> String {
+        if let Ok(client) = self.cri.wait_connected(wait).await {
             if let Ok(v) = client.version().await {
                 return v.runtime_name;
             }

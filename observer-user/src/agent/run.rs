@@ -56,8 +56,8 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
 
-    // Set once the manager runs: it waits for the runtime's name (up to 10 s without a runtime),
-    // and the endpoint answers meanwhile.
+    // Set once the manager runs (in full mode, after the runtime's name, up to 10 s without a
+    // runtime): the endpoint answers meanwhile.
     let status = Arc::new(OnceLock::new());
     metrics.collect(Sources {
         pipeline: agent.pipeline(),
@@ -87,7 +87,13 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
     if let (Some(setup), Some(api)) = (cfg.status, api) {
         let mut scfg = setup.status;
         scfg.api_url = api.url;
-        scfg.runtime_name = agent.runtime_name().await;
+        // Only the full status names the runtime (container ids are `<runtime>://<id>`): only
+        // then is its answer waited for, which holds the API's first list back meanwhile.
+        let wait = match scfg.mode {
+            kube::StatusMode::Full => Duration::from_secs(10),
+            _ => Duration::ZERO,
+        };
+        scfg.runtime_name = agent.runtime_name(wait).await;
         let (mut manager, handle) = StatusManager::new(api.client, scfg, agent.reconcile.clone());
         if let Some(worker) = manager.take_events_worker() {
             agent.tasks.spawn("Events worker", worker);

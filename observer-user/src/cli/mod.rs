@@ -77,9 +77,12 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// line (a misspelt level, `target:level`) is refused: an agent that logs nothing hides its errors.
 pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = log_filter(filter)?;
+    // Colours for a terminal only: a log pipeline reading a pipe gets the text itself.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(false);
     match format {
         LogFormat::Text => builder.init(),
@@ -172,7 +175,7 @@ pub async fn shutdown_signal() {
 
 /// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`).
 pub(crate) async fn runtime_name(agent: &Agent, _endpoint: &CriEndpoint) -> String {
-    agent.runtime_name().await
+    agent.runtime_name(std::time::Duration::from_secs(10)).await
 }
 
 #[cfg(test)]
