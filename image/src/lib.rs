@@ -6,7 +6,9 @@
 //! - [`layer`]: a layer tar with fixed owners and times, so the same files give the same digest;
 //! - [`rootfs`]: the run-time file closure of a dynamically linked binary (via `ldd`);
 //! - [`agent`]: the agent's image: the `observer` binary and only what it needs to start.
+//! - [`busybox`]: the busybox and pause images the tests and the test cluster run.
 pub mod agent;
+pub mod busybox;
 pub mod layer;
 pub mod oci;
 pub mod rootfs;

@@ -1,5 +1,8 @@
-//! A recording stand-in for the Kubernetes API server, for end-to-end tests of `observer run`:
-//! no real kube-apiserver can run here. It is a recorder, not an API server: it serves the pods
+//! A recording stand-in for the Kubernetes API server, kept only for what the real one-node
+//! cluster (tests/src/cluster.rs) cannot do on demand: answer 409, 429 or 500, refuse a
+//! connection, hang mid-request, or count every byte the agent sends with no audit-log delay (the
+//! fault suite, the api_path and footprint benches). Everything a real API server can show runs
+//! against the real one (tests/tests/cluster.rs). It is a recorder, not an API server: it serves the pods
 //! the test gives it (list, get, and a watch that stays open), the discovery documents a client
 //! needs to find pods and events, and records every write it receives (method, path, content
 //! type, body), answering each with what a server would (the pod, the created event). It applies

@@ -13,7 +13,7 @@ use observer::cri::{api, CriClient, CriConfig, CriEndpoint};
 use sha2::{Digest, Sha256};
 
 use crate::events::TaskExitStream;
-use crate::image::{self, ImageSpec, BUSYBOX_ENV, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE};
+use crate::image::{self, PAUSE_IMAGE};
 use crate::pod::{container_config, sandbox_config, Container, ContainerSpec, Pod, PodSpec};
 use crate::sys;
 
@@ -932,27 +932,8 @@ fn overlay_works(dir: &Path) -> bool {
 
 fn import_images(dir: &Path, socket: &Path, snapshotter: &str) -> Result<()> {
     let busybox = crate::prereq::which("busybox").context("busybox not found")?;
-    let layer = image::busybox_layer(&busybox)?;
     let archive = dir.join("images.tar");
-    image::write_oci_archive(
-        &archive,
-        &[
-            ImageSpec {
-                name: BUSYBOX_IMAGE,
-                entrypoint: &["/bin/sh"],
-                cmd: &[],
-                env: BUSYBOX_ENV,
-                layer: &layer,
-            },
-            ImageSpec {
-                name: PAUSE_IMAGE,
-                entrypoint: PAUSE_ENTRYPOINT,
-                cmd: &[],
-                env: BUSYBOX_ENV,
-                layer: &layer,
-            },
-        ],
-    )?;
+    observer_image::busybox::write_archive(&busybox, &archive)?;
     image::import(socket, &archive, snapshotter)?;
     let _ = fs::remove_file(&archive);
     Ok(())

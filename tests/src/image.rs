@@ -1,72 +1,14 @@
-//! Images built here, with no registry: a busybox-static rootfs and the agent's own image (the
-//! same recipe as `cargo xtask image`), packed as OCI image archives by `observer-image` and
-//! imported with `ctr images import`.
+//! Images built here, with no registry: the busybox and pause images (observer-image's
+//! `busybox`) and the agent's own image (the same recipe as `cargo xtask image`), imported with
+//! `ctr images import`.
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use observer_image::layer::Layer;
+pub use observer_image::busybox::{
+    busybox_layer, BUSYBOX_ENV, BUSYBOX_IMAGE, PAUSE_ENTRYPOINT, PAUSE_IMAGE,
+};
 pub use observer_image::oci::{write_oci_archive, ImageSpec};
-
-/// The image test containers run: busybox with every applet linked into /bin.
-pub const BUSYBOX_IMAGE: &str = "localhost/observer/busybox:latest";
-/// The sandbox image (containerd's `sandbox_image`): the same rootfs, sleeping forever.
-pub const PAUSE_IMAGE: &str = "localhost/observer/pause:latest";
-pub const BUSYBOX_ENV: &[&str] = &["PATH=/bin"];
-
-/// Like the real pause: exits on TERM/INT, otherwise sleeps; `wait` keeps the shell able to run
-/// the trap while the sleep runs.
-pub const PAUSE_ENTRYPOINT: &[&str] = &[
-    "/bin/sh",
-    "-c",
-    "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
-];
-
-/// A layer with the static busybox at /bin/busybox, a symlink per applet in /bin, and the few
-/// directories runc and the CRI plugin mount onto.
-pub fn busybox_layer(busybox: &Path) -> Result<Vec<u8>> {
-    let binary =
-        std::fs::read(busybox).with_context(|| format!("reading {}", busybox.display()))?;
-    let out = Command::new(busybox)
-        .arg("--list")
-        .output()
-        .with_context(|| format!("running {} --list", busybox.display()))?;
-    if !out.status.success() {
-        bail!("{} --list failed: {}", busybox.display(), out.status);
-    }
-    let applets = String::from_utf8(out.stdout).context("applet list is not UTF-8")?;
-
-    let mut layer = Layer::new();
-    for (dir, mode) in [
-        ("bin", 0o755),
-        ("dev", 0o755),
-        ("etc", 0o755),
-        ("proc", 0o555),
-        ("sys", 0o555),
-        ("tmp", 0o1777),
-        ("root", 0o700),
-        ("var", 0o755),
-    ] {
-        layer.dir(dir, mode)?;
-    }
-    layer.file("bin/busybox", 0o755, &binary)?;
-    for applet in applets.lines().map(str::trim) {
-        if applet.is_empty() || applet == "busybox" || applet.contains('/') {
-            continue;
-        }
-        layer.symlink(&format!("bin/{applet}"), "busybox")?;
-    }
-    for (path, content) in [
-        (
-            "etc/passwd",
-            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
-        ),
-        ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
-    ] {
-        layer.file(path, 0o644, content.as_bytes())?;
-    }
-    Ok(layer.finish()?)
-}
 
 /// Imports an archive into containerd's `k8s.io` namespace (where the CRI plugin looks), unpacked
 /// for `snapshotter`.
@@ -95,55 +37,4 @@ pub fn import(ctr_address: &Path, archive: &Path, snapshotter: &str) -> Result<(
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entries(tar_bytes: &[u8]) -> Vec<(String, tar::EntryType, Vec<u8>)> {
-        let mut a = tar::Archive::new(tar_bytes);
-        a.entries()
-            .unwrap()
-            .map(|e| {
-                let mut e = e.unwrap();
-                let path = e.path().unwrap().to_string_lossy().into_owned();
-                let kind = e.header().entry_type();
-                let mut data = Vec::new();
-                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
-                (path, kind, data)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn busybox_layer_links_applets() {
-        let Some(busybox) = crate::prereq::which("busybox") else {
-            // Only the file layout is checked here; the containerd tests enforce presence.
-            eprintln!("SKIPPED: busybox not installed");
-            return;
-        };
-        let layer = busybox_layer(&busybox).unwrap();
-        let files = entries(&layer);
-        let find = |p: &str| files.iter().find(|f| f.0 == p);
-        let bin = find("bin/busybox").expect("bin/busybox");
-        assert_eq!(bin.2.len() as u64, busybox.metadata().unwrap().len());
-        for applet in [
-            "bin/sh",
-            "bin/sleep",
-            "bin/cat",
-            "bin/echo",
-            "bin/kill",
-            "bin/head",
-        ] {
-            let (_, kind, _) = find(applet).unwrap_or_else(|| panic!("{applet} missing"));
-            assert_eq!(*kind, tar::EntryType::Symlink, "{applet}");
-        }
-        assert!(find("tmp/").is_some());
-        assert_eq!(
-            busybox_layer(&busybox).unwrap(),
-            layer,
-            "layer is reproducible"
-        );
-    }
 }

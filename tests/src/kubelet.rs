@@ -1,3 +1,8 @@
+//! An imitation of kubelet, kept beside the real one (tests/tests/cluster.rs runs deploy/ under a
+//! real kubelet) only for what the real one cannot do on demand: start the DaemonSet's pod template
+//! with one capability or one mount taken away, or with `observer check` as its command, many
+//! times in a few seconds, with no rollout in between (tests/tests/deploy.rs).
+//!
 //! A pod template (deploy/daemonset.yaml's) turned into the CRI requests kubelet would send for it
 //! (pkg/kubelet/kuberuntime: generatePodSandboxConfig, generateContainerConfig,
 //! determineEffectiveSecurityContext, makeMounts, makeEnvironmentVariables,

@@ -30,6 +30,7 @@ use cel as _;
 pub mod agent;
 pub mod apiserver;
 pub mod bench;
+pub mod cluster;
 pub mod containerd;
 pub mod endpoint;
 pub mod events;

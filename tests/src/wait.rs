@@ -11,7 +11,17 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Calls `f` until it returns `Some` (that value) or `timeout` passes (`None`). Blocks the thread.
-pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn poll_until<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    poll_every(POLL, timeout, f)
+}
+
+/// [`poll_until`] at a chosen interval: for checks that cost a process or a request each (a
+/// kubectl call against the test cluster).
+pub fn poll_every<T>(
+    interval: Duration,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -20,7 +30,7 @@ pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
         if Instant::now() >= deadline {
             return None;
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(interval);
     }
 }
 

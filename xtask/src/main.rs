@@ -42,9 +42,44 @@ enum Task {
         #[arg(long, short)]
         jobs: Option<u32>,
     },
+    /// The real one-node Kubernetes the cluster suites run on (README: "A real cluster").
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
     /// Boot kernels under qemu and run `observer check` and the kernel and PLEG suites inside
     /// (see README: "Kernels and cgroup modes").
     VmTest(vm::Args),
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Build the components if needed, start them and wait for the node (a no-op when up).
+    Up,
+    /// Build the agent's image, import it into the node's containerd, apply deploy/ through
+    /// cluster/overlay and wait for the DaemonSet's pod to be Ready.
+    Deploy,
+    /// Stop everything `up` started and remove its state (binaries and Go caches stay).
+    Down,
+    /// Only build the components (target/cluster/bin).
+    Build,
+}
+
+fn cluster(action: ClusterAction) -> Result<()> {
+    let c = observer_cluster::Cluster::new(&root());
+    match action {
+        ClusterAction::Up => c.up()?,
+        ClusterAction::Down => c.down()?,
+        ClusterAction::Build => observer_cluster::build::ensure(&root(), c.dir())?,
+        ClusterAction::Deploy => {
+            c.up()?;
+            let archive = PathBuf::from("target/image/observer-image.tar");
+            image(archive.clone(), None, None, None)?;
+            c.deploy(&root().join(archive))?;
+            println!("observer is Ready on {}", observer_cluster::NODE_NAME);
+        }
+    }
+    Ok(())
 }
 
 fn root() -> PathBuf {
@@ -161,5 +196,6 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::VmTest(args) => vm::run(args),
+        Task::Cluster { action } => cluster(action),
     }
 }

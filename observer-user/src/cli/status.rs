@@ -9,14 +9,17 @@ use std::{
 };
 
 use anyhow::bail;
-use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::render::rfc3339;
 use crate::{
     agent::{Agent, AgentConfig},
     cri::CriEndpoint,
-    kube::{compute_status, ConditionTypes, StatusInputs},
+    kube::{
+        compute::print::{columns, computed_pod, human_duration, restarts_cell, Columns},
+        ConditionTypes, Unknown,
+    },
     reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, ReconcileStats},
 };
 
@@ -95,7 +98,18 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     tokio::pin!(shutdown);
     loop {
         let pods = agent.reconcile.pods();
-        let rows: Vec<Row> = pods.iter().map(Row::of).collect();
+        // One computation for every output: the table's columns, `json`'s and the statuses of
+        // `yaml` / `pod-json` all come from it.
+        let now = SystemTime::now();
+        let computed: Vec<(Pod, Vec<Unknown>)> = pods
+            .iter()
+            .map(|v| computed_pod(v, &types, &runtime, now))
+            .collect();
+        let rows: Vec<Row> = pods
+            .iter()
+            .zip(&computed)
+            .map(|(v, (pod, unknown))| Row::of(v, &columns(pod, unknown)))
+            .collect();
         let mut out = stdout.lock();
         match args.output {
             Output::Json if args.watch => {
@@ -107,7 +121,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
                 out.write_all(b"\n")?;
             }
             Output::Yaml | Output::PodJson => {
-                let list = pod_list(&pods, &types, &runtime, SystemTime::now());
+                let list = pod_list(computed);
                 if args.output == Output::Yaml {
                     if args.watch {
                         out.write_all(b"---\n")?;
@@ -166,9 +180,12 @@ struct Row {
     namespace: String,
     name: String,
     uid: String,
+    /// kubectl's READY, STATUS and RESTARTS of the computed status.
     ready: String,
     status: String,
     restarts: u32,
+    #[serde(skip)]
+    last_restart: Option<SystemTime>,
     #[serde(skip)]
     created: Option<SystemTime>,
     created_at: Option<String>,
@@ -218,8 +235,7 @@ struct ContainerRow {
 }
 
 impl Row {
-    fn of(p: &PodView) -> Self {
-        let (ready, total) = p.ready();
+    fn of(p: &PodView, columns: &Columns) -> Self {
         let name_of = |id: &crate::cgroup::ContainerId| {
             p.containers
                 .iter()
@@ -230,9 +246,10 @@ impl Row {
             namespace: p.namespace.clone(),
             name: p.name.clone(),
             uid: p.uid.to_string(),
-            ready: format!("{ready}/{total}"),
-            status: p.status(),
-            restarts: p.restarts(),
+            ready: columns.ready.clone(),
+            status: columns.status.clone(),
+            restarts: columns.restarts,
+            last_restart: columns.last_restart,
             created: p.created_at,
             created_at: p.created_at.map(rfc3339),
             last_oom: p
@@ -289,38 +306,16 @@ fn container_row(c: &ContainerView) -> ContainerRow {
 }
 
 /// The node's pods as a `v1` List of Pods: metadata as far as the runtime knows it, and the
-/// PodStatus computed from the runtime's account corrected by the kernel's.
-fn pod_list(
-    pods: &[PodView],
-    types: &ConditionTypes,
-    runtime: &str,
-    now: SystemTime,
-) -> k8s_openapi::List<Pod> {
-    let items = pods
-        .iter()
-        .map(|view| {
-            let computed = compute_status(&StatusInputs {
-                pod: None,
-                view,
-                previous: None,
-                now,
-                runtime,
-                types,
-            });
-            let unknown: Vec<String> = computed.unknown.iter().map(|u| u.to_string()).collect();
-            Pod {
-                metadata: ObjectMeta {
-                    name: Some(view.name.clone()),
-                    namespace: Some(view.namespace.clone()),
-                    uid: Some(view.uid.to_string()),
-                    creation_timestamp: view.created_at.map(crate::kube::compute::to_time),
-                    annotations: (!unknown.is_empty())
-                        .then(|| [("observer.dev/unknown".to_string(), unknown.join("\n"))].into()),
-                    ..Default::default()
-                },
-                spec: None,
-                status: Some(computed.status),
-            }
+/// PodStatus computed from the runtime's account corrected by the kernel's; what is left unknown
+/// in the `observer.dev/unknown` annotation.
+fn pod_list(computed: Vec<(Pod, Vec<Unknown>)>) -> k8s_openapi::List<Pod> {
+    let items = computed
+        .into_iter()
+        .map(|(mut pod, unknown)| {
+            let unknown: Vec<String> = unknown.iter().map(|u| u.to_string()).collect();
+            pod.metadata.annotations = (!unknown.is_empty())
+                .then(|| [("observer.dev/unknown".to_string(), unknown.join("\n"))].into());
+            pod
         })
         .collect();
     k8s_openapi::List {
@@ -333,18 +328,11 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// kubectl's AGE: 45s, 12m, 3h, 5d.
+/// kubectl's AGE: 45s, 2m30s, 3h, 5d.
 pub fn age(since: Option<SystemTime>, now: SystemTime) -> String {
-    let Some(d) = since.and_then(|s| now.duration_since(s).ok()) else {
-        return "-".into();
-    };
-    let s = d.as_secs();
-    match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
+    since
+        .and_then(|s| now.duration_since(s).ok())
+        .map_or_else(|| "-".into(), human_duration)
 }
 
 fn oom_text(o: &OomRow, now: SystemTime) -> String {
@@ -376,7 +364,7 @@ fn write_table(
                 r.name.clone(),
                 r.ready.clone(),
                 r.status.clone(),
-                r.restarts.to_string(),
+                restarts_cell(r.restarts, r.last_restart, now),
                 age(r.created, now),
                 r.last_oom
                     .as_ref()
@@ -445,6 +433,43 @@ mod tests {
         assert_eq!(age(ago(3 * 3600), now), "3h");
         assert_eq!(age(ago(3 * 86_400), now), "3d");
         assert_eq!(age(None, now), "-");
+    }
+
+    #[test]
+    fn table_json_and_yaml_are_one_computation() {
+        use crate::kube::testkit::{cv, exited, t, view};
+        let v = view(vec![
+            exited("app", 0, 137, "OOMKilled"),
+            exited("app", 1, 137, "OOMKilled"),
+            cv("side", 0, ContainerPhase::Running),
+        ]);
+        let types = ConditionTypes::default();
+        let (pod, unknown) = computed_pod(&v, &types, "containerd", t(100));
+        let row = Row::of(&v, &columns(&pod, &unknown));
+        // kubectl walks the statuses backwards: `app`'s reason is the last word.
+        assert_eq!(
+            (row.status.as_str(), row.ready.as_str(), row.restarts),
+            ("OOMKilled", "?/2", 1)
+        );
+        assert_eq!(
+            v.status(),
+            row.status,
+            "the view's STATUS is the same computation"
+        );
+        let list = pod_list(vec![(pod, unknown)]);
+        let status = list.items[0].status.as_ref().unwrap();
+        let app = &status.container_statuses.as_ref().unwrap()[0];
+        let term = app.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (term.reason.as_deref(), app.restart_count),
+            (Some("OOMKilled"), 1)
+        );
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(json["status"], "OOMKilled");
+        assert!(
+            list.items[0].metadata.annotations.as_ref().unwrap()["observer.dev/unknown"]
+                .contains("no pod spec")
+        );
     }
 
     #[test]

@@ -9,7 +9,13 @@
 //!
 //! Equality is kubelet's `isPodStatusByKubeletEqual` after `normalizeStatus`: times to whole
 //! seconds (what the API stores), container statuses in a fixed order.
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+//!
+//! `full` mode sends only the keys the agent computes ([`COMPUTED_KEYS`]): a key absent from a
+//! strategic merge patch is left alone by the API server, so ephemeral container statuses, pod
+//! IPs, resize and resource-claim statuses, and whatever a newer kubelet adds, are never erased.
+//! Conditions are merged by type and never deleted; the atomic container status lists carry,
+//! per container, the fields the agent does not model as the API has them.
+use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 use serde_json::{json, Map, Value};
 
 use super::KubeError;
@@ -76,23 +82,102 @@ pub fn conditions_patch(
     let new = json!({ "conditions": serde_json::to_value(desired)? });
     // No $setElementOrder: it would name only the observer's types; without it the server
     // keeps the list's order and appends new types.
-    Ok(diff(&old, &new, false).map(|status| body(uid, status)))
+    Ok(diff(&old, &new).map(|status| body(uid, status)))
+}
+
+/// The `PodStatus` keys `full` mode writes: what `compute` derives from the runtime, the kernel
+/// and the previous status. A computed key the computation leaves empty (a phase's reason that no
+/// longer applies) is deleted; every other key is never named.
+pub const COMPUTED_KEYS: &[&str] = &[
+    "phase",
+    "reason",
+    "message",
+    "startTime",
+    "conditions",
+    "containerStatuses",
+    "initContainerStatuses",
+];
+
+/// The `ContainerStatus` fields the computation fills. The lists are atomic (the API server
+/// replaces them whole), so every other field is carried over from the API's status of the same
+/// container.
+fn keep_unmodeled(base: &[ContainerStatus], desired: &mut [ContainerStatus]) {
+    for d in desired {
+        let Some(b) = base.iter().find(|b| b.name == d.name) else {
+            continue;
+        };
+        let same_instance = b.container_id.is_some() && b.container_id == d.container_id;
+        // Per instance: the runtime reports them for this container id.
+        if same_instance {
+            if d.image_id.is_empty() {
+                d.image_id.clone_from(&b.image_id);
+            }
+            d.user = d.user.take().or_else(|| b.user.clone());
+            d.stop_signal = d.stop_signal.take().or_else(|| b.stop_signal.clone());
+            d.allocated_resources_status = d
+                .allocated_resources_status
+                .take()
+                .or_else(|| b.allocated_resources_status.clone());
+        }
+        // Per container name: kubelet's allocation and the spec's mounts.
+        d.resources = d.resources.take().or_else(|| b.resources.clone());
+        d.allocated_resources = d
+            .allocated_resources
+            .take()
+            .or_else(|| b.allocated_resources.clone());
+        d.volume_mounts = d.volume_mounts.take().or_else(|| b.volume_mounts.clone());
+    }
+}
+
+/// `desired` with the per-container fields the agent does not model taken from `base`.
+pub fn with_unmodeled(base: &PodStatus, desired: &PodStatus) -> PodStatus {
+    let mut d = desired.clone();
+    let lists = [
+        (&base.container_statuses, &mut d.container_statuses),
+        (
+            &base.init_container_statuses,
+            &mut d.init_container_statuses,
+        ),
+    ];
+    for (b, d) in lists {
+        if let (Some(b), Some(d)) = (b, d.as_mut()) {
+            keep_unmodeled(b, d);
+        }
+    }
+    d
+}
+
+/// Only the keys of [`COMPUTED_KEYS`] of a normalized status.
+fn computed_part(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(k, _)| COMPUTED_KEYS.contains(&k.as_str()))
+                .collect(),
+        ),
+        v => v,
+    }
 }
 
 /// `full` mode: the two-way strategic merge patch from `base` (the status in the API) to
-/// `desired`, kubelet's `CreateTwoWayMergePatch(Pod{status: old}, Pod{uid, status: new})`.
+/// `desired`, as kubelet's `CreateTwoWayMergePatch(Pod{status: old}, Pod{uid, status: new})`
+/// but over [`COMPUTED_KEYS`] only, and with no delete directives in merge lists: a condition
+/// the agent does not compute (a controller's, kubelet's resize conditions) is never touched.
 pub fn status_patch(
     uid: &str,
     base: &PodStatus,
     desired: &PodStatus,
 ) -> Result<Option<Value>, KubeError> {
-    let old = normalize(base)?;
-    let new = normalize(desired)?;
-    Ok(diff(&old, &new, true).map(|status| body(uid, status)))
+    let old = computed_part(normalize(base)?);
+    let new = computed_part(normalize(&with_unmodeled(base, desired))?);
+    Ok(diff(&old, &new).map(|status| body(uid, status)))
 }
 
-/// Two-way diff of JSON objects with strategic-merge semantics for `MERGE_LISTS`.
-fn diff(old: &Value, new: &Value, set_order: bool) -> Option<Value> {
+/// Two-way diff of JSON objects with strategic-merge semantics for `MERGE_LISTS`: a key `new`
+/// lacks is deleted (null); an element of a merge list `new` lacks is left alone (the agent only
+/// adds and changes elements, so no `$setElementOrder` either: the server keeps the list's
+/// order and appends new elements).
+fn diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(o), Value::Object(n)) => {
             let mut out = Map::new();
@@ -100,16 +185,8 @@ fn diff(old: &Value, new: &Value, set_order: bool) -> Option<Value> {
                 let ov = o.get(k).unwrap_or(&Value::Null);
                 if let Some(key) = merge_key(k) {
                     if let (Some(ol), Some(nl)) = (list(ov), nv.as_array()) {
-                        if let Some((patch, order)) = diff_merge_list(ol, nl, key) {
+                        if let Some(patch) = diff_merge_list(ol, nl, key) {
                             out.insert(k.clone(), Value::Array(patch));
-                            if set_order {
-                                out.insert(format!("$setElementOrder/{k}"), Value::Array(order));
-                            }
-                        } else if set_order && !same_order(ol, nl, key) {
-                            out.insert(
-                                format!("$setElementOrder/{k}"),
-                                Value::Array(order_of(nl, key)),
-                            );
                         }
                         continue;
                     }
@@ -119,7 +196,7 @@ fn diff(old: &Value, new: &Value, set_order: bool) -> Option<Value> {
                 }
                 match (ov, nv) {
                     (Value::Object(_), Value::Object(_)) => {
-                        if let Some(d) = diff(ov, nv, set_order) {
+                        if let Some(d) = diff(ov, nv) {
                             out.insert(k.clone(), d);
                         }
                     }
@@ -155,25 +232,15 @@ fn list(v: &Value) -> Option<&Vec<Value>> {
     }
 }
 
-fn order_of(list: &[Value], key: &str) -> Vec<Value> {
-    list.iter()
-        .filter_map(|e| e.get(key).map(|v| json!({ key: v })))
-        .collect()
-}
-
-fn same_order(a: &[Value], b: &[Value], key: &str) -> bool {
-    order_of(a, key) == order_of(b, key)
-}
-
-/// A merge list's patch: changed elements as their diff with the key, new ones whole, removed
-/// ones as `{"$patch": "delete", key: …}`; and the new order.
-fn diff_merge_list(old: &[Value], new: &[Value], key: &str) -> Option<(Vec<Value>, Vec<Value>)> {
+/// A merge list's patch: changed elements as their diff with the key, new ones whole. The
+/// elements `new` lacks are not the agent's to remove.
+fn diff_merge_list(old: &[Value], new: &[Value], key: &str) -> Option<Vec<Value>> {
     let mut patch = Vec::new();
     for n in new {
         let id = n.get(key);
         match old.iter().find(|o| o.get(key) == id) {
             Some(o) => {
-                if let Some(Value::Object(mut d)) = diff(o, n, true) {
+                if let Some(Value::Object(mut d)) = diff(o, n) {
                     if let Some(id) = id {
                         d.insert(key.to_string(), id.clone());
                     }
@@ -183,15 +250,7 @@ fn diff_merge_list(old: &[Value], new: &[Value], key: &str) -> Option<(Vec<Value
             None => patch.push(n.clone()),
         }
     }
-    for o in old {
-        let id = o.get(key);
-        if !new.iter().any(|n| n.get(key) == id) {
-            if let Some(id) = id {
-                patch.push(json!({ "$patch": "delete", key: id }));
-            }
-        }
-    }
-    (!patch.is_empty()).then(|| (patch, order_of(new, key)))
+    (!patch.is_empty()).then_some(patch)
 }
 
 #[cfg(test)]
@@ -306,9 +365,9 @@ mod tests {
             s["conditions"],
             json!([{"type": "Ready", "status": "False", "lastTransitionTime": "2023-11-14T22:13:25Z"}])
         );
-        assert_eq!(
-            s["$setElementOrder/conditions"],
-            json!([{"type": "Ready"}, {"type": "PodScheduled"}])
+        assert!(
+            !p.to_string().contains("$setElementOrder"),
+            "the server keeps its order"
         );
         // containerStatuses is atomic: the whole list, sorted.
         let names: Vec<&str> = s["containerStatuses"]
@@ -327,19 +386,151 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_merge_list_element_is_a_delete_directive() {
+    fn a_condition_the_agent_does_not_compute_is_never_deleted() {
         let base = PodStatus {
             conditions: Some(vec![c("Ready", "True", 1, None), c("X", "True", 1, None)]),
             ..Default::default()
         };
         let desired = PodStatus {
-            conditions: Some(vec![c("Ready", "True", 1, None)]),
+            conditions: Some(vec![c("Ready", "False", 2, None)]),
             ..Default::default()
         };
         let p = status_patch("u", &base, &desired).unwrap().unwrap();
         assert_eq!(
             p["status"]["conditions"],
-            json!([{"$patch": "delete", "type": "X"}])
+            json!([{"type": "Ready", "status": "False", "lastTransitionTime": "2023-11-14T22:13:22Z"}])
         );
+        assert!(!p.to_string().contains("$patch"), "{p}");
+    }
+
+    /// The API server's side of a strategic merge patch, for the shapes this module sends:
+    /// objects merged key by key (null deletes), merge lists by their key, other lists replaced.
+    fn apply(live: &mut Value, patch: &Value) {
+        let (Value::Object(l), Value::Object(p)) = (&mut *live, patch) else {
+            *live = patch.clone();
+            return;
+        };
+        for (k, pv) in p {
+            assert!(
+                !k.starts_with('$'),
+                "directive {k} not modelled by the test"
+            );
+            match (merge_key(k), pv) {
+                (_, Value::Null) => {
+                    l.remove(k);
+                }
+                (Some(key), Value::Array(items)) => {
+                    let list = l.entry(k.clone()).or_insert_with(|| json!([]));
+                    let list = list.as_array_mut().expect("a merge list");
+                    for item in items {
+                        match list.iter_mut().find(|e| e.get(key) == item.get(key)) {
+                            Some(e) => apply(e, item),
+                            None => list.push(item.clone()),
+                        }
+                    }
+                }
+                (None, Value::Object(_)) => apply(l.entry(k.clone()).or_insert(json!({})), pv),
+                _ => {
+                    l.insert(k.clone(), pv.clone());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn full_mode_keeps_what_the_agent_does_not_model() {
+        use crate::kube::compute::{compute_status, StatusInputs};
+        use crate::kube::testkit::{container, cv, pod, spec, view};
+        use crate::kube::ConditionTypes;
+        use crate::reconcile::ContainerPhase;
+        use k8s_openapi::api::core::v1::{ContainerUser, LinuxContainerUser, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let view = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        let app_id = format!("containerd://{}", view.containers[0].id);
+        let cpu = |v: &str| Some([("cpu".to_string(), Quantity(v.into()))].into());
+        let mut app = running("app");
+        app.container_id = Some(app_id);
+        app.image_id = "sha256:feed".into();
+        app.resources = Some(ResourceRequirements {
+            requests: cpu("250m"),
+            limits: cpu("500m"),
+            ..Default::default()
+        });
+        app.allocated_resources = cpu("250m");
+        app.user = Some(ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: 1000,
+                gid: 1000,
+                supplemental_groups: Some(vec![1000]),
+            }),
+        });
+        let api = PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![
+                c("example.com/Synced", "True", 1, Some("a controller's")),
+                c("PodResizePending", "True", 1, Some("kubelet's resize")),
+            ]),
+            container_statuses: Some(vec![app]),
+            ephemeral_container_statuses: Some(vec![running("debugger")]),
+            pod_ip: Some("10.0.0.10".into()),
+            qos_class: Some("Burstable".into()),
+            resize: Some("InProgress".into()),
+            ..Default::default()
+        };
+        let pod = pod(
+            spec("Always", vec![], vec![container("app")]),
+            Some(api.clone()),
+        );
+        let computed = compute_status(&StatusInputs {
+            pod: Some(&pod),
+            view: &view,
+            previous: None,
+            now: t(100),
+            runtime: "containerd",
+            types: &ConditionTypes::default(),
+        });
+        let patch = status_patch("u", &api, &computed.status).unwrap().unwrap();
+        let sent = patch["status"].as_object().unwrap();
+        for k in sent.keys() {
+            assert!(COMPUTED_KEYS.contains(&k.as_str()), "{k} sent: {patch}");
+        }
+        assert!(!patch.to_string().contains("$patch"), "{patch}");
+
+        let mut live = serde_json::to_value(&api).unwrap();
+        apply(&mut live, &patch["status"]);
+        let before = serde_json::to_value(&api).unwrap();
+        for key in ["ephemeralContainerStatuses", "podIP", "qosClass", "resize"] {
+            assert_eq!(live[key], before[key], "{key} changed");
+        }
+        assert_eq!(live["phase"], "Running", "the agent's phase written");
+        let kept = |t: &str| {
+            live["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == t)
+                .cloned()
+        };
+        assert_eq!(
+            kept("example.com/Synced"),
+            Some(before["conditions"][0].clone()),
+            "a foreign condition"
+        );
+        assert_eq!(
+            kept("PodResizePending"),
+            Some(before["conditions"][1].clone()),
+            "a kubelet condition the agent does not model"
+        );
+        assert_eq!(kept("Ready").unwrap()["status"], "True");
+        let app = &live["containerStatuses"][0];
+        let app_before = &before["containerStatuses"][0];
+        for key in ["resources", "allocatedResources", "user", "imageID"] {
+            assert_eq!(
+                app[key], app_before[key],
+                "containerStatuses[app].{key} changed"
+            );
+        }
+        assert_eq!(app["ready"], true, "the agent's readiness written");
     }
 }

@@ -126,7 +126,8 @@ impl PodView {
             .max_by_key(|c| (c.restart_count, c.created_at))
     }
 
-    /// kubectl's READY column: running containers / containers.
+    /// Running containers / containers of the view (the table's READY is the computed
+    /// status's, `kube::compute::print`).
     pub fn ready(&self) -> (usize, usize) {
         let cur: Vec<_> = self.current().collect();
         (
@@ -137,52 +138,16 @@ impl PodView {
         )
     }
 
-    /// kubectl's RESTARTS column: the sum of the current instances' restart counts.
+    /// The sum of the current instances' restart counts.
     pub fn restarts(&self) -> u32 {
         self.current().map(|c| c.restart_count).sum()
     }
 
-    /// kubectl's STATUS column, from what CRI and the kernel know (kubelet's pod spec is not
-    /// here, so the restart policy is inferred: a container that already restarted and is down
-    /// is in CrashLoopBackOff).
+    /// kubectl's STATUS column for the status the agent computes from what CRI and the kernel
+    /// know (`kube::compute`; without the API, so without the pod's spec): one computation for
+    /// every output.
     pub fn status(&self) -> String {
-        if !self.sandbox_ready && self.current().all(|c| c.phase != ContainerPhase::Running) {
-            return if self.containers.is_empty() {
-                "SandboxNotReady".into()
-            } else {
-                "Terminated".into()
-            };
-        }
-        let cur: Vec<_> = self.current().collect();
-        if cur.is_empty() {
-            return "ContainerCreating".into();
-        }
-        // The most telling container decides, as in kubectl: a waiting or terminated reason
-        // beats Running.
-        for c in &cur {
-            if c.phase == ContainerPhase::Exited && c.restart_count > 0 {
-                return "CrashLoopBackOff".into();
-            }
-        }
-        for c in &cur {
-            if c.phase == ContainerPhase::Exited {
-                if let Some(r) = &c.reason {
-                    if r != "Completed" {
-                        return r.clone();
-                    }
-                }
-            }
-        }
-        if cur.iter().any(|c| c.phase == ContainerPhase::Created) {
-            return "ContainerCreating".into();
-        }
-        if cur.iter().all(|c| c.phase == ContainerPhase::Exited) {
-            return "Completed".into();
-        }
-        if cur.iter().any(|c| c.phase == ContainerPhase::Unknown) {
-            return "Unknown".into();
-        }
-        "Running".into()
+        crate::kube::compute::print::view_columns(self, SystemTime::now()).status
     }
 }
 

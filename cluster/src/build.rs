@@ -1,0 +1,130 @@
+//! `go build` of the components from the Go module proxy, through the two small modules in
+//! `cluster/go/`: `kubernetes` requires k8s.io/kubernetes and replaces each staging module
+//! (v0.0.0 in its go.mod, which no proxy serves) by its published v0.34.x; `etcd` requires the
+//! etcd server, which is itself the etcd command. Binaries land in `target/cluster/bin`, the Go
+//! build and module caches in `target/cluster/go`, so only a machine's first build pays (about
+//! 25 minutes on 2 cores; a warm rebuild after a change of flags, a few).
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use crate::{Error, Result};
+
+pub const KUBERNETES_VERSION: &str = "v1.34.4";
+pub const ETCD_VERSION: &str = "v3.6.16";
+
+/// Every binary the cluster runs, by Go package.
+const KUBERNETES_COMMANDS: &[&str] = &[
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kubectl",
+];
+
+/// Builds what is missing or was built from other module files. One build at a time per
+/// directory: a second caller (CI starts the build early in the background; the suite's `up`
+/// comes later) waits for the first and then finds it done.
+pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
+    let go_src = workspace.join("cluster/go");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let lock_path = dir.join(".build.lock");
+    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
+    let stamp_file = bin.join(".built-from");
+    let stamp = stamp(&go_src)?;
+    let complete = KUBERNETES_COMMANDS
+        .iter()
+        .chain(&["etcd"])
+        .all(|b| bin.join(b).is_file());
+    if complete && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
+        return Ok(());
+    }
+    let go = crate::which("go").ok_or_else(|| {
+        Error::Missing(
+            "Go is not installed: the test cluster's components are built with `go build` \
+             (Go 1.24 or newer on PATH)"
+                .into(),
+        )
+    })?;
+    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
+    let started = Instant::now();
+    eprintln!(
+        "cluster: building Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} with go build \
+         (the first build on a machine takes about 25 minutes on 2 cores)"
+    );
+    let mut ldflags = String::from("-s -w");
+    // What `kubectl version` and the node's kubeletVersion report (upstream's hack/lib/version.sh).
+    let minor = KUBERNETES_VERSION.split('.').nth(1).unwrap_or("0");
+    for pkg in [
+        "k8s.io/component-base/version",
+        "k8s.io/client-go/pkg/version",
+    ] {
+        ldflags.push_str(&format!(
+            " -X {pkg}.gitVersion={KUBERNETES_VERSION} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} \
+             -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
+        ));
+    }
+    let mut k8s = go_command(&go, dir, &go_src.join("kubernetes"));
+    k8s.args([
+        "build",
+        "-tags=selinux,notest",
+        "-trimpath",
+        "-ldflags",
+        &ldflags,
+        "-o",
+    ])
+    .arg(format!("{}/", bin.display()));
+    k8s.args(
+        KUBERNETES_COMMANDS
+            .iter()
+            .map(|c| format!("k8s.io/kubernetes/cmd/{c}")),
+    );
+    run(&mut k8s, "go build (Kubernetes)")?;
+    let mut etcd = go_command(&go, dir, &go_src.join("etcd"));
+    etcd.args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
+        .arg(bin.join("etcd"))
+        .arg("go.etcd.io/etcd/server/v3");
+    run(&mut etcd, "go build (etcd)")?;
+    std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
+    eprintln!("cluster: built in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+fn go_command(go: &Path, dir: &Path, module: &Path) -> Command {
+    let mut c = Command::new(go);
+    c.current_dir(module)
+        .env("GOCACHE", dir.join("go/cache"))
+        .env("GOMODCACHE", dir.join("go/mod"))
+        // go.sum is committed: the build takes exactly those modules, and never another toolchain.
+        .env("GOFLAGS", "-mod=readonly")
+        .env("GOTOOLCHAIN", "local")
+        // Static binaries, as upstream releases them.
+        .env("CGO_ENABLED", "0");
+    c
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd.status().map_err(Error::io("go"))?;
+    if !status.success() {
+        return Err(Error::Command {
+            what: what.into(),
+            detail: status.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The module files the binaries were built from.
+fn stamp(go_src: &Path) -> Result<String> {
+    let mut s = String::new();
+    for m in ["kubernetes", "etcd"] {
+        for f in ["go.mod", "go.sum"] {
+            let p = go_src.join(m).join(f);
+            s.push_str(&std::fs::read_to_string(&p).map_err(Error::io(&p))?);
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,397 @@
+//! A real one-node Kubernetes on this machine: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler, a containerd of its own and kubelet, built with `go build` from the Go module
+//! proxy ([`build`]) and run as root beside the host's other tests.
+//!
+//! Everything listens on loopback and nothing is sent elsewhere. kubelet refuses a loopback node
+//! IP, so the node's address is this machine's first interface address; nobody connects to it
+//! (kubelet serves on 127.0.0.1, the API server is never asked to reach kubelet, probes name
+//! 127.0.0.1). There is no CNI: only host-network pods start, and the node stays NotReady
+//! (containerd reports its network not ready), which is why the node-lifecycle controller is off
+//! (it would mark every pod of a NotReady node not ready).
+//!
+//! The state lives in `target/cluster/` (binaries, Go caches, certificates, etcd, kubelet,
+//! containerd's images) and `/run/observer-cluster` (containerd's socket, which the DaemonSet
+//! mounts, and runc's state). Pods' cgroups sit under `/observer-cluster/kubepods`
+//! (kubelet's `cgroupRoot`), apart from the `/kubepods` trees the host suites lay out.
+pub mod build;
+mod daemon;
+mod files;
+pub mod pki;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub use build::{ETCD_VERSION, KUBERNETES_VERSION};
+
+/// The node's name (kubelet's `--hostname-override`), whatever the machine's hostname.
+pub const NODE_NAME: &str = "observer-node";
+/// kube-apiserver's secure port on 127.0.0.1.
+pub const APISERVER_PORT: u16 = 6443;
+const ETCD_CLIENT_PORT: u16 = 23790;
+const ETCD_PEER_PORT: u16 = 23800;
+/// Where containerd's socket (the directory the DaemonSet mounts) and runc's state live.
+pub const RUN_DIR: &str = "/run/observer-cluster";
+/// kubelet's `cgroupRoot`: pods go under `<this>/kubepods`.
+pub const CGROUP_ROOT: &str = "observer-cluster";
+/// How long `up` waits for each component.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} failed: {detail}")]
+    Command { what: String, detail: String },
+    #[error("{what} was not ready within {after:?}: {detail}")]
+    Timeout {
+        what: String,
+        after: Duration,
+        detail: String,
+    },
+    #[error("certificates: {0}")]
+    Pki(#[from] rcgen::Error),
+    #[error("{0}")]
+    Image(#[from] observer_image::Error),
+    #[error("{0}")]
+    Missing(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The cluster of one workspace: its files under `<workspace>/target/cluster`.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    workspace: PathBuf,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// The cluster of the workspace this crate was built in.
+    pub fn of_workspace() -> Self {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the crate sits in the workspace")
+            .to_path_buf();
+        Self::new(&workspace)
+    }
+
+    pub fn new(workspace: &Path) -> Self {
+        Self {
+            workspace: workspace.to_path_buf(),
+            dir: workspace.join("target/cluster"),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The admin kubeconfig (system:masters), written by `up`.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// The API server's audit log: every write to pods/status and events, with its user.
+    pub fn audit_log(&self) -> PathBuf {
+        self.state().join("audit.log")
+    }
+
+    /// The built kubectl, or another component's binary.
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join("bin").join(name)
+    }
+
+    /// kubectl with the admin kubeconfig.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(self.bin("kubectl"));
+        c.arg("--kubeconfig").arg(self.kubeconfig());
+        c
+    }
+
+    /// Runs kubectl and returns its stdout, or its stderr as the error.
+    pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .kubectl()
+            .args(args)
+            .output()
+            .map_err(Error::io(self.bin("kubectl")))?;
+        checked(&format!("kubectl {}", args.join(" ")), out)
+    }
+
+    /// The directory of containerd's socket (what the DaemonSet mounts as /run/containerd).
+    pub fn containerd_socket(&self) -> PathBuf {
+        Path::new(RUN_DIR).join("containerd/containerd.sock")
+    }
+
+    /// Where kubelet writes pods' container logs (`podLogsDir`): read directly, since
+    /// `kubectl logs` would have the API server dial the node's non-loopback address.
+    pub fn pod_logs(&self) -> PathBuf {
+        self.state().join("pod-logs")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    fn pki(&self) -> PathBuf {
+        self.dir.join("pki")
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// Whether every component runs and the API server answers /readyz.
+    pub fn is_up(&self) -> bool {
+        daemon::COMPONENTS
+            .iter()
+            .all(|c| daemon::running(&self.dir, c).is_some())
+            && self.kubectl_ok(&["get", "--raw", "/readyz"]).is_ok()
+    }
+
+    /// Builds what is missing, starts every component and waits until a pod can run on the
+    /// node. A no-op when the cluster is already up; a half-started one is torn down first.
+    pub fn up(&self) -> Result<()> {
+        build::ensure(&self.workspace, &self.dir)?;
+        if self.is_up() {
+            eprintln!("cluster: already up ({})", self.kubeconfig().display());
+            return Ok(());
+        }
+        if daemon::COMPONENTS
+            .iter()
+            .any(|c| daemon::running(&self.dir, c).is_some())
+            || self.state().exists()
+        {
+            eprintln!("cluster: a previous cluster is half up or left state; removing it first");
+            self.down()?;
+        }
+        let started = Instant::now();
+        for d in [self.state(), self.logs(), PathBuf::from(RUN_DIR)] {
+            std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
+        }
+        pki::ensure(&self.pki())?;
+        let files = files::write(self)?;
+        daemon::start_etcd(self)?;
+        daemon::start_apiserver(self, &files)?;
+        self.wait("the API server", || {
+            self.kubectl_ok(&["get", "--raw", "/readyz"]).map(|_| ())
+        })?;
+        daemon::start_controller_manager(self, &files)?;
+        daemon::start_scheduler(self, &files)?;
+        daemon::start_containerd(self, &files)?;
+        self.import_test_images()?;
+        files::make_cgroup_root()?;
+        daemon::start_kubelet(self, &files)?;
+        self.wait("the node's registration", || {
+            let v = self.kubectl_ok(&[
+                "get",
+                "node",
+                NODE_NAME,
+                "-o",
+                "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
+            ])?;
+            if v.is_empty() {
+                return Err(Error::Missing("no runtime version reported yet".into()));
+            }
+            Ok(())
+        })?;
+        // A pod can be created once its namespace has the default service account and the
+        // root CA its projected token volume carries.
+        self.wait("the default service account and kube-root-ca.crt", || {
+            self.kubectl_ok(&["get", "serviceaccount", "default", "-n", "default"])?;
+            self.kubectl_ok(&["get", "configmap", "kube-root-ca.crt", "-n", "default"])?;
+            Ok(())
+        })?;
+        eprintln!(
+            "cluster: up in {:.0?} (Kubernetes {KUBERNETES_VERSION}, etcd {ETCD_VERSION}); KUBECONFIG={}",
+            started.elapsed(),
+            self.kubeconfig().display()
+        );
+        Ok(())
+    }
+
+    /// Stops every component (kubelet first, so nothing is restarted), kills what runs in the
+    /// pods' cgroups, unmounts what kubelet and containerd mounted and removes all state: only
+    /// the binaries and the Go caches stay.
+    pub fn down(&self) -> Result<()> {
+        daemon::stop_all(self);
+        files::kill_and_remove_cgroups();
+        files::unmount_below(&self.state());
+        files::unmount_below(Path::new(RUN_DIR));
+        for d in [
+            self.state(),
+            PathBuf::from(RUN_DIR),
+            self.pki(),
+            self.logs(),
+        ] {
+            if d.exists() {
+                std::fs::remove_dir_all(&d).map_err(Error::io(&d))?;
+            }
+        }
+        let _ = std::fs::remove_file(self.kubeconfig());
+        eprintln!("cluster: down");
+        Ok(())
+    }
+
+    /// Imports an OCI archive into the node's containerd (the `k8s.io` namespace kubelet uses).
+    pub fn import(&self, archive: &Path) -> Result<()> {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(self.containerd_socket())
+            .args([
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--snapshotter",
+                "overlayfs",
+            ])
+            .arg(archive)
+            .output()
+            .map_err(Error::io("ctr"))?;
+        checked(&format!("ctr images import {}", archive.display()), out).map(|_| ())
+    }
+
+    fn import_test_images(&self) -> Result<()> {
+        let busybox = which("busybox").ok_or_else(|| {
+            Error::Missing(
+                "busybox not found (scripts/bootstrap.sh installs busybox-static)".into(),
+            )
+        })?;
+        let archive = self.state().join("test-images.tar");
+        observer_image::busybox::write_archive(&busybox, &archive)?;
+        self.import(&archive)?;
+        let _ = std::fs::remove_file(&archive);
+        Ok(())
+    }
+
+    /// Imports the agent's image archive, applies `deploy/` through `cluster/overlay` and waits
+    /// until the DaemonSet's pod is Ready.
+    pub fn deploy(&self, agent_archive: &Path) -> Result<()> {
+        self.import(agent_archive)?;
+        let overlay = self.workspace.join("cluster/overlay");
+        let overlay = overlay.to_string_lossy();
+        self.kubectl_ok(&["apply", "-k", &overlay])?;
+        // A re-deploy of the same tag must run the new image: restart the pods explicitly.
+        self.kubectl_ok(&[
+            "-n",
+            "observer-system",
+            "rollout",
+            "restart",
+            "daemonset/observer",
+        ])?;
+        self.wait_rollout()
+    }
+
+    /// Waits for the DaemonSet's rollout; on failure the error carries the pod's description
+    /// and the agent's log as kubelet wrote it.
+    pub fn wait_rollout(&self) -> Result<()> {
+        let r = self.kubectl_ok(&[
+            "-n",
+            "observer-system",
+            "rollout",
+            "status",
+            "daemonset/observer",
+            "--timeout=180s",
+        ]);
+        r.map(|_| ()).map_err(|e| Error::Timeout {
+            what: "the observer DaemonSet".into(),
+            after: Duration::from_secs(180),
+            detail: format!(
+                "{e}\n{}\nagent log:\n{}",
+                self.kubectl_ok(&["-n", "observer-system", "describe", "pods"])
+                    .unwrap_or_default(),
+                self.agent_log().unwrap_or_default()
+            ),
+        })
+    }
+
+    /// The newest log kubelet keeps for the agent's container.
+    pub fn agent_log(&self) -> Option<String> {
+        let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+        let pods = std::fs::read_dir(self.pod_logs()).ok()?;
+        for pod in pods.flatten() {
+            if !pod
+                .file_name()
+                .to_string_lossy()
+                .starts_with("observer-system_observer-")
+            {
+                continue;
+            }
+            for f in std::fs::read_dir(pod.path().join("observer"))
+                .ok()?
+                .flatten()
+            {
+                let t = f.metadata().and_then(|m| m.modified()).ok()?;
+                if newest.as_ref().is_none_or(|(n, _)| t > *n) {
+                    newest = Some((t, f.path()));
+                }
+            }
+        }
+        std::fs::read_to_string(newest?.1).ok()
+    }
+
+    fn wait(&self, what: &str, mut ready: impl FnMut() -> Result<()>) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let err = match ready() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if let Some(dead) = daemon::first_dead(&self.dir) {
+                return Err(Error::Command {
+                    what: format!("{dead} (while waiting for {what})"),
+                    detail: format!(
+                        "exited:\n{}",
+                        files::tail(&self.logs().join(format!("{dead}.log")), 40)
+                    ),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: what.into(),
+                    after: START_TIMEOUT,
+                    detail: err.to_string(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+fn checked(what: &str, out: Output) -> Result<String> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(Error::Command {
+            what: what.into(),
+            detail: format!(
+                "{}: {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+        })
+    }
+}
+
+/// A program on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,259 @@
+//! The real one-node cluster (observer-cluster) as the suites use it: started once per machine by
+//! the first suite that needs it (`cargo xtask cluster up` does the same; `cargo xtask cluster
+//! down` stops it), with the agent deployed from `deploy/` once per test process, built from the
+//! release binary under test. Waits poll kubectl at [`POLL`] with a deadline.
+use std::path::{Path, PathBuf};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+pub use observer_cluster::{Cluster, NODE_NAME};
+use serde_json::Value;
+
+use crate::prereq;
+use crate::wait::poll_every;
+
+/// How often a wait asks the API server again.
+pub const POLL: Duration = Duration::from_millis(200);
+/// The agent's namespace and DaemonSet (deploy/kustomization.yaml).
+pub const AGENT_NAMESPACE: &str = "observer-system";
+/// The agent's service account, as the API server names its user.
+pub const AGENT_USER: &str = "system:serviceaccount:observer-system:observer";
+/// Where the overlay has the agent serve (host network, loopback).
+pub const AGENT_ADDR: &str = "127.0.0.1:9891";
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+/// Tests that restart the agent take it exclusively; the others share it.
+static AGENT: RwLock<()> = RwLock::new(());
+
+/// The cluster with the agent deployed and Ready, or None when a prerequisite is truly absent
+/// (not root, no Go, no containerd), said once as SKIPPED (a failure under CI=true). A cluster
+/// that fails to start fails the test.
+pub fn require_cluster() -> Option<&'static Cluster> {
+    if !prereq::require_containerd() {
+        return None;
+    }
+    let c = Cluster::of_workspace();
+    let built = c.bin("kubelet").exists() && c.bin("etcd").exists();
+    if !built && observer_cluster::which("go").is_none() {
+        prereq::require(
+            "the real-cluster suite",
+            &["Go on PATH (to build Kubernetes)".into()],
+        );
+        return None;
+    }
+    let binary = match prereq::observer_release_binary() {
+        Ok(b) => b,
+        Err(e) => {
+            prereq::require("the real-cluster suite", &[e]);
+            return None;
+        }
+    };
+    let r = CLUSTER.get_or_init(|| start(c, &binary).map_err(|e| format!("{e:#}")));
+    match r {
+        Ok(c) => Some(c),
+        Err(e) => panic!("the test cluster did not start: {e}"),
+    }
+}
+
+fn start(c: Cluster, binary: &Path) -> Result<Cluster> {
+    c.up()?;
+    let archive = c.dir().join("observer-image.tar");
+    observer_image::agent::AgentImage::build(binary)?.write_archive(&archive)?;
+    c.deploy(&archive)?;
+    Ok(c)
+}
+
+/// Shared use of the deployed agent (it is not restarted meanwhile).
+pub fn agent_shared() -> RwLockReadGuard<'static, ()> {
+    AGENT.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Exclusive use of the deployed agent (restarts, redeploys).
+pub fn agent_exclusive() -> RwLockWriteGuard<'static, ()> {
+    AGENT.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `kubectl ... -o json`, parsed.
+pub fn get_json(c: &Cluster, args: &[&str]) -> Result<Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let out = c.kubectl_ok(&all)?;
+    serde_json::from_str(&out).with_context(|| format!("kubectl {}: not JSON", args.join(" ")))
+}
+
+/// `kubectl apply -f -` of a manifest.
+pub fn apply(c: &Cluster, manifest: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = c
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow!("no stdin"))?
+        .write_all(manifest.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "kubectl apply failed: {}\n{manifest}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A namespace of the test's own, deleted (without waiting) when dropped.
+pub struct Namespace<'a> {
+    pub name: String,
+    cluster: &'a Cluster,
+}
+
+impl<'a> Namespace<'a> {
+    pub fn new(cluster: &'a Cluster, name: &str) -> Result<Self> {
+        // A namespace left by an earlier run is finishing its deletion: wait it out.
+        let gone = poll_every(POLL, Duration::from_secs(120), || {
+            cluster
+                .kubectl_ok(&["get", "namespace", name])
+                .is_err()
+                .then_some(())
+        });
+        if gone.is_none() {
+            bail!("namespace {name} from an earlier run is still there after 120 s");
+        }
+        cluster.kubectl_ok(&["create", "namespace", name])?;
+        poll_every(POLL, Duration::from_secs(60), || {
+            cluster
+                .kubectl_ok(&["get", "serviceaccount", "default", "-n", name])
+                .ok()
+        })
+        .ok_or_else(|| anyhow!("no default service account in {name} after 60 s"))?;
+        Ok(Self {
+            name: name.into(),
+            cluster,
+        })
+    }
+}
+
+impl Drop for Namespace<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .kubectl_ok(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
+}
+
+/// A host-network busybox pod (the node has no CNI) running `script`, tolerating the node's
+/// NotReady, with the test images' pull policy (imported, never pulled).
+pub fn busybox_pod(name: &str, namespace: &str, restart_policy: &str, script: &str) -> String {
+    let script = serde_json::to_string(script).expect("a string");
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  hostNetwork: true
+  restartPolicy: {restart_policy}
+  terminationGracePeriodSeconds: 1
+  tolerations:
+    - operator: Exists
+  containers:
+    - name: main
+      image: {image}
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", {script}]
+"#,
+        image = observer_image::busybox::BUSYBOX_IMAGE,
+    )
+}
+
+/// Waits until the pod's JSON satisfies `pred`; the error shows the last JSON seen.
+pub fn wait_pod(
+    c: &Cluster,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    mut pred: impl FnMut(&Value) -> bool,
+) -> Result<Value> {
+    let mut last = Value::Null;
+    poll_every(POLL, timeout, || {
+        let v = get_json(c, &["get", "pod", name, "-n", namespace]).ok()?;
+        let hit = pred(&v);
+        last = v;
+        hit.then(|| last.clone())
+    })
+    .ok_or_else(|| {
+        anyhow!(
+            "pod {namespace}/{name}: condition not met within {timeout:?}; last status: {}",
+            serde_json::to_string_pretty(&last["status"]).unwrap_or_default()
+        )
+    })
+}
+
+/// The pod's condition of `type`, if present.
+pub fn condition<'v>(pod: &'v Value, kind: &str) -> Option<&'v Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// The agent's pod (the DaemonSet's one pod on the node).
+pub fn agent_pod(c: &Cluster) -> Result<Value> {
+    let list = get_json(
+        c,
+        &[
+            "get",
+            "pods",
+            "-n",
+            AGENT_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=observer",
+        ],
+    )?;
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    let live: Vec<Value> = items
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    match live.as_slice() {
+        [one] => Ok(one.clone()),
+        other => bail!("expected one live agent pod, found {}", other.len()),
+    }
+}
+
+/// The host pid of a running container, from its id in the pod's status
+/// (`containerd://<id>`): the process in its cgroup whose pid namespace is the container's own
+/// or, for the agent (hostPID), the first one listed.
+pub fn container_pid(container_id: &str) -> Result<u32> {
+    let id = container_id
+        .rsplit_once("://")
+        .map_or(container_id, |(_, id)| id);
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        if cg.lines().any(|l| l.ends_with(id)) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            // runc's helpers pass through the cgroup before the entrypoint: skip them.
+            if !cmdline.starts_with(b"runc") {
+                return Ok(pid);
+            }
+        }
+    }
+    bail!("no process of container {id} found in /proc")
+}
+
+/// The kubelet directory of a pod's volumes (for its projected service-account token).
+pub fn pod_volumes(c: &Cluster, uid: &str) -> PathBuf {
+    c.dir().join("state/kubelet/pods").join(uid).join("volumes")
+}

@@ -1,0 +1,459 @@
+//! deploy/ on a real one-node Kubernetes (observer-cluster: etcd, kube-apiserver with the Node
+//! authorizer, RBAC and NodeRestriction, kube-controller-manager, kube-scheduler, containerd and
+//! kubelet, built from the Go module proxy): the DaemonSet scheduled by the real scheduler and
+//! Ready with the manifests' own capabilities and mounts, its metrics, its service account's
+//! permissions, the admission policy enforced by the real API server with the agent's real
+//! pod-bound token, a rollout restart that keeps the state volume, and the agent's conditions
+//! written beside kubelet's.
+//!
+//! Every test is in `real_cluster`, so `--skip real_cluster::` leaves them out (scripts/test.sh
+//! runs them in a phase of their own, between `cargo xtask cluster up` and `down`).
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
+
+mod real_cluster {
+    use std::collections::BTreeSet;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use observer_tests::cluster::{
+        agent_exclusive, agent_pod, agent_shared, apply, busybox_pod, condition, container_pid,
+        get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, AGENT_ADDR,
+        AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
+    };
+    use observer_tests::endpoint::http_get;
+    use observer_tests::manifests::{deploy_dir, read_one};
+    use observer_tests::wait::poll_every;
+    use serde_json::Value;
+
+    const READY: Duration = Duration::from_secs(120);
+
+    fn agent_addr() -> SocketAddr {
+        AGENT_ADDR.parse().expect("an address")
+    }
+
+    fn ready(pod: &Value) -> bool {
+        pod["status"]["phase"] == "Running"
+            && condition(pod, "Ready").is_some_and(|c| c["status"] == "True")
+    }
+
+    /// The capability numbers of linux/capability.h the manifest names.
+    fn cap_number(name: &str) -> u32 {
+        match name {
+            "DAC_READ_SEARCH" => 2,
+            "SYS_NICE" => 23,
+            "SYSLOG" => 34,
+            "PERFMON" => 38,
+            "BPF" => 39,
+            other => panic!("capability {other} has no number here: add it"),
+        }
+    }
+
+    #[test]
+    fn daemonset_scheduled_ready_with_its_capabilities_and_mounts() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        let pod = wait_pod_ready_agent(c);
+        assert_eq!(pod["spec"]["nodeName"], NODE_NAME);
+        // Placed by the scheduler (the DaemonSet controller only sets node affinity).
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let events = get_json(
+            c,
+            &[
+                "get",
+                "events",
+                "-n",
+                AGENT_NAMESPACE,
+                "--field-selector",
+                &format!("involvedObject.name={name},reason=Scheduled"),
+            ],
+        )
+        .unwrap();
+        let scheduled = events["items"].as_array().unwrap();
+        assert!(
+            scheduled
+                .iter()
+                .any(|e| e["reportingComponent"] == "default-scheduler"
+                    || e["source"]["component"] == "default-scheduler"),
+            "no Scheduled event from default-scheduler for {name}: {events}"
+        );
+
+        // The effective capabilities of the running agent are exactly the manifest's.
+        let ds: k8s_openapi::api::apps::v1::DaemonSet =
+            read_one(&deploy_dir().join("daemonset.yaml")).unwrap();
+        let spec = ds.spec.unwrap().template.spec.unwrap();
+        let added = spec.containers[0]
+            .security_context
+            .as_ref()
+            .and_then(|s| s.capabilities.as_ref())
+            .and_then(|c| c.add.clone())
+            .unwrap();
+        let want: u64 = added.iter().map(|n| 1u64 << cap_number(n)).sum();
+        let id = pod["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap();
+        let pid = container_pid(id).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        assert_eq!(
+            eff, want,
+            "CapEff {eff:#x} of the agent (pid {pid}) is not the manifest's {added:?} ({want:#x})"
+        );
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(
+            cmdline.starts_with(b"/usr/bin/observer\0run"),
+            "pid {pid} is not the agent: {:?}",
+            String::from_utf8_lossy(&cmdline)
+        );
+
+        // Its mounts: every host mount read-only but the state volume.
+        let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+        let mount = |target: &str| {
+            mountinfo
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|f| f.get(4) == Some(&target))
+                .map(|f| f[5].split(',').any(|o| o == "ro"))
+        };
+        for (target, read_only) in [
+            ("/sys/kernel/tracing", true),
+            ("/host/sys/fs/cgroup", true),
+            ("/run/containerd", true),
+            ("/run/observer", false),
+            ("/", true),
+        ] {
+            assert_eq!(
+                mount(target),
+                Some(read_only),
+                "mount {target} (read-only: {read_only}) in the agent's mount namespace"
+            );
+        }
+    }
+
+    fn wait_pod_ready_agent(c: &Cluster) -> Value {
+        poll_every(POLL, READY, || agent_pod(c).ok().filter(ready))
+            .unwrap_or_else(|| panic!("the agent's pod is not Ready: {:?}", agent_pod(c)))
+    }
+
+    #[test]
+    fn metrics_scraped_and_healthy() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        wait_pod_ready_agent(c);
+        let (code, body) = http_get(agent_addr(), "/metrics").expect("the agent answers");
+        assert_eq!(code, 200);
+        let sample = |name: &str| {
+            body.lines()
+                .find_map(|l| {
+                    l.strip_prefix(name)?
+                        .strip_prefix(' ')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{body}"))
+        };
+        // Connected to the node's containerd through the mounted socket, reading the kernel.
+        assert_eq!(sample("observer_cri_connected"), 1.0);
+        assert_eq!(sample(r#"observer_kernel_records_total{type="lost"}"#), 0.0);
+        assert!(
+            sample("observer_kernel_containers") >= 1.0,
+            "its own container at least"
+        );
+        assert!(body.contains("# TYPE observer_status_write_latency_seconds histogram"));
+        assert_eq!(http_get(agent_addr(), "/healthz").map(|r| r.0), Some(200));
+        assert_eq!(http_get(agent_addr(), "/readyz").map(|r| r.0), Some(200));
+    }
+
+    /// `kubectl auth can-i --list` as the agent: exactly what it needs (its node's pods, their
+    /// status, Events), beside what every authenticated user may do (discovery, self reviews).
+    #[test]
+    fn service_account_can_do_what_it_needs_and_nothing_more() {
+        let Some(c) = require_cluster() else { return };
+        let list = c
+            .kubectl_ok(&["auth", "can-i", "--list", "--as", AGENT_USER])
+            .unwrap();
+        let mut granted = BTreeSet::new();
+        for line in list.lines().skip(1) {
+            // Verbs are the last bracketed column, and may hold spaces: `[create patch]`.
+            let (Some(resource), Some(open)) = (line.split_whitespace().next(), line.rfind('['))
+            else {
+                continue;
+            };
+            let verbs = &line[open..];
+            // Non-resource URLs (discovery, /healthz...) come as `[]  [/api/*]  []  [get]`.
+            if resource.starts_with('[') {
+                continue;
+            }
+            // Every authenticated user may review itself (system:basic-user).
+            if resource.starts_with("selfsubject") {
+                continue;
+            }
+            for verb in verbs.trim_matches(['[', ']']).split(' ') {
+                granted.insert(format!("{verb} {resource}"));
+            }
+        }
+        let want: BTreeSet<String> = [
+            "get pods",
+            "list pods",
+            "watch pods",
+            "patch pods/status",
+            "create events.events.k8s.io",
+            "patch events.events.k8s.io",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        assert_eq!(granted, want, "the agent's permissions:\n{list}");
+        for denied in [
+            ["update", "pods"],
+            ["delete", "pods"],
+            ["patch", "pods"],
+            ["get", "secrets"],
+            ["update", "pods/status"],
+            ["create", "events"],
+        ] {
+            let out = c
+                .kubectl()
+                .args(["auth", "can-i", denied[0], denied[1], "--as", AGENT_USER])
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "no",
+                "{} {} must be denied",
+                denied[0],
+                denied[1]
+            );
+        }
+    }
+
+    /// The agent's own pod-bound token (as kubelet projected it into its pod), used for real
+    /// status writes: one for a pod of its node is accepted, one for a pod bound to another node
+    /// is refused by deploy/'s ValidatingAdmissionPolicy.
+    #[test]
+    fn admission_policy_keeps_the_agent_to_its_node() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        let ns = Namespace::new(c, "t-admission").unwrap();
+        let agent = wait_pod_ready_agent(c);
+        let token = agent_token(c, &agent);
+
+        apply(c, &busybox_pod("mine", &ns.name, "Never", "sleep 3600")).unwrap();
+        // Bound to a node that has no kubelet: it stays Pending, but its spec.nodeName is stored.
+        apply(
+            c,
+            &busybox_pod("theirs", &ns.name, "Never", "sleep 3600")
+                .replace("spec:\n", "spec:\n  nodeName: another-node\n"),
+        )
+        .unwrap();
+        wait_pod(c, &ns.name, "mine", READY, |p| {
+            p["spec"]["nodeName"] == NODE_NAME
+        })
+        .unwrap();
+
+        let patch =
+            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#;
+        // The request the agent makes (kube's patch_status: a strategic merge patch, no GET
+        // first), with the agent's token.
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
+            observer_cluster::APISERVER_PORT,
+            c.dir().join("pki/ca.crt").display(),
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = rt.block_on(async {
+            let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
+            kube::Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name)
+        });
+        let as_agent = |pod: &str| {
+            let patch: Value = serde_json::from_str(patch).unwrap();
+            rt.block_on(pods.patch_status(
+                pod,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(patch),
+            ))
+        };
+        match as_agent("theirs") {
+            Ok(_) => panic!("a status write to another node's pod was accepted"),
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{status:?}");
+                assert!(
+                    status.message.contains("observer-own-node")
+                        && status.message.contains(&format!(
+                            "the observer agent of node {NODE_NAME} may only change pods bound to that node"
+                        )),
+                    "refused, but not by the admission policy: {status:?}"
+                );
+            }
+            Err(other) => panic!("the write failed, not refused: {other}"),
+        }
+        if let Err(e) = as_agent("mine") {
+            panic!("a status write to its own node's pod was refused: {e}");
+        }
+        let pod = get_json(c, &["get", "pod", "mine", "-n", &ns.name]).unwrap();
+        assert_eq!(
+            condition(&pod, "observer.dev/AdmissionProbe").map(|c| c["status"].clone()),
+            Some(Value::from("True"))
+        );
+    }
+
+    fn agent_token(c: &Cluster, agent: &Value) -> String {
+        let uid = agent["metadata"]["uid"].as_str().unwrap();
+        let projected = pod_volumes(c, uid).join("kubernetes.io~projected");
+        let dir = std::fs::read_dir(&projected)
+            .unwrap_or_else(|e| panic!("{}: {e}", projected.display()))
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("kube-api-access-")
+            })
+            .expect("the agent's kube-api-access volume");
+        std::fs::read_to_string(dir.path().join("token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// A container that exits 3: kubelet reports it, and the agent writes its own condition
+    /// beside kubelet's, through the real API server and the admission policy.
+    #[test]
+    fn agent_writes_its_conditions_beside_kubelet() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        let ns = Namespace::new(c, "t-conditions").unwrap();
+        wait_pod_ready_agent(c);
+        apply(
+            c,
+            &busybox_pod("exit3", &ns.name, "Never", "sleep 2; exit 3"),
+        )
+        .unwrap();
+        let pod = wait_pod(c, &ns.name, "exit3", READY, |p| {
+            p["status"]["phase"] == "Failed"
+                && condition(p, "observer.dev/ContainersAlive")
+                    .is_some_and(|c| c["status"] == "False")
+        })
+        .unwrap();
+        let term = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(term["exitCode"], 3, "kubelet's account: {term}");
+        assert_eq!(term["reason"], "Error");
+        // kubelet's own conditions are still there and kubelet's.
+        for kind in ["Ready", "ContainersReady", "Initialized", "PodScheduled"] {
+            assert!(
+                condition(&pod, kind).is_some(),
+                "{kind} missing: {}",
+                pod["status"]
+            );
+        }
+    }
+
+    /// `kubectl rollout restart`: a new agent pod, the state volume's file carried over.
+    #[test]
+    fn rollout_restart_keeps_the_state_volume() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_exclusive();
+        let ns = Namespace::new(c, "t-rollout").unwrap();
+        let before = wait_pod_ready_agent(c);
+        apply(c, &busybox_pod("sleeper", &ns.name, "Always", "sleep 3600")).unwrap();
+        let sleeper = wait_pod(c, &ns.name, "sleeper", READY, ready).unwrap();
+        let id = sleeper["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap()
+            .rsplit_once("://")
+            .unwrap()
+            .1
+            .to_string();
+        let state = std::path::Path::new(observer_cluster::RUN_DIR).join("agent-state/inits");
+        let recorded = poll_every(POLL, Duration::from_secs(30), || {
+            std::fs::read_to_string(&state)
+                .ok()
+                .filter(|s| s.contains(&id))
+        })
+        .unwrap_or_else(|| panic!("{} never named container {id}", state.display()));
+
+        c.kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "rollout",
+            "restart",
+            "daemonset/observer",
+        ])
+        .unwrap();
+        c.wait_rollout().unwrap();
+        let after = wait_pod_ready_agent(c);
+        assert_ne!(
+            before["metadata"]["uid"], after["metadata"]["uid"],
+            "the rollout did not replace the agent's pod"
+        );
+        let kept = std::fs::read_to_string(&state).unwrap();
+        for line in recorded.lines().filter(|l| l.contains(&id)) {
+            assert!(
+                kept.contains(line),
+                "{line:?} lost across the restart:\n{kept}"
+            );
+        }
+    }
+
+    /// A child OOM-killed in a container that then exits 0 (kubernetes#104454): containerd 1.6
+    /// and kubelet report the container OOMKilled with exit code 0; the truth, which the agent
+    /// writes, is a completed container that lost a child (dd) to the OOM killer.
+    #[test]
+    fn child_oom_kill_told_right_beside_kubelet() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_shared();
+        let ns = Namespace::new(c, "t-child-oom").unwrap();
+        wait_pod_ready_agent(c);
+        // dd's 64 MiB buffer in a 32 MiB container: the kernel kills dd, the shell goes on.
+        let manifest = busybox_pod(
+            "child-oom",
+            &ns.name,
+            "Never",
+            "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 2; exit 0",
+        )
+        .replace(
+            "      command:",
+            "      resources:\n        limits:\n          memory: 32Mi\n      command:",
+        );
+        apply(c, &manifest).unwrap();
+        let pod = wait_pod(c, &ns.name, "child-oom", READY, |p| {
+            p["status"]["phase"] == "Succeeded"
+                && condition(p, "observer.dev/OOMKilled").is_some_and(|c| c["status"] == "True")
+        })
+        .unwrap();
+        let term = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(term["exitCode"], 0, "the container exited 0: {term}");
+        let oom = condition(&pod, "observer.dev/OOMKilled").unwrap();
+        assert_eq!(
+            oom["reason"], "ProcessOOMKilled",
+            "the agent's condition: {oom}"
+        );
+        assert!(
+            oom["message"].as_str().unwrap_or("").contains("dd"),
+            "the victim is named: {oom}"
+        );
+        // kubelet's account, which the agent does not overwrite: containerd 1.6's mislabel.
+        eprintln!(
+            "kubelet: reason {} exit {}; agent: {} {}",
+            term["reason"], term["exitCode"], oom["reason"], oom["message"]
+        );
+        let events = get_json(c, &["get", "events.events.k8s.io", "-n", &ns.name]).unwrap();
+        let from_agent: Vec<&Value> = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["reportingController"] == "observer")
+            .collect();
+        assert!(
+            from_agent.iter().any(|e| e["reason"] == "ProcessOOMKilled"
+                && e["note"].as_str().unwrap_or("").contains("dd")),
+            "no ProcessOOMKilled Event naming dd from the agent: {events}"
+        );
+    }
+}
