@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod cri;
 pub mod error;
+mod exposition;
 pub mod kernel;
 pub mod kube;
 pub mod mem;
@@ -23,5 +24,8 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod runner;
 pub mod sched;
+pub mod sync;
+#[cfg(test)]
+pub(crate) mod testlog;
 
 pub use error::{Error, Result};

@@ -6,6 +6,6 @@ use observer::cli::{init_logging, run, runtime, Cli};
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    init_logging(&cli.log, cli.log_format);
+    init_logging(&cli.log, cli.log_format)?;
     runtime()?.block_on(run(cli))
 }

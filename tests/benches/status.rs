@@ -1,7 +1,7 @@
 //! Status manager benchmark, without a kernel or a cluster: the manager against kube's mock
 //! service (tower-test) standing in for the API server, on a 2-worker multi-thread runtime.
 //!
-//! - latency: from `StatusHandle::observe(view)` to the status PATCH arriving at the mock
+//! - latency: from the reconciled view's change (`ReconcileHandle::publish`) to the status PATCH arriving at the mock
 //!   service (the request has left the manager, the writer and kube's client stack), one change
 //!   at a time, each a real change of the ContainersAlive condition;
 //! - writes per pod for a burst of 100 changes to one pod: handed over together, and spread out
@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::client::Body;
 use observer::{
     kube::{StatusConfig, StatusHandle, StatusManager, StatusMode, StatusStats},
-    reconcile::{ContainerPhase, ContainerView, PodView},
+    reconcile::{ContainerPhase, ContainerView, PodView, ReconcileHandle},
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -147,14 +147,20 @@ fn json_response(code: u16, v: &Value) -> Response<Body> {
         .expect("response")
 }
 
-async fn manager(delay: Duration) -> (StatusHandle, Server) {
+/// The manager, the view it reads (set by hand), and the API's mock.
+async fn manager(delay: Duration) -> (StatusHandle, ReconcileHandle, Server) {
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
     let server = serve(handle, delay);
-    let (m, h) = StatusManager::new(client, StatusConfig::new("node-1", StatusMode::Conditions));
+    let reconcile = ReconcileHandle::detached();
+    let (m, h) = StatusManager::new(
+        client,
+        StatusConfig::new("node-1", StatusMode::Conditions),
+        reconcile.clone(),
+    );
     tokio::spawn(m.run());
     h.pods().ready().await;
-    (h, server)
+    (h, reconcile, server)
 }
 
 async fn wait_writes(h: &StatusHandle, n: u64) {
@@ -176,7 +182,7 @@ fn us(d: Duration) -> String {
 }
 
 async fn latency(samples: u32) -> Vec<Duration> {
-    let (h, mut server) = manager(Duration::ZERO).await;
+    let (h, r, mut server) = manager(Duration::ZERO).await;
     let mut out = Vec::new();
     // Warm-up, then samples: alternate a running and a dead instance so that every change
     // flips the condition and is written.
@@ -188,7 +194,7 @@ async fn latency(samples: u32) -> Vec<Duration> {
         };
         let v = view(container(i, phase));
         let t0 = Instant::now();
-        h.observe(&v);
+        r.publish(v);
         let arrived = server.arrivals.recv().await.expect("a patch");
         wait_writes(&h, u64::from(i) + 1).await;
         if i >= 50 {
@@ -200,8 +206,8 @@ async fn latency(samples: u32) -> Vec<Duration> {
 }
 
 async fn burst(spread: Option<Duration>, server_delay: Duration) -> usize {
-    let (h, server) = manager(server_delay).await;
-    h.observe(&view(container(0, ContainerPhase::Running)));
+    let (h, r, server) = manager(server_delay).await;
+    r.publish(view(container(0, ContainerPhase::Running)));
     wait_writes(&h, 1).await;
     let before = server.patches.load(Ordering::SeqCst);
     // Ends on a death, so that the last state differs from the one written before the burst.
@@ -211,7 +217,7 @@ async fn burst(spread: Option<Duration>, server_delay: Duration) -> usize {
         } else {
             ContainerPhase::Running
         };
-        h.observe(&view(container(i, phase)));
+        r.publish(view(container(i, phase)));
         if let Some(d) = spread {
             let until = Instant::now() + d;
             while Instant::now() < until {
@@ -237,7 +243,7 @@ fn main() {
         let together = burst(None, Duration::from_millis(2)).await;
         let spread = burst(Some(Duration::from_micros(100)), Duration::from_millis(2)).await;
         println!("Status manager (conditions mode), kube's mock service as the API server.\n");
-        println!("| observe(view) → status PATCH at the API's service | samples | p50 | p90 | p99 | max |");
+        println!("| view changed → status PATCH at the API's service | samples | p50 | p90 | p99 | max |");
         println!("|---|---:|---:|---:|---:|---:|");
         println!(
             "| one change at a time | {} | {} | {} | {} | {} |",

@@ -55,6 +55,16 @@ struct State {
     recorded: Vec<Recorded>,
     /// A status code to answer writes with, for fault tests (None: success).
     fail_writes: Option<u16>,
+    /// A status code to answer every request with (401, 403: credentials refused or forbidden).
+    refuse: Option<u16>,
+}
+
+impl State {
+    /// Keeps `r` in the order of arrival (its `seq` set here).
+    fn record(&mut self, mut r: Recorded) {
+        r.seq = self.recorded.len();
+        self.recorded.push(r);
+    }
 }
 
 pub struct ApiStandIn {
@@ -132,6 +142,31 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    // What a write or a refusal leaves in the record (its `seq` is set when kept).
+    let recorded = |code, body| Recorded {
+        seq: 0,
+        code,
+        at,
+        method: method.to_string(),
+        uri: uri.clone(),
+        content_type: content_type.clone(),
+        body,
+    };
+    let refuse = state.lock().expect("state").refuse;
+    if let Some(code) = refuse {
+        let reason = StatusCode::from_u16(code)
+            .ok()
+            .and_then(|c| c.canonical_reason())
+            .unwrap_or("Refused");
+        state
+            .lock()
+            .expect("state")
+            .record(recorded(code, Value::Null));
+        return respond(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
+            &status(code, reason, "refused by the stand-in"),
+        );
+    }
     if method == Method::GET {
         if let Some(doc) = discovery(&path) {
             return respond(StatusCode::OK, &doc);
@@ -214,17 +249,8 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         (Method::PATCH | Method::POST | Method::PUT, _) => {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let mut st = state.lock().expect("state");
-            let seq = st.recorded.len();
             let code = st.fail_writes.unwrap_or(200);
-            st.recorded.push(Recorded {
-                seq,
-                code,
-                at,
-                method: method.to_string(),
-                uri,
-                content_type,
-                body: body.clone(),
-            });
+            st.record(recorded(code, body.clone()));
             if let Some(code) = st.fail_writes {
                 return respond(
                     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -397,6 +423,12 @@ impl ApiStandIn {
     /// Answer every write with `code` from now on (`None`: success again).
     pub fn fail_writes(&self, code: Option<u16>) {
         self.state.lock().expect("state").fail_writes = code;
+    }
+
+    /// Answer every request with `code` from now on (401: bad credentials, 403: forbidden;
+    /// `None`: serve again).
+    pub fn refuse(&self, code: Option<u16>) {
+        self.state.lock().expect("state").refuse = code;
     }
 
     /// The pod as the stand-in serves it now (with the conditions written to it).

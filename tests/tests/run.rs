@@ -54,8 +54,12 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
     let kubeconfig = api.kubeconfig()?;
     let listen = free_listen();
     let sock = ctrd.socket().display().to_string();
+    // Its own state directory: the agent locks it, and the host's may be a real agent's.
+    let state = tempfile::tempdir()?;
     let mut agent = ObserverProcess::spawn(&[
         "run",
+        "--state-dir",
+        state.path().to_str().context("path")?,
         "--kubeconfig",
         kubeconfig.to_str().context("path")?,
         "--node-name",

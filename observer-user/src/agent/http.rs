@@ -1,22 +1,34 @@
-//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (liveness: the kernel
-//! reader and the reconciler are alive and turning, as kubelet's PLEG health fails after 3
-//! minutes without a relist), `/readyz` (ready once the first sync is done: the start-up walk and
-//! the first relist answered).
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (liveness: every task of
+//! the agent runs, the kernel reader and the reconciler are turning, as kubelet's PLEG health
+//! fails after 3 minutes without a relist), `/readyz` (ready once the first sync is done: the
+//! start-up walk, the runtime's first relist answered, and the API's first list of this node's
+//! pods; until then it says what is missing and why).
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::metrics::Metrics;
-use crate::{pipeline::PipelineHealth, reconcile::ReconcileHandle};
+use super::{metrics::Metrics, tasks::TaskHealth};
+use crate::{
+    cri::ReconnectingCri, kube::StatusHandle, pipeline::PipelineHealth, reconcile::ReconcileHandle,
+};
 
 /// What the health checks look at.
 #[derive(Clone)]
 pub struct Health {
     pub pipeline: Arc<PipelineHealth>,
     pub reconcile: ReconcileHandle,
+    pub cri: ReconnectingCri,
+    pub tasks: TaskHealth,
+    /// The status manager once it runs; `None` when nothing reaches the API.
+    pub api: Option<Arc<OnceLock<StatusHandle>>>,
     /// A loop that has not turned for this long is stuck (both turn every few seconds).
     pub stale_after: Duration,
 }
@@ -24,6 +36,7 @@ pub struct Health {
 impl Health {
     /// `Err(why)` when a part of the agent died or stopped turning.
     pub fn live(&self) -> Result<(), String> {
+        self.tasks.check()?;
         if self.pipeline.ended() {
             return Err("the kernel reader has stopped".into());
         }
@@ -38,13 +51,31 @@ impl Health {
         Ok(())
     }
 
-    /// Live, and the first sync (walk and relist) is done.
+    /// Live, and the first syncs are done: with the runtime (walk and relist) and with the API
+    /// (this node's pods listed). Every one missing is said.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
+        let mut missing = Vec::new();
         if !self.reconcile.is_settled() {
-            return Err("the first sync with the runtime is not done".into());
+            let state = self.cri.state();
+            missing.push(match state.last_error {
+                Some(why) if !state.connected => {
+                    format!("the first sync with the runtime is not done: {why}")
+                }
+                _ => "the first sync with the runtime is not done".into(),
+            });
         }
-        Ok(())
+        if let Some(api) = &self.api {
+            match api.get() {
+                Some(status) => missing.extend(status.listed().err()),
+                None => missing.push("the API's first list of this node's pods is not done".into()),
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("\n"))
+        }
     }
 }
 
@@ -119,5 +150,93 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health)
                 tracing::debug!("http connection: {e}");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::{
+        agent::tasks::Tasks,
+        cri::{CriConfig, CriEndpoint},
+        kube::{
+            testkit::api::{self, status, Reply},
+            StatusConfig, StatusManager, StatusMode,
+        },
+        pipeline::PipelineStats,
+    };
+
+    async fn get(path: &str, health: &Health) -> (u16, String) {
+        let r = route(path, &Metrics::new(), health);
+        let code = r.status().as_u16();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readyz_says_what_is_missing_and_healthz_which_task_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("absent.sock");
+        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(&socket)));
+        let mut cri_state = cri.subscribe();
+        cri_state
+            .wait_for(|s| s.last_error.is_some())
+            .await
+            .unwrap();
+
+        let reconcile = ReconcileHandle::detached();
+        let (client, mock) = api::client();
+        api::serve(mock, vec![status(401, "Unauthorized"), Reply::Hang]);
+        let (manager, status_handle) = StatusManager::new(
+            client,
+            StatusConfig::new("node-1", StatusMode::Conditions),
+            reconcile.clone(),
+        );
+        let mut tasks = Tasks::default();
+        tasks.spawn("status manager", manager.run());
+        let api = Arc::new(OnceLock::new());
+        let health = Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile,
+            cri,
+            tasks: tasks.health(),
+            api: Some(Arc::clone(&api)),
+            stale_after: Duration::from_secs(60),
+        };
+        let runtime = format!("the first sync with the runtime is not done: CRI socket {} does not exist; is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its socket? containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock", socket.display());
+        assert_eq!(
+            get("/readyz", &health).await,
+            (
+                503,
+                format!("{runtime}\nthe API's first list of this node's pods is not done\n")
+            )
+        );
+        let _ = api.set(status_handle.clone());
+        let unauthorized = "the API's first list of this node's pods has not succeeded: the API server refused the agent's credentials (401 Unauthorized: Unauthorized (test)): check the kubeconfig's user, or the service account's token";
+        let said = tokio::time::timeout(Duration::from_secs(10), async {
+            while status_handle.listed() != Err(unauthorized.into()) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(said.is_ok(), "{:?}", status_handle.listed());
+        assert_eq!(
+            get("/readyz", &health).await,
+            (503, format!("{runtime}\n{unauthorized}\n"))
+        );
+        assert_eq!(get("/healthz", &health).await, (200, "ok\n".into()));
+
+        tasks.spawn("Events worker", async {});
+        let _ = tokio::time::timeout(Duration::from_secs(10), tasks.failed()).await;
+        assert_eq!(
+            get("/healthz", &health).await,
+            (503, "the Events worker ended\n".into())
+        );
+        assert_eq!(
+            get("/readyz", &health).await,
+            (503, "the Events worker ended\n".into())
+        );
     }
 }

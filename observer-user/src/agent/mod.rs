@@ -1,21 +1,27 @@
 //! The agent, wired once for every consumer (`observer run`, `observer status`, `watch --pods`,
 //! the tests): the kernel pipeline (probes → PLEG, on its own thread) → the reconciler against the
-//! CRI, with the kernel log followed. [`http`], [`metrics`] and [`feed`] are `observer run`'s
-//! endpoint and its link to the status manager.
-pub mod feed;
+//! CRI, with the kernel log followed. [`run`] adds what `observer run` has: the status manager
+//! (reading the reconciler's changes), its Events worker, and the HTTP endpoint ([`http`],
+//! [`metrics`]). Every task is supervised ([`tasks`]): one that ends fails the agent.
 pub mod http;
 pub mod metrics;
+mod run;
+pub mod tasks;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::sync::mpsc;
+
+pub use run::{run, RunConfig, StatusSetup};
+use tasks::Tasks;
 
 use crate::{
     cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     kernel::{kmsg, BootClock, KernelCounters, KernelError},
     pipeline::{KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread},
-    reconcile::{OomHistory, ReconcileConfig, ReconcileHandle, Reconciler},
+    reconcile::{inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler},
+    sync::AbortOnDrop,
     Error,
 };
 
@@ -44,9 +50,12 @@ impl AgentConfig {
 pub struct Agent {
     pub reconcile: ReconcileHandle,
     pub cri: ReconnectingCri,
+    endpoint: CriEndpoint,
     kernel: PipelineTask,
-    reconciler: Option<JoinHandle<()>>,
-    kmsg: Option<JoinHandle<()>>,
+    /// The reconciler, and what [`run`] adds.
+    tasks: Tasks,
+    /// The kernel log's reader: it may end (the log unreadable) and the agent goes on without.
+    _kmsg: AbortOnDrop,
     tap: Option<tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>>,
 }
 
@@ -54,6 +63,11 @@ impl Agent {
     /// Loads the probes, walks the pod cgroups once, reads the kernel log's OOM kills, and starts
     /// the pipeline and reconciler tasks.
     pub async fn start(cfg: AgentConfig) -> Result<Self, Error> {
+        // First: a second agent on this state directory is refused before it loads anything.
+        let inits = match &cfg.reconcile.state_dir {
+            Some(dir) => InitStore::open(dir, cfg.reconcile.state_access)?,
+            None => InitStore::in_memory(),
+        };
         let (pipeline, events) =
             KernelPipeline::start(PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?)?;
         // The follower first, then the history, both after the probes are attached: every kill
@@ -66,11 +80,12 @@ impl Agent {
             cfg.reconcile.clone(),
             pipeline.clock(),
             history,
+            inits,
         );
         let (tx, rx) = mpsc::channel(256);
         reconciler.follow_kernel_log(rx);
         let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok();
-        let kmsg_task = Some(match follower {
+        let kmsg_task = AbortOnDrop(match follower {
             Ok(f) => tokio::spawn(follow_kernel_log(f, mounts, tx)),
             Err(e) => {
                 // In a container that is not privileged /dev/kmsg cannot be opened; the same log
@@ -83,13 +98,15 @@ impl Agent {
         let tap = handle.pleg_events();
         let relist = handle.clone();
         let kernel = pipeline.spawn(cfg.reader, move || relist.request_relist())?;
-        let reconciler = tokio::spawn(reconciler.run(events));
+        let mut tasks = Tasks::default();
+        tasks.spawn("reconciler", reconciler.run(events));
         Ok(Self {
             reconcile: handle,
             cri,
+            endpoint: cfg.cri,
             kernel,
-            reconciler: Some(reconciler),
-            kmsg: kmsg_task,
+            tasks,
+            _kmsg: kmsg_task,
             tap: Some(tap),
         })
     }
@@ -128,33 +145,27 @@ impl Agent {
         self.cri.wait_connected(timeout).await.is_ok()
     }
 
-    /// Resolves when a part of the agent stopped (the kernel reader failed, the reconciler
-    /// ended): the agent's answers would go stale from then on.
+    /// Resolves when a part of the agent stopped (the kernel reader failed, a task ended): the
+    /// agent's answers would go stale from then on.
     pub async fn failed(&mut self) -> Error {
-        let reconciler = async {
-            match self.reconciler.as_mut() {
-                Some(j) => j.await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             e = self.kernel.stopped() => Error::Pipeline(e),
-            r = reconciler => {
-                self.reconciler = None;
-                Error::Stopped(match r {
-                    Ok(()) => "the reconciler ended".into(),
-                    Err(e) if e.is_panic() => format!("the reconciler panicked: {}", crate::runner::panic_message(e.into_panic())),
-                    Err(e) => format!("the reconciler task: {e}"),
-                })
-            }
+            why = self.tasks.failed() => Error::Stopped(why),
         }
     }
-}
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        for task in [&self.reconciler, &self.kmsg].into_iter().flatten() {
-            task.abort();
+    /// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
+    /// runtime's own name (waiting up to `wait` for it), else what the socket's path says.
+    pub async fn runtime_name(&self, wait: Duration) -> String {
+        if let Ok(client) = self.cri.wait_connected(wait).await {
+            if let Ok(v) = client.version().await {
+                return v.runtime_name;
+            }
+        }
+        if self.endpoint.path().to_string_lossy().contains("crio") {
+            "cri-o".into()
+        } else {
+            "containerd".into()
         }
     }
 }

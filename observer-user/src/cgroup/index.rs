@@ -27,9 +27,6 @@ impl CgroupEntry {
 pub struct CgroupIndex {
     mount: HierarchyMount,
     by_id: HashMap<u64, CgroupEntry>,
-    /// Lookups the map could not answer, and how many of those the kernel could.
-    misses: u64,
-    resolved_by_handle: u64,
 }
 
 impl CgroupIndex {
@@ -37,8 +34,6 @@ impl CgroupIndex {
         Self {
             mount,
             by_id: HashMap::new(),
-            misses: 0,
-            resolved_by_handle: 0,
         }
     }
 
@@ -78,10 +73,8 @@ impl CgroupIndex {
     /// [`Self::get`], falling back to asking the kernel for the path of `id`.
     pub fn resolve(&mut self, id: u64) -> Option<&CgroupEntry> {
         if !self.by_id.contains_key(&id) {
-            self.misses += 1;
             let abs = path_of_id(&self.mount.mount_point, id)?;
             let rel = self.mount.to_relative(&abs)?;
-            self.resolved_by_handle += 1;
             self.by_id.insert(id, CgroupEntry::new(&rel));
         }
         self.by_id.get(&id)
@@ -93,11 +86,6 @@ impl CgroupIndex {
 
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
-    }
-
-    /// (misses, of which resolved through a file handle)
-    pub fn miss_stats(&self) -> (u64, u64) {
-        (self.misses, self.resolved_by_handle)
     }
 
     pub fn mount(&self) -> &HierarchyMount {

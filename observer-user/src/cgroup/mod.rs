@@ -21,7 +21,7 @@ pub use mounts::{CgroupMode, CgroupMounts, CgroupVersion, HierarchyMount, V1Hier
 pub use path::{
     classify, classify_bytes, conmon_cgroup_path, container_cgroup_path, kubepods_root_path,
     pod_cgroup_path, qos_cgroup_path, CgroupDriver, CgroupKind, ConmonRef, ContainerId,
-    ContainerRef, PodRef, PodUid, Qos, Runtime,
+    ContainerRef, PodCgroup, PodUid, Qos, Runtime,
 };
 pub use scan::{
     find_kubepods_roots, scan, scan_kubepods, Scan, ScanOptions, ScanStats, ScannedCgroup,

@@ -231,13 +231,13 @@ impl fmt::Debug for ContainerId {
 
 /// A pod cgroup, as kubelet named it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PodRef {
+pub struct PodCgroup {
     pub uid: PodUid,
     pub qos: Qos,
     pub driver: CgroupDriver,
 }
 
-impl PodRef {
+impl PodCgroup {
     /// The pod's cgroup path, relative to the hierarchy root, with the kubepods root at the top.
     pub fn cgroup_path(&self) -> String {
         pod_cgroup_path(self.driver, self.qos, &self.uid)
@@ -247,7 +247,7 @@ impl PodRef {
 /// A container's cgroup, or a cgroup below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ContainerRef {
-    pub pod: PodRef,
+    pub pod: PodCgroup,
     /// `None` for the bare `<pod>/<id>` layout, which containerd and docker (cgroupfs driver)
     /// share: only the CRI can tell them apart.
     pub runtime: Option<Runtime>,
@@ -271,7 +271,7 @@ impl ContainerRef {
 /// not part of the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConmonRef {
-    pub pod: PodRef,
+    pub pod: PodCgroup,
     pub id: ContainerId,
 }
 
@@ -287,7 +287,7 @@ pub enum CgroupKind {
         driver: CgroupDriver,
         qos: Qos,
     },
-    Pod(PodRef),
+    Pod(PodCgroup),
     Container(ContainerRef),
     Conmon(ConmonRef),
     /// Below a kubepods root but no known shape (a malformed uid or id, an unknown runtime's
@@ -299,7 +299,7 @@ pub enum CgroupKind {
 
 impl CgroupKind {
     /// The pod this cgroup belongs to (pod, container, nested or conmon cgroup).
-    pub fn pod(&self) -> Option<&PodRef> {
+    pub fn pod(&self) -> Option<&PodCgroup> {
         match self {
             CgroupKind::Pod(p) => Some(p),
             CgroupKind::Container(c) => Some(&c.pod),
@@ -367,11 +367,11 @@ fn classify_below_root<'a>(
     driver: CgroupDriver,
     stem: &[u8],
     comps: &mut impl Iterator<Item = &'a [u8]>,
-) -> Result<PodRef, CgroupKind> {
+) -> Result<PodCgroup, CgroupKind> {
     let Some(c1) = comps.next() else {
         return Err(CgroupKind::KubepodsRoot { driver });
     };
-    let pod = |uid, qos| PodRef { uid, qos, driver };
+    let pod = |uid, qos| PodCgroup { uid, qos, driver };
     match driver {
         CgroupDriver::Cgroupfs => {
             if let Some(qos) = Qos::from_cgroup_name(c1) {
@@ -615,7 +615,7 @@ mod tests {
             for qos in Qos::ALL {
                 for uid_s in [UID, STATIC_UID] {
                     let uid = PodUid::parse(uid_s).unwrap();
-                    let pod = PodRef { uid, qos, driver };
+                    let pod = PodCgroup { uid, qos, driver };
                     let pod_path = table_pod_path(driver, qos, uid_s);
                     assert_eq!(pod_cgroup_path(driver, qos, &uid), pod_path);
                     assert_eq!(pod.cgroup_path(), pod_path);
@@ -733,7 +733,7 @@ mod tests {
             UID.replace('-', "_")
         );
         let want = ContainerRef {
-            pod: PodRef {
+            pod: PodCgroup {
                 uid: uid(),
                 qos: Qos::Burstable,
                 driver: CgroupDriver::Systemd,
@@ -754,7 +754,7 @@ mod tests {
     fn conmon_is_not_a_container() {
         for driver in CgroupDriver::ALL {
             for qos in Qos::ALL {
-                let pod = PodRef {
+                let pod = PodCgroup {
                     uid: uid(),
                     qos,
                     driver,
@@ -972,13 +972,13 @@ mod tests {
         prop::collection::vec("[^/]{1,20}", 0..4)
     }
 
-    fn arb_pod() -> impl Strategy<Value = PodRef> {
+    fn arb_pod() -> impl Strategy<Value = PodCgroup> {
         (
             prop::sample::select(CgroupDriver::ALL.to_vec()),
             prop::sample::select(Qos::ALL.to_vec()),
             arb_uid(),
         )
-            .prop_map(|(driver, qos, uid)| PodRef { uid, qos, driver })
+            .prop_map(|(driver, qos, uid)| PodCgroup { uid, qos, driver })
     }
 
     /// Components from the vocabulary of real paths, to reach deep states quickly.

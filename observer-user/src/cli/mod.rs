@@ -6,7 +6,7 @@ mod run;
 mod status;
 mod watch;
 
-use std::{process::ExitCode, time::Duration};
+use std::process::ExitCode;
 
 use crate::{agent::Agent, cri::CriEndpoint};
 
@@ -73,18 +73,69 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// Logs go to stderr so that stdout stays the event stream.
-pub fn init_logging(filter: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Logs go to stderr so that stdout stays the event stream. A filter that would suppress every
+/// line (a misspelt level, `target:level`) is refused: an agent that logs nothing hides its errors.
+pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = log_filter(filter)?;
+    // Colours for a terminal only: a log pipeline reading a pipe gets the text itself.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    Ok(())
+}
+
+/// `--log` / `OBSERVER_LOG` parsed. EnvFilter takes a bare word as a target enabled at every level,
+/// so `debgu` or `observer:debug` parse and enable nothing the agent logs: refused, with the
+/// spelling meant.
+pub(crate) fn log_filter(spec: &str) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    use tracing_subscriber::filter::LevelFilter;
+    const LEVELS: &str = "error, warn, info, debug, trace or off";
+    let refuse = |why: String| anyhow::anyhow!("--log / OBSERVER_LOG {spec:?}: {why}");
+    let directives: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    if directives.is_empty() {
+        return Err(refuse(format!("empty; give a level ({LEVELS})")));
+    }
+    for d in directives {
+        if d.contains('=') || d.contains('[') || d.parse::<LevelFilter>().is_ok() {
+            continue;
+        }
+        let hint = match d.split_once(':') {
+            Some((target, level)) if level.parse::<LevelFilter>().is_ok() => {
+                format!("did you mean {target}={level}?")
+            }
+            _ => {
+                format!("a level is one of {LEVELS}; one target's level is written observer=debug")
+            }
+        };
+        return Err(refuse(format!(
+            "{d:?} is neither a level nor target=level, and would suppress every log line: {hint}"
+        )));
+    }
+    let mut filter =
+        tracing_subscriber::EnvFilter::try_new(spec).map_err(|e| refuse(e.to_string()))?;
+    if !spec.contains("kube") {
+        // kube's own lines about a failed API call (a Status struct dumped, "failed with error
+        // client error (Connect)" with no URL) repeat what the agent reports with the server's
+        // URL and what to check; shown when asked for by name.
+        for quiet in [
+            "kube_runtime::watcher=error",
+            "kube_client::client::builder=off",
+        ] {
+            filter = filter.add_directive(quiet.parse().expect("a valid directive"));
+        }
+    }
+    Ok(filter)
 }
 
 /// Where the kernel reader runs: a thread of its own, real-time with `--realtime-priority`.
@@ -122,17 +173,41 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
-/// runtime's own name, else what the socket's path says.
-pub(crate) async fn runtime_name(agent: &Agent, endpoint: &CriEndpoint) -> String {
-    if let Ok(client) = agent.cri.wait_connected(Duration::from_secs(10)).await {
-        if let Ok(v) = client.version().await {
-            return v.runtime_name;
+/// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`).
+pub(crate) async fn runtime_name(agent: &Agent, _endpoint: &CriEndpoint) -> String {
+    agent.runtime_name(std::time::Duration::from_secs(10)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_filters_that_enable_nothing_are_refused() {
+        for good in [
+            "info",
+            "debug",
+            "observer=debug",
+            "warn,observer=trace",
+            "off",
+            "INFO",
+        ] {
+            assert!(log_filter(good).is_ok(), "{good}");
         }
-    }
-    if endpoint.path().to_string_lossy().contains("crio") {
-        "cri-o".into()
-    } else {
-        "containerd".into()
+        let e = log_filter("debgu").unwrap_err().to_string();
+        assert!(
+            e.contains("\"debgu\" is neither a level nor target=level")
+                && e.contains("error, warn, info, debug, trace or off"),
+            "{e}"
+        );
+        let e = log_filter("observer:debug").unwrap_err().to_string();
+        assert!(e.contains("did you mean observer=debug?"), "{e}");
+        let e = log_filter("observer=debgu").unwrap_err().to_string();
+        assert!(
+            e.starts_with("--log / OBSERVER_LOG \"observer=debgu\": "),
+            "{e}"
+        );
+        let e = log_filter(" , ").unwrap_err().to_string();
+        assert!(e.contains("empty"), "{e}");
     }
 }

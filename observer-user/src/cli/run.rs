@@ -1,19 +1,20 @@
 //! `observer run`: the agent as the DaemonSet runs it. Kernel → PLEG → reconciler (CRI) →
 //! status manager (Kubernetes API), with `/metrics`, `/healthz` and `/readyz` on `--listen`.
 //!
-//! SIGTERM flushes pending status writes (up to `--shutdown-timeout`) and detaches the probes.
-//! A part that dies (the kernel reader, the reconciler) ends the process with an error: kubelet
-//! restarts it, and a restarted agent converges from the cgroup walk, the runtime's relist and
+//! This file parses the flags; [`agent::run`] runs it all. SIGTERM flushes pending status writes
+//! (up to `--shutdown-timeout`) and detaches the probes. A part that dies (the kernel reader, the
+//! reconciler, the status manager, the Events worker, the HTTP endpoint) ends the process with an
+//! error: kubelet restarts it, and a restarted agent converges from the cgroup walk, the runtime's relist and
 //! the API's current statuses (it never writes a status older than the API's: each write is
 //! computed from the newest view and compared with what the API has).
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 
 use crate::{
-    agent::{feed, http, metrics::Metrics, metrics::Sources, Agent, AgentConfig},
+    agent::{self, AgentConfig, RunConfig, StatusSetup},
     cri::CriEndpoint,
-    kube::{self, StatusConfig, StatusManager, StatusMode},
+    kube::{self, StatusConfig, StatusMode},
 };
 
 /// The agent's port: metrics, health and readiness.
@@ -25,9 +26,11 @@ pub struct RunArgs {
     /// --status-mode off.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
-    /// kubeconfig to reach the API server; default: the in-cluster service account.
-    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig to reach the API server: a file or a list (`a:b`, merged as kubectl does).
+    /// Default: KUBECONFIG, else ~/.kube/config, else the in-cluster service account.
+    // Not clap's `env`: it reads `KUBECONFIG=` as a missing value, where kubectl ignores it.
+    #[arg(long, value_name = "PATHS")]
+    pub kubeconfig: Option<std::ffi::OsString>,
     /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.
     #[arg(long, env = "OBSERVER_CRI_ENDPOINT", value_name = "ENDPOINT")]
     pub cri_endpoint: Option<CriEndpoint>,
@@ -52,7 +55,8 @@ pub struct RunArgs {
         long,
         env = "OBSERVER_CONDITION_PREFIX",
         value_name = "DOMAIN",
-        default_value = "observer.dev"
+        default_value = "observer.dev",
+        value_parser = condition_prefix
     )]
     pub condition_prefix: String,
     /// Seconds between safety relists of the runtime.
@@ -93,86 +97,38 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let endpoint = args
-        .cri_endpoint
-        .clone()
-        .unwrap_or_else(CriEndpoint::detect);
     // Checked before anything is loaded: a misconfigured agent says so at once.
-    let node = match args.status_mode {
+    let status = match args.status_mode {
         StatusMode::Off => None,
-        _ => Some(kube::node_name(args.node_name.as_deref())?),
-    };
-    let mut metrics = Metrics::new();
-    let mut cfg = AgentConfig::new(endpoint.clone());
-    cfg.cgroupfs = args.cgroupfs.clone();
-    cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
-    cfg.reconcile.state_dir = Some(args.state_dir.clone());
-    cfg.reconcile.detection_latency = Some(metrics.detection_latency.clone());
-    cfg.reader = super::reader_thread(args.realtime.realtime_priority);
-    let mut agent = Agent::start(cfg).await?;
-    let listener = http::bind(args.listen).await?;
-
-    let status = match node {
-        None => None,
-        Some(node) => {
-            let client = kube::client(args.kubeconfig.as_deref()).await?;
-            let mut scfg = StatusConfig::new(node, args.status_mode);
-            scfg.condition_prefix = args.condition_prefix.clone();
-            scfg.runtime_name = super::runtime_name(&agent, &endpoint).await;
-            scfg.write_latency = Some(metrics.status_write_latency.clone());
-            let (manager, handle) = StatusManager::new(client, scfg);
-            tokio::spawn(manager.run());
-            Some(handle)
+        mode => {
+            let mut status = StatusConfig::new(kube::node_name(args.node_name.as_deref())?, mode);
+            status.condition_prefix = args.condition_prefix;
+            Some(StatusSetup {
+                status,
+                kubeconfig: args.kubeconfig,
+            })
         }
     };
-    metrics.collect(Sources {
-        pipeline: agent.pipeline(),
-        probes: agent.probes(),
-        reconcile: agent.reconcile.clone(),
-        cri: agent.cri.clone(),
-        status: status.clone(),
-    });
-    let metrics = Arc::new(metrics);
-    let health = http::Health {
-        pipeline: agent.pipeline(),
-        reconcile: agent.reconcile.clone(),
-        stale_after: Duration::from_secs(args.health_stale_after.max(10)),
+    let mut agent = AgentConfig::new(args.cri_endpoint.unwrap_or_else(CriEndpoint::detect));
+    agent.cgroupfs = args.cgroupfs;
+    agent.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
+    agent.reconcile.state_dir = Some(args.state_dir);
+    agent.reader = super::reader_thread(args.realtime.realtime_priority);
+    let cfg = RunConfig {
+        agent,
+        listen: args.listen,
+        status,
+        health_stale_after: Duration::from_secs(args.health_stale_after.max(10)),
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
     };
-    let server = AbortOnDrop(tokio::spawn(http::serve(
-        listener,
-        Arc::clone(&metrics),
-        health,
-    )));
-    let feed = AbortOnDrop(tokio::spawn(feed::run(
-        agent.reconcile.clone(),
-        status.clone(),
-        metrics.oom_kills.clone(),
-    )));
-    tracing::info!(listen = %args.listen, mode = %args.status_mode, %endpoint, "agent running");
-
-    tokio::select! {
-        _ = super::shutdown_signal() => {}
-        e = agent.failed() => return Err(e).context("the agent cannot go on"),
-    }
-    tracing::info!("stopping: flushing pending status writes");
-    if let Some(h) = &status {
-        let left = h.flush(Duration::from_secs(args.shutdown_timeout)).await;
-        if left.unwritten > 0 || left.events_pending > 0 {
-            tracing::warn!(
-                unwritten = left.unwritten,
-                events = left.events_pending,
-                "stopped with writes still pending (the next agent writes the current state)"
-            );
-        }
-    }
-    drop((feed, server));
+    agent::run(cfg, super::shutdown_signal())
+        .await
+        .context("the agent cannot go on")?;
     Ok(ExitCode::SUCCESS)
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// `--condition-prefix`: refused at start unless the API would accept the condition types.
+fn condition_prefix(s: &str) -> Result<String, kube::KubeError> {
+    kube::check_prefix(s)?;
+    Ok(s.to_string())
 }

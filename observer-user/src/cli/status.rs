@@ -78,7 +78,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !agent.wait_runtime(Duration::from_secs(5)).await {
         bail!(
             "the container runtime at {endpoint} does not answer: {}",
-            agent.cri.state().last_error.unwrap_or_default()
+            agent
+                .cri
+                .state()
+                .last_error
+                .unwrap_or_else(|| "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?".into())
         );
     }
     if !agent.reconcile.settled(Duration::from_secs(10)).await {

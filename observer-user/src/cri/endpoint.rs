@@ -94,10 +94,19 @@ pub async fn unix_channel(
     connect_timeout: Duration,
     on_close: Option<Box<dyn FnOnce() + Send + Sync>>,
 ) -> Result<Channel, CriError> {
-    if !path.exists() {
-        return Err(CriError::SocketMissing {
-            path: path.to_path_buf(),
-        });
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Err(_) => {
+            return Err(CriError::SocketMissing {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(CriError::NotASocket {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(_) => {}
     }
     let used = Arc::new(AtomicBool::new(false));
     let on_close = Arc::new(std::sync::Mutex::new(on_close));
@@ -114,7 +123,7 @@ pub async fn unix_channel(
                 ));
             }
             let stream = UnixStream::connect(&socket).await?;
-            let on_close = on_close.lock().map(|mut g| g.take()).unwrap_or(None);
+            let on_close = crate::sync::lock(&on_close).take();
             Ok::<_, io::Error>(TokioIo::new(TrackedStream::new(stream, on_close)))
         }
     });

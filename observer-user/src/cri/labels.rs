@@ -22,7 +22,8 @@ pub mod keys {
     pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 }
 
-/// Which pod a sandbox or container belongs to.
+/// A pod by namespace, name and UID: the one a sandbox or container belongs to, or an Event
+/// regards (a static pod's mirror has a UID of its own).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodRef {
     pub namespace: String,

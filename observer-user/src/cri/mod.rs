@@ -32,6 +32,8 @@ pub enum CriError {
     },
     #[error("CRI socket {path} does not exist")]
     SocketMissing { path: PathBuf },
+    #[error("CRI endpoint {path} is not a unix socket")]
+    NotASocket { path: PathBuf },
     #[error("connecting to CRI socket {path}")]
     Connect {
         path: PathBuf,
@@ -85,14 +87,20 @@ impl CriError {
 
     /// The message with every cause, for logs and state that keep only a string.
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            out.push_str(": ");
-            out.push_str(&c.to_string());
-            cause = c.source();
+        crate::error::chain(self)
+    }
+
+    /// What the operator should check, for the errors a wrong `--cri-endpoint` gives.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            CriError::SocketMissing { .. } => Some("is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its socket? containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock"),
+            CriError::NotASocket { .. } => Some("--cri-endpoint (OBSERVER_CRI_ENDPOINT) must be the runtime's unix socket"),
+            CriError::Connect { .. }
+            | CriError::Rpc { .. }
+            | CriError::Unimplemented { .. }
+            | CriError::Timeout { .. } => Some("the socket does not answer CRI Version: is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its CRI socket?"),
+            _ => None,
         }
-        out
     }
 
     /// The runtime said the object does not exist (e.g. a container removed since the last list).

@@ -7,7 +7,7 @@ use k8s_cri::v1 as api;
 use tokio::sync::{watch, Notify};
 
 use super::{ContainerEventStream, CriClient, CriConfig, CriError};
-use crate::runner::Backoff;
+use crate::{runner::Backoff, sync::AbortOnDrop};
 
 /// What [`ReconnectingCri`] publishes on every change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,14 +43,6 @@ struct Shared {
 pub struct ReconnectingCri {
     shared: Arc<Shared>,
     _task: Arc<AbortOnDrop>,
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl ReconnectingCri {
@@ -93,7 +85,7 @@ impl ReconnectingCri {
 
     /// The current connection, or [`CriError::Disconnected`] at once.
     pub fn client(&self) -> Result<CriClient, CriError> {
-        if let Some(c) = self.shared.current.read().ok().and_then(|g| g.clone()) {
+        if let Some(c) = crate::sync::read(&self.shared.current).clone() {
             return Ok(c);
         }
         Err(CriError::Disconnected {
@@ -152,6 +144,7 @@ impl ReconnectingCri {
 }
 
 async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
+    let mut failures = 0u64;
     loop {
         let alive = Arc::new(AtomicBool::new(true));
         // Holds no reference to `Shared`: the closure lives inside the connection that `Shared` owns.
@@ -172,7 +165,8 @@ async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
         match attempt {
             Ok((client, v)) => {
                 backoff.reset();
-                *s.current.write().unwrap_or_else(|e| e.into_inner()) = Some(client);
+                failures = 0;
+                *crate::sync::write(&s.current) = Some(client);
                 s.state.send_modify(|st| {
                     st.connected = true;
                     st.generation += 1;
@@ -193,14 +187,21 @@ async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
                 mark_lost(&s);
             }
             Err(e) => {
-                let msg = e.chain();
-                s.state.send_if_modified(|st| {
+                failures += 1;
+                let msg = match e.hint() {
+                    Some(hint) => format!("{}; {hint}", e.chain()),
+                    None => e.chain(),
+                };
+                let changed = s.state.send_if_modified(|st| {
                     let changed = st.last_error.as_deref() != Some(msg.as_str());
                     st.last_error = Some(msg.clone());
                     changed
                 });
                 let delay = backoff.next_delay();
-                tracing::debug!(endpoint = %s.config.endpoint, error = %msg, ?delay, "CRI runtime not reachable; retrying");
+                // A new reason at once, the same one again at the 2nd, 4th, 8th... attempt.
+                if changed || failures.is_power_of_two() {
+                    tracing::warn!(endpoint = %s.config.endpoint, failures, "CRI runtime not reachable: {msg}; retrying");
+                }
                 tokio::time::sleep(delay).await;
             }
         }
@@ -208,7 +209,7 @@ async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
 }
 
 fn mark_lost(s: &Shared) {
-    *s.current.write().unwrap_or_else(|e| e.into_inner()) = None;
+    *crate::sync::write(&s.current) = None;
     s.state.send_modify(|st| {
         st.connected = false;
         st.last_error = Some("the runtime closed the connection".into());
@@ -314,6 +315,47 @@ mod tests {
             _ => panic!("timed out waiting for {what}; state {:?}", cri.state()),
         };
         got
+    }
+
+    #[tokio::test]
+    async fn a_wrong_endpoint_is_said_at_once_with_what_to_check() {
+        let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("absent.sock");
+        let file = dir.path().join("regular");
+        std::fs::write(&file, "").unwrap();
+        // A socket that is not CRI: it takes each connection and closes it.
+        let other = dir.path().join("other.sock");
+        let listener = tokio::net::UnixListener::bind(&other).unwrap();
+        let _closer = tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                drop(s);
+            }
+        });
+        let cases = [
+            (&missing, format!("CRI socket {} does not exist; is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its socket? containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock", missing.display())),
+            (&file, format!("CRI endpoint {} is not a unix socket; --cri-endpoint (OBSERVER_CRI_ENDPOINT) must be the runtime's unix socket", file.display())),
+            (&other, "; the socket does not answer CRI Version: is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its CRI socket?".to_string()),
+        ];
+        for (path, says) in cases {
+            let config =
+                CriConfig::new(CriEndpoint::new(path)).call_timeout(Duration::from_secs(2));
+            let backoff =
+                Backoff::with_seed(Duration::from_millis(10), Duration::from_millis(50), 1);
+            let cri = ReconnectingCri::with_backoff(config, backoff);
+            let st = wait_state(&cri, "a failed attempt", |s| s.last_error.is_some()).await;
+            let why = st.last_error.unwrap();
+            assert!(why.contains(&says), "{why}");
+            let line = format!(
+                "WARN CRI runtime not reachable: {why}; retrying endpoint=unix://{}",
+                path.display()
+            );
+            assert!(
+                log.lines().iter().any(|l| l.starts_with(&line)),
+                "{line}\n{}",
+                log.text()
+            );
+        }
     }
 
     #[tokio::test]

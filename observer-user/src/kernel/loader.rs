@@ -11,7 +11,8 @@ use observer_common::{
 };
 
 use super::{
-    btf::KernelBtf, inits::KnownInits, own_pid_ns_level, reader::EventReader, tracefs, KernelError,
+    btf::KernelBtf, known_inits::KnownInits, own_pid_ns_level, reader::EventReader, tracefs,
+    KernelError,
 };
 
 /// The eBPF object built by build.rs from observer-ebpf.

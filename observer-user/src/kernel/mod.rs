@@ -4,8 +4,8 @@ pub mod btf;
 pub mod clock;
 pub mod decode;
 pub mod event;
-mod inits;
 pub mod kmsg;
+mod known_inits;
 mod loader;
 mod reader;
 pub mod tracefs;
@@ -14,7 +14,7 @@ use std::{path::PathBuf, time::Duration};
 
 pub use clock::BootClock;
 pub use event::*;
-pub use inits::KnownInits;
+pub use known_inits::KnownInits;
 pub use loader::{
     btf_path, privileges, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats,
     Wake, Watch,

@@ -52,6 +52,38 @@ impl ConditionTypes {
     }
 }
 
+/// Checks a condition prefix: the prefix of a qualified name, a DNS subdomain (RFC 1123: at most
+/// 253 characters, dot-separated labels of lowercase letters, digits and '-', each starting and
+/// ending alphanumeric). The API refuses any other condition type, for every pod.
+pub fn check_prefix(prefix: &str) -> Result<(), super::KubeError> {
+    let bad = |why: &str| {
+        Err(super::KubeError::BadConditionPrefix {
+            prefix: prefix.to_string(),
+            why: why.to_string(),
+        })
+    };
+    let p = prefix.trim_end_matches('/');
+    if p.is_empty() {
+        return bad("empty: unprefixed condition types are kubelet's");
+    }
+    if p.len() > 253 {
+        return bad("longer than 253 characters");
+    }
+    for label in p.split('.') {
+        let ok_chars = label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        let ok_ends = label.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && label.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if label.is_empty() || !ok_chars || !ok_ends || label.len() > 63 {
+            return bad(&format!(
+                "{label:?} is not a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Default for ConditionTypes {
     fn default() -> Self {
         Self::new("observer.dev")
@@ -463,5 +495,24 @@ mod tests {
         let v = view(vec![exited("job", 0, 2, "Error")]);
         let cs = observer_conditions(None, &v, &[], &types(), t(1));
         assert_eq!(find(&cs, &types().alive).unwrap().status, "False");
+    }
+
+    #[test]
+    fn prefixes_are_dns_subdomains() {
+        for good in ["observer.dev", "observer.dev/", "a-b.example.com", "x1"] {
+            assert!(check_prefix(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "bad prefix!!",
+            "Observer.dev",
+            "-a.dev",
+            "a..dev",
+            "a.dev-",
+        ] {
+            let e = check_prefix(bad).expect_err(bad).to_string();
+            assert!(e.starts_with(&format!("condition prefix {bad:?} ")), "{e}");
+        }
+        assert!(check_prefix(&"a".repeat(254)).is_err());
     }
 }

@@ -37,6 +37,7 @@ use super::{
     conditions::{describe_kill, kib},
 };
 use crate::{
+    cri::PodRef,
     ratelimit::{KeyedLimiter, Rate},
     reconcile::{ContainerView, OomEvidence},
 };
@@ -66,14 +67,6 @@ impl Default for EventConfig {
             timeout: Duration::from_secs(10),
         }
     }
-}
-
-/// The pod an event is about.
-#[derive(Clone, Debug)]
-pub struct PodRef {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
 }
 
 /// What happened.
@@ -271,12 +264,14 @@ pub struct EventPublisher {
 
 impl EventPublisher {
     /// The publisher, and the task that publishes (spawn it; it ends when the publisher is
-    /// dropped and its queue is empty).
+    /// dropped and its queue is empty). `url` names the API server in reports.
     pub fn new(
         client: Client,
         reporter: Reporter,
         cfg: EventConfig,
+        url: &str,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let url = url.to_string();
         let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(cfg.queue.max(1));
         let stats = Arc::new(EventStats::default());
         let worker_stats = Arc::clone(&stats);
@@ -294,7 +289,7 @@ impl EventPublisher {
                         // One line per power of two: an API outage does not flood the log.
                         if n.is_power_of_two() || n == 0 {
                             let why = match failed {
-                                Ok(Err(e)) => e.to_string(),
+                                Ok(Err(e)) => super::describe_api_error(&e, &url),
                                 _ => format!("no answer within {timeout:?}"),
                             };
                             tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}");
@@ -398,7 +393,7 @@ mod tests {
             controller: "observer".into(),
             instance: Some("node-1".into()),
         };
-        let (p, worker) = EventPublisher::new(client, reporter, cfg);
+        let (p, worker) = EventPublisher::new(client, reporter, cfg, "");
         tokio::spawn(worker);
         (p, seen)
     }
@@ -512,7 +507,7 @@ mod tests {
             ..Default::default()
         };
         let (client, _handle) = client(); // nobody answers: the queue fills
-        let (mut p, _worker) = EventPublisher::new(client, "observer".into(), cfg);
+        let (mut p, _worker) = EventPublisher::new(client, "observer".into(), cfg, "");
         for i in 0..100 {
             let pod = PodRef {
                 uid: format!("pod-{i}"),

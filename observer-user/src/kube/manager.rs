@@ -2,9 +2,9 @@
 //! event publisher, and runs them in one loop; the agent talks to it through a cheap
 //! [`StatusHandle`].
 //!
-//! - [`StatusHandle::observe`] takes a reconciled pod on every change. It only stores the view
-//!   (the newest per pod wins) and wakes the loop, so a burst of changes handed over together is
-//!   computed once and written once.
+//! - The loop takes the pods whose reconciled view changed straight from the reconciler
+//!   ([`ReconcileHandle::changed_pods`], one queue: the newest view of a pod wins), so a burst of
+//!   changes is computed once and written once.
 //! - The loop computes what the mode says, skips the write when it equals (normalised, as kubelet
 //!   does) what was last sent or what the API already has, and hands the patch to the writer:
 //!   one request in flight per pod, the newest state next.
@@ -13,131 +13,40 @@
 //!   UID: the pod is gone, or its name now belongs to a new pod.
 //! - Kernel events (OOM kills, deaths) become Events in every mode but `off`; in `audit` mode
 //!   kubelet's status is compared with the kernel's account instead of writing.
-//! - Per-pod state is dropped by [`StatusHandle::forget`] (the pod left the node view); what it
-//!   remembers of a pod is bounded by the containers the view still has.
+//! - Per-pod state is dropped when the pod leaves the node view; what it remembers of a pod is
+//!   bounded by the containers the view still has.
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    collections::{HashMap, HashSet},
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, SystemTime},
 };
 
 use ::kube::{runtime::events::Reporter, Client};
 use futures::{stream::BoxStream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use serde_json::Value;
 use tokio::{
-    sync::{mpsc, oneshot, Notify},
+    sync::{mpsc, oneshot},
     time::Instant,
 };
 
 use super::{
-    audit::{audit, FindingKind},
+    audit::FindingKind,
     compute::{compute_status, ComputedStatus, StatusInputs},
-    conditions::{memory_limit, observer_conditions, survived, ConditionTypes},
-    events::{EventPublisher, EventStats, PodEvent, PodRef},
-    patch::{conditions_patch, normalize, status_patch},
+    conditions::ConditionTypes,
+    events::{EventPublisher, EventStats},
     pods::{self, NodePods, PodChange},
-    writer::{StatusWriter, WriteDone, WriteJob, WriteOutcome},
+    writer::StatusWriter,
     StatusConfig, StatusMode,
 };
 use crate::{
-    ratelimit::{KeyedLimiter, Take},
-    reconcile::{ContainerPhase, PodView},
+    cgroup::PodUid,
+    ratelimit::KeyedLimiter,
+    reconcile::{PodView, ReconcileHandle},
 };
-
-/// Counters for metrics, readable while the manager runs.
-#[derive(Debug, Default)]
-pub struct StatusStats {
-    /// Views handed to `observe`.
-    pub observed: AtomicU64,
-    /// Pod statuses (or condition sets) computed.
-    pub computed: AtomicU64,
-    /// Patches handed to the writer.
-    pub submitted: AtomicU64,
-    /// Patches the API accepted.
-    pub writes: AtomicU64,
-    /// Computations that needed no write (equal to the last sent, or to the API's).
-    pub unchanged: AtomicU64,
-    /// Failed attempts (5xx, 429, timeouts, transport); each is retried.
-    pub write_errors: AtomicU64,
-    pub throttled: AtomicU64,
-    /// 404: the pod was gone.
-    pub gone: AtomicU64,
-    /// 409: the UID precondition failed (a re-created pod).
-    pub conflicts: AtomicU64,
-    /// 400/422: the server refused the patch.
-    pub rejected: AtomicU64,
-    /// Computations put off because the reflector did not have the pod yet.
-    pub waiting_for_pod: AtomicU64,
-    /// Events handed to the publisher (it counts what it published, dropped and failed).
-    pub events: AtomicU64,
-    /// Audit findings by [`FindingKind`] (index [`FindingKind::index`]).
-    pub audit_findings: [AtomicU64; 4],
-    /// Pod watch errors (the API unreachable).
-    pub watch_errors: AtomicU64,
-    /// Log lines about a pod dropped over its rate limit.
-    pub logs_suppressed: AtomicU64,
-    latencies: Mutex<VecDeque<Duration>>,
-}
-
-const LATENCY_SAMPLES: usize = 4096;
-
-impl StatusStats {
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-
-    /// Time from `observe` to the request leaving, for the last writes: (p50, p99, samples).
-    pub fn write_latency(&self) -> Option<(Duration, Duration, usize)> {
-        let mut v: Vec<Duration> = self.latencies.lock().ok()?.iter().copied().collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_unstable();
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-        Some((at(0.5), at(0.99), v.len()))
-    }
-
-    fn record_latency(&self, d: Duration) {
-        if let Ok(mut l) = self.latencies.lock() {
-            if l.len() == LATENCY_SAMPLES {
-                l.pop_front();
-            }
-            l.push_back(d);
-        }
-    }
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-/// A log line about a pod, under the pod's rate limit, so that a crash-looping pod cannot flood
-/// the node's log pipeline. The first line allowed after some were dropped says how many.
-fn pod_log(
-    limits: &mut KeyedLimiter<String>,
-    stats: &StatusStats,
-    uid: &str,
-    pod: &str,
-    line: impl FnOnce(),
-) {
-    match limits.take(uid) {
-        Take::Allowed { denied_before } => {
-            if denied_before > 0 {
-                tracing::info!(
-                    pod,
-                    dropped = denied_before,
-                    "log lines about this pod over its rate limit were dropped"
-                );
-            }
-            line();
-        }
-        Take::Denied => bump(&stats.logs_suppressed),
-    }
-}
+use listing::resolve;
+use stats::bump;
+pub use stats::StatusStats;
 
 /// What a flush left undone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,61 +58,32 @@ pub struct FlushReport {
 }
 
 enum Cmd {
-    Forget(String),
     Flush(Duration, oneshot::Sender<FlushReport>),
-}
-
-struct Shared {
-    /// The newest view of each pod not yet taken by the loop, and when it was first observed.
-    dirty: Mutex<HashMap<String, (PodView, Instant)>>,
-    notify: Notify,
-    stats: StatusStats,
 }
 
 /// The agent's side of the manager. Cheap to clone.
 #[derive(Clone)]
 pub struct StatusHandle {
-    shared: Arc<Shared>,
+    stats: Arc<StatusStats>,
     cmds: mpsc::UnboundedSender<Cmd>,
     pods: NodePods,
+    reconcile: ReconcileHandle,
     events: Arc<EventStats>,
     cfg: Arc<StatusConfig>,
 }
 
 impl StatusHandle {
-    /// A pod changed in the reconciled view. Never blocks; the newest view of a pod wins.
-    pub fn observe(&self, view: &PodView) {
-        bump(&self.shared.stats.observed);
-        if let Ok(mut dirty) = self.shared.dirty.lock() {
-            let now = Instant::now();
-            dirty
-                .entry(view.uid.to_string())
-                .and_modify(|(v, _)| *v = view.clone())
-                .or_insert_with(|| (view.clone(), now));
-        }
-        self.shared.notify.notify_one();
-    }
-
-    /// The pod left the node view: its state, pending write and rate limit are dropped.
-    pub fn forget(&self, uid: &str) {
-        if let Ok(mut dirty) = self.shared.dirty.lock() {
-            dirty.remove(uid);
-        }
-        let _ = self.cmds.send(Cmd::Forget(uid.to_string()));
-    }
-
     /// Writes what is pending now, retries without waiting out back-offs, and waits until
     /// everything is written or `deadline` has passed (SIGTERM).
     pub async fn flush(&self, deadline: Duration) -> FlushReport {
         let (tx, rx) = oneshot::channel();
         let pending = || FlushReport {
-            unwritten: self.shared.dirty.lock().map_or(0, |d| d.len()),
+            unwritten: self.reconcile.pending_changes(),
             events_pending: self.events.pending.load(Ordering::Relaxed),
         };
         if self.cmds.send(Cmd::Flush(deadline, tx)).is_err() {
             return pending();
         }
-        self.shared.notify.notify_one();
         match tokio::time::timeout(deadline + Duration::from_millis(100), rx).await {
             Ok(Ok(report)) => report,
             _ => pending(),
@@ -211,7 +91,12 @@ impl StatusHandle {
     }
 
     pub fn stats(&self) -> &StatusStats {
-        &self.shared.stats
+        &self.stats
+    }
+
+    /// `Ok` once the API listed this node's pods; else why not (for `/readyz`).
+    pub fn listed(&self) -> Result<(), String> {
+        self.pods.listed()
     }
 
     /// The event publisher's counters (queued, published, failed, rate-limited, overflow).
@@ -275,17 +160,18 @@ impl PodState {
 pub struct StatusManager {
     cfg: Arc<StatusConfig>,
     types: ConditionTypes,
-    shared: Arc<Shared>,
+    stats: Arc<StatusStats>,
+    reconcile: ReconcileHandle,
     cmds: mpsc::UnboundedReceiver<Cmd>,
     pods: NodePods,
     changes: BoxStream<'static, PodChange>,
     writer: StatusWriter,
     events: EventPublisher,
     /// Per-pod rate limit of log lines.
-    logs: KeyedLimiter<String>,
+    logs: KeyedLimiter<PodUid>,
     events_worker: Option<futures::future::BoxFuture<'static, ()>>,
     event_stats: Arc<EventStats>,
-    state: HashMap<String, PodState>,
+    state: HashMap<PodUid, PodState>,
     /// Deaths and kills before this are history: not published again at start.
     started: SystemTime,
     /// The wall clock is read once; later times are this plus tokio's monotonic clock, so that
@@ -293,31 +179,40 @@ pub struct StatusManager {
     epoch: (SystemTime, Instant),
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
     /// Audit: when to look at a pod again (a death the API has not caught up with yet).
-    rechecks: HashMap<String, Instant>,
+    rechecks: HashMap<PodUid, Instant>,
+    /// The API listed this node's pods at least once.
+    listed: bool,
+    /// Pods the runtime runs that the API does not list for this node, and since when.
+    unlisted: HashMap<PodUid, Instant>,
+    /// Said for the pods unlisted now; said again once all were found and some go missing again.
+    node_warned: bool,
 }
 
 impl StatusManager {
-    /// The manager and its handle. Nothing happens until [`StatusManager::run`] is polled.
-    pub fn new(client: Client, cfg: StatusConfig) -> (Self, StatusHandle) {
-        let (pods, changes) = pods::watch(client.clone(), &cfg.node_name);
+    /// The manager of the pods `reconcile` has, and its handle. Nothing happens until
+    /// [`StatusManager::run`] is polled.
+    pub fn new(
+        client: Client,
+        cfg: StatusConfig,
+        reconcile: ReconcileHandle,
+    ) -> (Self, StatusHandle) {
+        let (pods, changes) = pods::watch(client.clone(), &cfg.node_name, &cfg.api_url);
         let writer = StatusWriter::new(client.clone(), &cfg);
         let reporter = Reporter {
             controller: cfg.reporter.clone(),
             instance: Some(cfg.node_name.clone()),
         };
-        let (events, worker) = EventPublisher::new(client, reporter, cfg.events.clone());
+        let (events, worker) =
+            EventPublisher::new(client, reporter, cfg.events.clone(), &cfg.api_url);
         let event_stats = events.stats();
-        let shared = Arc::new(Shared {
-            dirty: Mutex::new(HashMap::new()),
-            notify: Notify::new(),
-            stats: StatusStats::default(),
-        });
+        let stats = Arc::new(StatusStats::default());
         let (tx, rx) = mpsc::unbounded_channel();
         let cfg = Arc::new(cfg);
         let handle = StatusHandle {
-            shared: Arc::clone(&shared),
+            stats: Arc::clone(&stats),
             cmds: tx,
             pods: pods.clone(),
+            reconcile: reconcile.clone(),
             events: Arc::clone(&event_stats),
             cfg: Arc::clone(&cfg),
         };
@@ -325,7 +220,8 @@ impl StatusManager {
             logs: KeyedLimiter::new(cfg.pod_logs, cfg.events.max_pods),
             types: cfg.condition_types(),
             cfg,
-            shared,
+            stats,
+            reconcile,
             cmds: rx,
             pods,
             changes,
@@ -338,27 +234,38 @@ impl StatusManager {
             epoch: (SystemTime::now(), Instant::now()),
             flushes: Vec::new(),
             rechecks: HashMap::new(),
+            listed: false,
+            unlisted: HashMap::new(),
+            node_warned: false,
         };
         (me, handle)
+    }
+
+    /// The Events' publishing, to run beside [`Self::run`] (the agent supervises it); left
+    /// here, `run` spawns it.
+    pub fn take_events_worker(&mut self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.events_worker.take()
     }
 
     /// Runs until every handle is dropped. The reflector, the writes and the events all run
     /// here (the events' publishing in a task of its own).
     pub async fn run(mut self) {
-        if let Some(worker) = self.events_worker.take() {
-            tokio::spawn(worker);
-        }
+        let _events = self
+            .events_worker
+            .take()
+            .map(|w| crate::sync::AbortOnDrop(tokio::spawn(w)));
+        let reconcile = self.reconcile.clone();
         loop {
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
+            let node_check = self.node_check_due();
             tokio::select! {
                 biased;
-                _ = self.shared.notify.notified() => self.drain(),
+                changed = reconcile.changed_pods() => self.take(changed),
                 cmd = self.cmds.recv() => match cmd {
-                    Some(Cmd::Forget(uid)) => self.forget(&uid),
                     Some(Cmd::Flush(within, tx)) => {
-                        self.drain();
+                        self.take(self.reconcile.take_changed());
                         self.writer.expedite();
                         self.flushes.push((Instant::now() + within, tx));
                     }
@@ -368,6 +275,7 @@ impl StatusManager {
                 done = self.writer.next() => self.finished(done),
                 _ = sleep_until(deadline), if deadline.is_some() => {}
                 _ = sleep_until(recheck), if recheck.is_some() => self.recheck(),
+                _ = sleep_until(node_check), if node_check.is_some() => self.check_node_name(),
             }
         }
     }
@@ -396,13 +304,15 @@ impl StatusManager {
         self.flushes = keep;
     }
 
-    fn drain(&mut self) {
-        let dirty = match self.shared.dirty.lock() {
-            Ok(mut d) => std::mem::take(&mut *d),
-            Err(_) => return,
-        };
-        for (uid, (view, at)) in dirty {
-            let st = self.state.entry(uid.clone()).or_default();
+    /// Pods whose view changed: computed from the newest view, or forgotten when it is gone.
+    fn take(&mut self, changed: Vec<(PodUid, Instant)>) {
+        for (uid, at) in changed {
+            let Some(view) = self.reconcile.pod(&uid) else {
+                self.forget(&uid);
+                continue;
+            };
+            bump(&self.stats.observed);
+            let st = self.state.entry(uid).or_default();
             st.observed_at.get_or_insert(at);
             st.view = Some(view);
             self.process(&uid);
@@ -413,25 +323,13 @@ impl StatusManager {
         self.epoch.0 + self.epoch.1.elapsed()
     }
 
-    fn recheck(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .rechecks
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in due {
-            self.rechecks.remove(&uid);
-            self.process(&uid);
-        }
-    }
-
-    fn forget(&mut self, uid: &str) {
+    fn forget(&mut self, uid: &PodUid) {
+        self.unlisted.remove(uid);
+        self.node_warned &= !self.unlisted.is_empty();
         self.state.remove(uid);
         self.rechecks.remove(uid);
         self.writer.forget(uid);
-        self.events.forget(uid);
+        self.events.forget(uid.as_str());
         self.logs.forget(uid);
     }
 
@@ -439,24 +337,29 @@ impl StatusManager {
         match change {
             PodChange::Applied { uid } => {
                 // A mirror pod changed: its static pod is known by the UID in its annotation.
-                let key = if self.state.contains_key(&uid) {
-                    Some(uid)
-                } else {
-                    self.pods.by_uid(&uid).and_then(|p| {
-                        p.metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get("kubernetes.io/config.mirror").cloned())
-                    })
-                };
-                if let Some(st) = key.as_ref().and_then(|k| self.state.get_mut(k)) {
-                    st.gone = false;
-                    if let Some(k) = key {
-                        self.process(&k);
+                let key = PodUid::parse(&uid)
+                    .filter(|u| self.state.contains_key(u))
+                    .or_else(|| {
+                        self.pods.by_uid(&uid).and_then(|p| {
+                            p.metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get("kubernetes.io/config.mirror"))
+                                .and_then(|m| PodUid::parse(m))
+                        })
+                    });
+                if let Some(key) = key {
+                    if let Some(st) = self.state.get_mut(&key) {
+                        st.gone = false;
+                        self.process(&key);
                     }
                 }
             }
             PodChange::Deleted { uid } => {
+                // Not a pod of this node's views (no UID of the shape kubelet gives): nothing kept.
+                let Some(uid) = PodUid::parse(&uid) else {
+                    return;
+                };
                 self.writer.forget(&uid);
                 if let Some(st) = self.state.get_mut(&uid) {
                     st.gone = true;
@@ -465,87 +368,21 @@ impl StatusManager {
             }
             // Pods applied during the relist are in the store only now.
             PodChange::Resynced => {
-                let uids: Vec<String> = self.state.keys().cloned().collect();
+                if !self.listed {
+                    // Missing before the first list meant nothing.
+                    self.listed = true;
+                    self.unlisted.clear();
+                }
+                let uids: Vec<PodUid> = self.state.keys().copied().collect();
                 for uid in uids {
                     self.process(&uid);
                 }
             }
-            PodChange::Error(_) => bump(&self.shared.stats.watch_errors),
+            PodChange::Error(_) => bump(&self.stats.watch_errors),
         }
     }
 
-    fn finished(&mut self, done: WriteDone) {
-        let stats = &self.shared.stats;
-        let Ok((job, outcome)) = done.output else {
-            bump(&stats.write_errors);
-            return;
-        };
-        let st = self.state.get_mut(&job.uid);
-        match outcome {
-            WriteOutcome::Written { sent_at } => {
-                bump(&stats.writes);
-                let latency = sent_at.saturating_duration_since(job.observed_at);
-                stats.record_latency(latency);
-                if let Some(h) = &self.cfg.write_latency {
-                    h.observe(latency.as_secs_f64());
-                }
-                if let Some(st) = st {
-                    st.written = Some(job.desired);
-                }
-            }
-            WriteOutcome::Gone | WriteOutcome::Conflict => {
-                if matches!(outcome, WriteOutcome::Gone) {
-                    bump(&stats.gone);
-                } else {
-                    bump(&stats.conflicts);
-                }
-                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
-                    tracing::info!(pod = %job.name, uid = %job.uid, "status not written: {outcome:?}; the pod's work is dropped");
-                });
-                if let Some(st) = st {
-                    st.gone = true;
-                    st.submitted = None;
-                }
-            }
-            WriteOutcome::Rejected(e) => {
-                bump(&stats.rejected);
-                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
-                    tracing::error!(pod = %job.name, "status patch refused: {e}");
-                });
-                if let Some(st) = st {
-                    st.submitted = None;
-                }
-            }
-            WriteOutcome::Throttled(after) => {
-                bump(&stats.write_errors);
-                bump(&stats.throttled);
-                tracing::debug!(pod = %job.name, ?after, "status write throttled");
-            }
-            WriteOutcome::Failed(e) => {
-                bump(&stats.write_errors);
-                // A crash-looping pod or an API outage would log every retry: powers of two.
-                if done.failures.is_power_of_two() {
-                    pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
-                        tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {e}; retrying");
-                    });
-                }
-            }
-        }
-    }
-
-    fn pod_ref(view: &PodView, pod: Option<&Pod>) -> PodRef {
-        // Events regard the API's pod: a static pod's mirror has a UID of its own.
-        let uid = pod
-            .and_then(|p| p.metadata.uid.clone())
-            .unwrap_or_else(|| view.uid.to_string());
-        PodRef {
-            uid,
-            namespace: view.namespace.clone(),
-            name: view.name.clone(),
-        }
-    }
-
-    fn process(&mut self, uid: &str) {
+    fn process(&mut self, uid: &PodUid) {
         if self.cfg.mode == StatusMode::Off {
             return;
         }
@@ -553,6 +390,7 @@ impl StatusManager {
             return;
         };
         let pod = resolve(&self.pods, &view);
+        self.track_listing(uid, &view, pod.is_some());
         let now = self.now();
         self.kernel_events(&view, pod.as_deref());
         match self.cfg.mode {
@@ -560,233 +398,13 @@ impl StatusManager {
             StatusMode::Audit => self.audit(&view, pod.as_deref(), now),
             StatusMode::Conditions | StatusMode::Full => {
                 let Some(pod) = pod else {
-                    bump(&self.shared.stats.waiting_for_pod);
+                    bump(&self.stats.waiting_for_pod);
                     return;
                 };
                 self.write(&view, &pod, now);
             }
         }
     }
-
-    /// Computes what the mode writes and hands it to the writer unless nothing changed.
-    fn write(&mut self, view: &PodView, pod: &Pod, now: SystemTime) {
-        let stats = &self.shared.stats;
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
-            return;
-        };
-        if st.gone {
-            return;
-        }
-        bump(&stats.computed);
-        // The precondition is the API's UID (a static pod's mirror has its own).
-        let api_uid = pod
-            .metadata
-            .uid
-            .clone()
-            .unwrap_or_else(|| view.uid.to_string());
-        let api = pod.status.clone().unwrap_or_default();
-        let api_conditions = api.conditions.as_deref().unwrap_or(&[]);
-        let result = if self.cfg.mode == StatusMode::Conditions {
-            // Transition times from what this agent last computed, else from the API.
-            let mut old: Vec<PodCondition> = st.conditions.clone();
-            old.extend(
-                api_conditions
-                    .iter()
-                    .filter(|c| !st.conditions.iter().any(|o| o.type_ == c.type_))
-                    .cloned(),
-            );
-            let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
-            let normal = serde_json::to_value(&desired).map_err(super::KubeError::from);
-            let patch = conditions_patch(&api_uid, api_conditions, &desired);
-            st.conditions = desired;
-            normal.and_then(|n| patch.map(|p| (n, p)))
-        } else {
-            let computed = compute_status(&StatusInputs {
-                pod: Some(pod),
-                view,
-                previous: st.status.as_ref(),
-                now,
-                runtime: &self.cfg.runtime_name,
-                types: &self.types,
-            });
-            let normal = normalize(&computed.status);
-            let patch = status_patch(&api_uid, &api, &computed.status);
-            st.status = Some(computed.status);
-            normal.and_then(|n| patch.map(|p| (n, p)))
-        };
-        let (normal, patch) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                pod_log(&mut self.logs, stats, view.uid.as_str(), &view.name, || {
-                    tracing::error!(pod = %view.name, "status not computed: {e}");
-                });
-                return;
-            }
-        };
-        let normal = Arc::new(normal);
-        if st.submitted.as_deref() == Some(&*normal) {
-            bump(&stats.unchanged);
-            st.observed_at = None;
-            return;
-        }
-        let Some(body) = patch else {
-            // The API already says so.
-            bump(&stats.unchanged);
-            st.submitted = Some(Arc::clone(&normal));
-            st.written = Some(normal);
-            st.observed_at = None;
-            return;
-        };
-        st.submitted = Some(Arc::clone(&normal));
-        let observed_at = st.observed_at.take().unwrap_or_else(Instant::now);
-        bump(&stats.submitted);
-        self.writer.submit(WriteJob {
-            namespace: view.namespace.clone(),
-            name: view.name.clone(),
-            uid: view.uid.to_string(),
-            body: Arc::new(body),
-            desired: normal,
-            observed_at,
-        });
-    }
-
-    /// OOM kills and deaths the kernel reported since the agent started, each once.
-    fn kernel_events(&mut self, view: &PodView, pod: Option<&Pod>) {
-        let spec = pod.and_then(|p| p.spec.as_ref());
-        let is_init = |name: &str| {
-            spec.and_then(|s| s.init_containers.as_ref())
-                .is_some_and(|ic| ic.iter().any(|c| c.name == name))
-        };
-        let started = self.started;
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
-            return;
-        };
-        st.prune(view);
-        let mut out = Vec::new();
-        for c in &view.containers {
-            if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
-                let recent = c.finished_at.is_none_or(|f| f >= started);
-                if recent && c.kernel_seen {
-                    out.push(PodEvent::ContainerDied {
-                        container: c.name.clone(),
-                        init_container: is_init(&c.name),
-                        exit_code: c.exit_code,
-                        signal: c.signal,
-                        reason: Some(super::compute::terminated_reason(c)),
-                    });
-                }
-            }
-            if let Some(o) = &c.last_oom {
-                let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                if st.kills.insert((c.id.to_string(), o.pid, secs)) && o.time >= started {
-                    out.push(PodEvent::OomKill {
-                        container: c.name.clone(),
-                        init_container: is_init(&c.name),
-                        victim: Box::new(o.clone()),
-                        survived: survived(o, Some(c)),
-                        limit: memory_limit(spec, &c.name),
-                        view: Some(Box::new(c.clone())),
-                    });
-                }
-            }
-        }
-        let pod_ref = Self::pod_ref(view, pod);
-        for ev in out {
-            bump(&self.shared.stats.events);
-            // The node's log says it too, for log pipelines (the Event may be rate-limited or
-            // the API away).
-            let (e, _) = ev.render();
-            let note = e.note.as_deref().unwrap_or_default();
-            pod_log(
-                &mut self.logs,
-                &self.shared.stats,
-                view.uid.as_str(),
-                &view.name,
-                || match ev {
-                    PodEvent::OomKill { .. } => {
-                        tracing::warn!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
-                    }
-                    _ => {
-                        tracing::info!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
-                    }
-                },
-            );
-            self.events.publish(&pod_ref, &ev);
-        }
-    }
-
-    fn audit(&mut self, view: &PodView, pod: Option<&Pod>, now: SystemTime) {
-        let Some(api) = pod.and_then(|p| p.status.as_ref()) else {
-            bump(&self.shared.stats.waiting_for_pod);
-            return;
-        };
-        let grace = self.cfg.audit_running_grace;
-        let findings = audit(api, view, now, grace);
-        if let Some(due) = still_running_due(api, view, now, grace) {
-            self.rechecks
-                .insert(view.uid.to_string(), Instant::now() + due);
-        }
-        let pod_ref = Self::pod_ref(view, pod);
-        let Some(st) = self.state.get_mut(view.uid.as_str()) else {
-            return;
-        };
-        for f in findings {
-            if !st.findings.insert((f.container_id.clone(), f.kind)) {
-                continue;
-            }
-            bump(&self.shared.stats.audit_findings[f.kind.index()]);
-            bump(&self.shared.stats.events);
-            pod_log(
-                &mut self.logs,
-                &self.shared.stats,
-                view.uid.as_str(),
-                &view.name,
-                || tracing::warn!(namespace = %view.namespace, pod = %view.name, finding = %f.kind, "{}", f.message()),
-            );
-            self.events.publish(&pod_ref, &PodEvent::Audit(f));
-        }
-    }
-}
-
-/// The API's pod for a view: by UID, else a static pod's mirror (same name, its
-/// `kubernetes.io/config.mirror` annotation naming the static pod's UID).
-fn resolve(pods: &NodePods, view: &PodView) -> Option<Arc<Pod>> {
-    pods.by_uid(view.uid.as_str()).or_else(|| {
-        pods.get(&view.namespace, &view.name).filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubernetes.io/config.mirror"))
-                .is_some_and(|m| m == view.uid.as_str())
-        })
-    })
-}
-
-/// When a death the API still shows as Running passes the audit's grace, if one is pending.
-fn still_running_due(
-    api: &PodStatus,
-    view: &PodView,
-    now: SystemTime,
-    grace: Duration,
-) -> Option<Duration> {
-    let running_ids: Vec<&str> = api
-        .container_statuses
-        .iter()
-        .chain(api.init_container_statuses.iter())
-        .flatten()
-        .filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
-        .filter_map(|s| s.container_id.as_deref())
-        .map(|id| id.split_once("://").map_or(id, |(_, r)| r))
-        .collect();
-    view.containers
-        .iter()
-        .filter(|c| c.phase == ContainerPhase::Exited && running_ids.contains(&c.id.as_str()))
-        .filter_map(|c| c.finished_at)
-        .map(|f| (f + grace).duration_since(now).unwrap_or_default())
-        .filter(|d| !d.is_zero())
-        .min()
-        // Just past the grace, so that the audit then finds it late.
-        .map(|d| d + Duration::from_millis(10))
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -795,6 +413,12 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+mod listing;
+mod notes;
+mod podlog;
+mod stats;
+mod write;
 
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,10 @@
 //! The status manager: what the kernel saw, written to the Kubernetes API.
 //!
-//! The agent reconciles its node view ([`crate::reconcile::PodView`]) and hands each changed pod
-//! to a [`StatusManager`] through its [`StatusHandle::observe`]. The manager keeps this node's
-//! pods from a reflector ([`pods`]), computes what to say by kubelet's rules ([`compute`],
-//! [`conditions`], [`audit`]), and writes it with one request in flight per pod ([`writer`],
-//! [`patch`]) and Events ([`events`]).
+//! The agent reconciles its node view ([`crate::reconcile::PodView`]); a [`StatusManager`] takes
+//! each changed pod straight from the reconciler's handle. The manager keeps this node's pods from
+//! a reflector ([`pods`]), computes what to say by kubelet's rules ([`compute`], [`conditions`],
+//! [`audit`]), and writes it with one request in flight per pod ([`writer`], [`patch`]) and Events
+//! ([`events`]).
 //!
 //! Modes ([`StatusMode`]):
 //! - `conditions` (default): beside kubelet, two observer-owned condition types,
@@ -15,16 +15,15 @@
 //! - `full`: the whole computed PodStatus, for nodes where nothing else writes pod status.
 //! - `off`: nothing reaches the API.
 //!
-//! Wiring, for the agent:
+//! Wiring, for the agent (`agent::run` does it):
 //! ```ignore
-//! let client = observer::kube::client(kubeconfig.as_deref()).await?;
-//! let cfg = StatusConfig::new(node_name, StatusMode::Conditions);
-//! let (manager, handle) = StatusManager::new(client, cfg);
+//! let api = observer::kube::client(kubeconfig.as_deref()).await?;
+//! let mut cfg = StatusConfig::new(node_name, StatusMode::Conditions);
+//! cfg.api_url = api.url;
+//! let (manager, handle) = StatusManager::new(api.client, cfg, agent.reconcile.clone());
 //! tokio::spawn(manager.run());
-//! // on every reconciled change of a pod:
-//! handle.observe(&pod_view);
-//! // when a pod is gone from the node view:
-//! handle.forget(&uid);
+//! // /readyz:
+//! handle.listed()?;
 //! // on SIGTERM:
 //! handle.flush(Duration::from_secs(5)).await;
 //! ```
@@ -40,15 +39,15 @@ pub mod writer;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-use std::{fmt, path::Path, str::FromStr, time::Duration};
+use std::{ffi::OsStr, fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use crate::ratelimit::Rate;
 use thiserror::Error;
 
 pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
-pub use conditions::{observer_conditions, ConditionTypes};
-pub use events::{EventConfig, EventPublisher, PodEvent, PodRef};
+pub use conditions::{check_prefix, observer_conditions, ConditionTypes};
+pub use events::{EventConfig, EventPublisher, PodEvent};
 pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
 pub use pods::{NodePods, PodChange};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
@@ -59,6 +58,8 @@ pub enum KubeError {
     /// Neither `--node-name` nor `NODE_NAME` said which node this is.
     #[error("node name unknown: pass --node-name or set NODE_NAME")]
     NoNodeName,
+    #[error("condition prefix {prefix:?} is not a DNS subdomain: {why}")]
+    BadConditionPrefix { prefix: String, why: String },
     #[error("unknown status mode {0:?}: expected off, conditions, audit or full")]
     BadMode(String),
     #[error("kubernetes client configuration: {0}")]
@@ -101,11 +102,6 @@ impl StatusMode {
             StatusMode::Full => "full",
         }
     }
-
-    /// Modes that patch pod status.
-    pub fn writes_status(self) -> bool {
-        matches!(self, StatusMode::Conditions | StatusMode::Full)
-    }
 }
 
 impl fmt::Display for StatusMode {
@@ -133,6 +129,8 @@ impl FromStr for StatusMode {
 pub struct StatusConfig {
     /// This node: pods are watched with `spec.nodeName=<node_name>`.
     pub node_name: String,
+    /// The API server's URL, for reports of failed calls ([`ApiClient::url`]).
+    pub api_url: String,
     pub mode: StatusMode,
     /// Domain prefix of the observer-owned condition types (`<prefix>/ContainersAlive`,
     /// `<prefix>/OOMKilled`). Must not be empty: unprefixed types are kubelet's namespace.
@@ -163,6 +161,7 @@ impl StatusConfig {
     pub fn new(node_name: impl Into<String>, mode: StatusMode) -> Self {
         Self {
             node_name: node_name.into(),
+            api_url: String::new(),
             mode,
             condition_prefix: "observer.dev".into(),
             runtime_name: "containerd".into(),
@@ -196,23 +195,122 @@ pub fn node_name(flag: Option<&str>) -> Result<String, KubeError> {
         .ok_or(KubeError::NoNodeName)
 }
 
-/// A client from `--kubeconfig` when given, else the in-cluster service account (then the
-/// usual kubeconfig lookup, for a developer's machine).
-pub async fn client(kubeconfig: Option<&Path>) -> Result<::kube::Client, KubeError> {
-    use ::kube::config::{Config, KubeConfigOptions, Kubeconfig};
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?
-        }
+/// A client to the API server, and the server's URL (every report of an unreachable or refusing
+/// API names it).
+#[derive(Clone)]
+pub struct ApiClient {
+    pub client: ::kube::Client,
+    pub url: String,
+}
+
+/// A client from `kubeconfig` (the flag, else `KUBECONFIG`): a list of files merged as kubectl
+/// does (empty entries and files that do not exist skipped, the first to set a value wins).
+/// Without one (or with an empty list): `~/.kube/config`, else the in-cluster service account.
+pub async fn client(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
+    use ::kube::config::{Config, KubeConfigOptions};
+    let from_env = std::env::var_os("KUBECONFIG");
+    let list = kubeconfig.or(from_env.as_deref());
+    let config = match list.map(read_kubeconfigs).transpose()?.flatten() {
+        Some((kc, shown)) => Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| KubeError::Config(format!("{shown}: {e}")))?,
+        // kube's own lookup: `~/.kube/config` (it skips an empty `KUBECONFIG` too), then the
+        // in-cluster service account.
         None => Config::infer()
             .await
             .map_err(|e| KubeError::Config(e.to_string()))?,
     };
-    Ok(::kube::Client::try_from(config)?)
+    let url = config.cluster_url.to_string();
+    Ok(ApiClient {
+        client: ::kube::Client::try_from(config)?,
+        url,
+    })
+}
+
+/// What a failed API call means for the operator: the server, the cause, and what to check.
+pub fn describe_api_error(e: &::kube::Error, url: &str) -> String {
+    match e {
+        ::kube::Error::Api(s) => describe_status(s.code, &s.reason, &s.message, url),
+        other => format!(
+            "{} cannot be reached ({}): check the kubeconfig's server, or the network to it",
+            server(url),
+            crate::error::chain(other)
+        ),
+    }
+}
+
+/// "the API server at <url>", or without a URL when none is known (tests).
+fn server(url: &str) -> String {
+    if url.is_empty() {
+        "the API server".into()
+    } else {
+        format!("the API server at {url}")
+    }
+}
+
+fn describe_status(code: u16, reason: &str, message: &str, url: &str) -> String {
+    let server = server(url);
+    match code {
+        401 => format!("{server} refused the agent's credentials (401 {reason}: {message}): check the kubeconfig's user, or the service account's token"),
+        403 => format!("{server} forbids it (403 {reason}: {message}): the agent's account needs get, list and watch on pods, patch on pods/status and create on events (deploy/'s ClusterRole)"),
+        _ => format!("{server} answered {code} {reason}: {message}"),
+    }
+}
+
+/// A failed request, described ([`describe_api_error`] for the client's own errors).
+pub fn describe(e: &KubeError, url: &str) -> String {
+    match e {
+        KubeError::Client(k) => describe_api_error(k, url),
+        other => other.to_string(),
+    }
+}
+
+/// A failed list or watch of pods, described.
+pub fn describe_watch_error(e: &::kube::runtime::watcher::Error, url: &str) -> String {
+    use ::kube::runtime::watcher::Error as W;
+    match e {
+        W::InitialListFailed(k) | W::WatchStartFailed(k) | W::WatchFailed(k) => {
+            describe_api_error(k, url)
+        }
+        W::WatchError(s) => describe_status(s.code, &s.reason, &s.message, url),
+        W::NoResourceVersion => format!("{}: {e}", server(url)),
+    }
+}
+
+/// The files of a kubeconfig list merged, and how to name them in errors; `None` when the list
+/// names no file.
+fn read_kubeconfigs(
+    list: &OsStr,
+) -> Result<Option<(::kube::config::Kubeconfig, String)>, KubeError> {
+    use ::kube::config::Kubeconfig;
+    let paths: Vec<PathBuf> = std::env::split_paths(list)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let shown = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let mut merged: Option<Kubeconfig> = None;
+    for p in paths.iter().filter(|p| p.exists()) {
+        let kc = Kubeconfig::read_from(p)
+            .map_err(|e| KubeError::Config(format!("{}: {e}", p.display())))?;
+        merged = Some(match merged {
+            None => kc,
+            Some(m) => m
+                .merge(kc)
+                .map_err(|e| KubeError::Config(format!("{}: {e}", p.display())))?,
+        });
+    }
+    match merged {
+        Some(kc) => Ok(Some((kc, shown))),
+        None => Err(KubeError::Config(format!(
+            "kubeconfig {shown}: no such file"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -240,5 +338,74 @@ mod tests {
     fn node_name_flag_wins_and_blank_is_an_error() {
         assert_eq!(node_name(Some("n1")).unwrap(), "n1");
         assert!(matches!(node_name(Some(" ")), Err(KubeError::NoNodeName)));
+    }
+
+    fn kubeconfig_part(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[tokio::test]
+    async fn kubeconfig_lists_are_merged_as_kubectl_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let clusters = kubeconfig_part(
+            dir.path(),
+            "clusters",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:6443\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\ncurrent-context: ctx\n",
+        );
+        let users = kubeconfig_part(
+            dir.path(),
+            "users",
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: t\ncurrent-context: other\n",
+        );
+        let list = std::env::join_paths([
+            clusters.clone(),
+            dir.path().join("absent"),
+            PathBuf::new(),
+            users,
+        ])
+        .unwrap();
+        let api = client(Some(&list)).await.expect("merged");
+        assert_eq!(api.url, "http://127.0.0.1:6443/");
+
+        let e = client(Some(dir.path().join("absent").as_os_str()))
+            .await
+            .err()
+            .expect("nothing to read")
+            .to_string();
+        assert!(e.contains("absent: no such file"), "{e}");
+        let broken = kubeconfig_part(dir.path(), "broken", "clusters: [");
+        let e = client(Some(&std::env::join_paths([clusters, broken]).unwrap()))
+            .await
+            .err()
+            .expect("unparsable")
+            .to_string();
+        assert!(e.contains("broken: "), "{e}");
+    }
+
+    #[test]
+    fn an_empty_kubeconfig_list_names_no_file() {
+        assert!(read_kubeconfigs(OsStr::new("")).unwrap().is_none());
+        assert!(read_kubeconfigs(OsStr::new("::")).unwrap().is_none());
+    }
+
+    #[test]
+    fn failed_requests_name_the_server_and_say_each_cause_once() {
+        let refused = KubeError::Client(::kube::Error::Api(Box::new(::kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "pods is forbidden".into(),
+            ..Default::default()
+        })));
+        assert_eq!(
+            describe(&refused, "https://10.0.0.1:6443"),
+            "the API server at https://10.0.0.1:6443 forbids it (403 Forbidden: pods is forbidden): the agent's account needs get, list and watch on pods, patch on pods/status and create on events (deploy/'s ClusterRole)"
+        );
+        let timeout = KubeError::Timeout(Duration::from_secs(5));
+        assert_eq!(
+            describe(&timeout, ""),
+            "no answer from the API server within 5s"
+        );
     }
 }

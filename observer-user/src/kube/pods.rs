@@ -5,7 +5,10 @@
 //! API returns brings it up to date (the store swaps in the new list at once, dropping pods
 //! deleted while it was away). Managed fields are dropped on the way in: half a pod's metadata,
 //! and nothing the agent reads.
-use std::sync::Arc;
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc, Mutex,
+};
 
 use ::kube::{
     runtime::{
@@ -39,9 +42,28 @@ pub enum PodChange {
 #[derive(Clone)]
 pub struct NodePods {
     store: Store<Pod>,
+    sync: Arc<ListState>,
+}
+
+/// Whether the API listed this node's pods yet, and why not.
+#[derive(Default)]
+struct ListState {
+    listed: AtomicBool,
+    last_error: Mutex<Option<String>>,
 }
 
 impl NodePods {
+    /// `Ok` once a list of this node's pods succeeded; else why not (for `/readyz`).
+    pub fn listed(&self) -> Result<(), String> {
+        if self.sync.listed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Err(match crate::sync::lock(&self.sync.last_error).as_deref() {
+            Some(e) => format!("the API's first list of this node's pods has not succeeded: {e}"),
+            None => "the API's first list of this node's pods is not done".into(),
+        })
+    }
+
     pub fn by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
         self.store.find(|p| p.metadata.uid.as_deref() == Some(uid))
     }
@@ -74,8 +96,8 @@ pub fn node_selector(node: &str) -> String {
 }
 
 /// The reflector on this node's pods: the store to read, and the stream of changes that must be
-/// polled to keep it up to date (it never ends).
-pub fn watch(client: Client, node: &str) -> (NodePods, BoxStream<'static, PodChange>) {
+/// polled to keep it up to date (it never ends). `url` names the server in reports.
+pub fn watch(client: Client, node: &str, url: &str) -> (NodePods, BoxStream<'static, PodChange>) {
     let api: Api<Pod> = Api::all(client);
     let cfg = watcher::Config::default().fields(&node_selector(node));
     let (reader, writer) = reflector::store();
@@ -83,6 +105,9 @@ pub fn watch(client: Client, node: &str) -> (NodePods, BoxStream<'static, PodCha
         .modify(|p: &mut Pod| p.managed_fields_mut().clear())
         .default_backoff();
     let mut errors = 0u64;
+    let sync = Arc::new(ListState::default());
+    let state = Arc::clone(&sync);
+    let url = url.to_string();
     let stream = reflector::reflector(writer, events)
         .filter_map(move |ev| {
             let change = match ev {
@@ -94,22 +119,34 @@ pub fn watch(client: Client, node: &str) -> (NodePods, BoxStream<'static, PodCha
                 Ok(Event::Init) => None,
                 Ok(Event::InitDone) => {
                     errors = 0;
+                    state.listed.store(true, Ordering::Relaxed);
                     Some(PodChange::Resynced)
                 }
                 Err(e) => {
                     errors += 1;
+                    let why = super::describe_watch_error(&e, &url);
                     // The first failure and then every power of two: an outage is one line a
                     // while, not one per retry.
                     if errors.is_power_of_two() {
-                        tracing::warn!(failures = errors, "pod watch: {e}; retrying");
+                        tracing::warn!(
+                            failures = errors,
+                            "listing this node's pods failed: {why}; retrying"
+                        );
                     }
-                    Some(PodChange::Error(e.to_string()))
+                    *crate::sync::lock(&state.last_error) = Some(why.clone());
+                    Some(PodChange::Error(why))
                 }
             };
             std::future::ready(change)
         })
         .boxed();
-    (NodePods { store: reader }, stream)
+    (
+        NodePods {
+            store: reader,
+            sync,
+        },
+        stream,
+    )
 }
 
 #[cfg(test)]
@@ -146,7 +183,7 @@ mod tests {
     async fn lists_and_watches_this_nodes_pods_only() {
         let (client, handle) = client();
         let seen = serve(handle, vec![list("10", vec![node_pod()]), Reply::Hang]);
-        let (pods, mut changes) = watch(client, "node-1");
+        let (pods, mut changes) = watch(client, "node-1", "");
         assert_eq!(
             next(&mut changes).await,
             PodChange::Applied { uid: UID.into() }
@@ -184,7 +221,7 @@ mod tests {
                 Reply::Hang,
             ],
         );
-        let (pods, mut changes) = watch(client, "node-1");
+        let (pods, mut changes) = watch(client, "node-1", "");
         assert!(matches!(next(&mut changes).await, PodChange::Error(_)));
         assert!(pods.is_empty(), "nothing known yet, nothing invented");
         assert!(matches!(next(&mut changes).await, PodChange::Error(_)));
@@ -196,5 +233,93 @@ mod tests {
         assert_eq!(pods.len(), 1);
         let s = seen.lock().unwrap().clone();
         assert!(s[1].at > s[0].at, "backed off between attempts");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_said_with_what_to_check_and_hold_readiness() {
+        let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+        let (client, handle) = client();
+        serve(
+            handle,
+            vec![
+                status(401, "Unauthorized"),
+                status(403, "Forbidden"),
+                list("12", vec![node_pod()]),
+                Reply::Hang,
+            ],
+        );
+        let (pods, mut changes) = watch(client, "node-1", "https://10.0.0.1:6443");
+        assert_eq!(
+            pods.listed(),
+            Err("the API's first list of this node's pods is not done".into())
+        );
+        let unauthorized = "the API server at https://10.0.0.1:6443 refused the agent's credentials (401 Unauthorized: Unauthorized (test)): check the kubeconfig's user, or the service account's token";
+        assert_eq!(
+            next(&mut changes).await,
+            PodChange::Error(unauthorized.into())
+        );
+        assert_eq!(
+            pods.listed(),
+            Err(format!(
+                "the API's first list of this node's pods has not succeeded: {unauthorized}"
+            ))
+        );
+        let forbidden = "the API server at https://10.0.0.1:6443 forbids it (403 Forbidden: Forbidden (test)): the agent's account needs get, list and watch on pods, patch on pods/status and create on events (deploy/'s ClusterRole)";
+        assert_eq!(next(&mut changes).await, PodChange::Error(forbidden.into()));
+        assert!(pods.listed().unwrap_err().ends_with(forbidden));
+        assert!(matches!(
+            next(&mut changes).await,
+            PodChange::Applied { .. }
+        ));
+        assert_eq!(next(&mut changes).await, PodChange::Resynced);
+        assert_eq!(pods.listed(), Ok(()));
+        assert_eq!(
+            log.lines(),
+            vec![
+                format!(
+                    "WARN listing this node's pods failed: {unauthorized}; retrying failures=1"
+                ),
+                format!("WARN listing this node's pods failed: {forbidden}; retrying failures=2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreachable_server_is_named() {
+        let e = ::kube::Error::Service("client error (Connect)".into());
+        assert_eq!(
+            crate::kube::describe_api_error(&e, "https://10.0.0.1:6443"),
+            "the API server at https://10.0.0.1:6443 cannot be reached (ServiceError: client error (Connect)): check the kubeconfig's server, or the network to it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_named_with_its_cause_once() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user: {{}}\ncurrent-context: c\n"),
+        )
+        .unwrap();
+        let api = crate::kube::client(Some(kubeconfig.as_os_str()))
+            .await
+            .unwrap();
+        let (pods, mut changes) = watch(api.client, "node-1", &api.url);
+        let PodChange::Error(why) = next(&mut changes).await else {
+            panic!("a closed port answered");
+        };
+        let server = format!("the API server at http://127.0.0.1:{port}/ cannot be reached (");
+        assert!(why.starts_with(&server), "{why}");
+        assert!(
+            why.ends_with("): check the kubeconfig's server, or the network to it"),
+            "{why}"
+        );
+        assert_eq!(why.matches("Connection refused").count(), 1, "{why}");
+        assert!(pods.listed().unwrap_err().ends_with(&why));
     }
 }

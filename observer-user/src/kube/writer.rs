@@ -22,14 +22,17 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{patch::CONTENT_TYPE, KubeError, StatusConfig};
-use crate::runner::{Finished, Runner, RunnerConfig, RunnerStats, Step, Then};
+use crate::{
+    cgroup::PodUid,
+    runner::{Finished, Runner, RunnerConfig, RunnerStats, Step, Then},
+};
 
 /// One status patch for one pod.
 #[derive(Clone, Debug)]
 pub struct WriteJob {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: PodUid,
     /// The strategic merge patch, UID precondition included.
     pub body: Arc<Value>,
     /// What the patch makes true, normalised: remembered as written once it succeeds.
@@ -69,11 +72,11 @@ impl WriteOutcome {
 /// Retry-After when a 429 names none (kube's client-go does the same: 1 s).
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-pub type WriteDone = Finished<String, (WriteJob, WriteOutcome)>;
+pub type WriteDone = Finished<PodUid, (WriteJob, WriteOutcome)>;
 
 /// The pod status writer; driven by its owner's loop like the [`Runner`] it wraps.
 pub struct StatusWriter {
-    runner: Runner<String, WriteJob, (WriteJob, WriteOutcome)>,
+    runner: Runner<PodUid, WriteJob, (WriteJob, WriteOutcome)>,
 }
 
 impl StatusWriter {
@@ -89,7 +92,7 @@ impl StatusWriter {
             backoff_max: cfg.backoff_max,
             seed: cfg.backoff_seed,
         };
-        let runner = Runner::new(runner_cfg, move |_uid: String, job: WriteJob| {
+        let runner = Runner::new(runner_cfg, move |_uid: PodUid, job: WriteJob| {
             let client = client.clone();
             let params = params.clone();
             async move {
@@ -107,12 +110,12 @@ impl StatusWriter {
     /// The pod's newest patch: it runs as soon as the pod has no request in flight and is not
     /// waiting out a back-off.
     pub fn submit(&mut self, job: WriteJob) {
-        self.runner.schedule(job.uid.clone(), job);
+        self.runner.schedule(job.uid, job);
     }
 
     /// Drops the pod's pending work and back-off (a request in flight still finishes).
-    pub fn forget(&mut self, uid: &str) {
-        self.runner.forget(&uid.to_string());
+    pub fn forget(&mut self, uid: &PodUid) {
+        self.runner.forget(uid);
     }
 
     /// The next finished request. Cancel-safe; pending forever while idle.
@@ -129,8 +132,8 @@ impl StatusWriter {
         self.runner.is_idle()
     }
 
-    pub fn is_busy(&self, uid: &str) -> bool {
-        self.runner.is_busy(&uid.to_string())
+    pub fn is_busy(&self, uid: &PodUid) -> bool {
+        self.runner.is_busy(uid)
     }
 
     /// Pods with a write pending, in flight or waiting to retry.

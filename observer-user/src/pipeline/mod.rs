@@ -5,6 +5,7 @@
 //! ([`KernelPipeline::next_batch`]). One turn of the loop is [`KernelPipeline::next_batch`] on a
 //! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
 //! the same code.
+mod metrics;
 mod task;
 
 use std::{
@@ -15,8 +16,6 @@ use std::{
     time::Duration,
 };
 
-/// Kept here too: the pipeline's callers found it here first.
-pub use crate::kernel::own_pid_ns_level;
 pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 
 use crate::{
@@ -182,7 +181,7 @@ impl KernelPipeline {
         index.scan();
         let mut pleg = Pleg::new(index, tx);
         // With hostPID the agent shares the node's pid namespace: its depth is the node's.
-        pleg.set_host_ns_level(own_pid_ns_level());
+        pleg.set_host_ns_level(crate::kernel::own_pid_ns_level());
         let mut me = Self {
             probes: Arc::new(Mutex::new(probes)),
             reader,
@@ -275,11 +274,6 @@ impl KernelPipeline {
         }
     }
 
-    /// The kernel's set of known inits (their exit wakes the reader at once).
-    pub fn known_inits(&self) -> &KnownInits {
-        &self.inits
-    }
-
     fn rescan(&mut self) {
         if let Err(e) = self.pleg.rescan(&self.scan_roots) {
             tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
@@ -321,8 +315,5 @@ impl KernelPipeline {
 }
 
 fn counters(probes: &Mutex<Probes>) -> Result<KernelCounters, KernelError> {
-    probes
-        .lock()
-        .map_err(|_| KernelError::Map("STATS", "probes lock poisoned".into()))?
-        .counters()
+    crate::sync::lock(probes).counters()
 }

@@ -50,7 +50,7 @@ pub struct PipelineHealth {
 }
 
 impl PipelineHealth {
-    fn new(stats: PipelineStats) -> Self {
+    pub(crate) fn new(stats: PipelineStats) -> Self {
         Self {
             born: Instant::now(),
             realtime: AtomicBool::new(false),
@@ -63,9 +63,7 @@ impl PipelineHealth {
     fn turn(&self, stats: PipelineStats) {
         self.last_turn_ms
             .store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
-        if let Ok(mut s) = self.stats.lock() {
-            *s = stats;
-        }
+        *crate::sync::lock(&self.stats) = stats;
     }
 
     /// Time since the loop last turned.
@@ -81,7 +79,7 @@ impl PipelineHealth {
     }
 
     pub fn stats(&self) -> PipelineStats {
-        self.stats.lock().map(|s| *s).unwrap_or_default()
+        *crate::sync::lock(&self.stats)
     }
 
     /// The loop runs on a real-time (SCHED_FIFO) thread.

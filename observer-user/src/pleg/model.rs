@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc};
 use super::event::{ContainerExit, ExitReason, PlegEvent, PodLifecycleEvent};
 use crate::{
     cgroup::{
-        CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, PodRef, PodUid, Qos,
+        CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, PodCgroup, PodUid, Qos,
         Runtime, Scan,
     },
     kernel::{BootNs, CgroupChange, Comm, Exec, Exit, KernelEvent, OomKill},
@@ -139,14 +139,6 @@ impl NodeModel {
         self.containers.get(id)
     }
 
-    /// The container a cgroup id belongs to (its own cgroup or one nested below it).
-    pub fn container_by_cgroup(&self, cgroup_id: u64) -> Option<&ContainerRecord> {
-        match self.by_cgroup.get(&cgroup_id)? {
-            Owner::Container(id) => self.containers.get(id),
-            _ => None,
-        }
-    }
-
     /// Applies one kernel event; lifecycle events it causes are pushed to `out`, in order.
     /// `resolve` answers cgroup ids the model has not seen (path and kind).
     pub fn apply(
@@ -227,7 +219,7 @@ impl NodeModel {
         owner
     }
 
-    fn pod_entry(&mut self, p: &PodRef) -> &mut PodRecord {
+    fn pod_entry(&mut self, p: &PodCgroup) -> &mut PodRecord {
         self.pods.entry(p.uid).or_insert_with(|| PodRecord {
             uid: p.uid,
             qos: p.qos,
@@ -575,11 +567,6 @@ impl NodeModel {
             self.by_cgroup.insert(change.id, Owner::Pod(uid));
             self.rmdir(&change, out);
         }
-    }
-
-    /// Cgroup ids the model maps (containers, nested, pods, and known non-containers).
-    pub fn cgroups_tracked(&self) -> usize {
-        self.by_cgroup.len()
     }
 }
 

@@ -74,7 +74,7 @@ impl PlegSender {
     /// Never blocks.
     pub fn send(&self, ev: PodLifecycleEvent) {
         let sent = SystemTime::now();
-        let mut inner = self.0.inner.lock().expect("pleg queue lock");
+        let mut inner = crate::sync::lock(&self.0.inner);
         if inner.coalesced_set.contains(&ev.pod_uid) {
             // Already behind for this pod: later events must not overtake the pending sync.
             self.0.lagged.fetch_add(1, Ordering::Relaxed);
@@ -120,7 +120,7 @@ impl Drop for PlegSender {
     fn drop(&mut self) {
         // The last sender closes the stream.
         if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.inner.lock().expect("pleg queue lock").closed = true;
+            crate::sync::lock(&self.0.inner).closed = true;
             self.0.notify.notify_one();
         }
     }
@@ -142,7 +142,7 @@ impl PlegReceiver {
             if let Some(ev) = self.try_recv_stamped() {
                 return Some(ev);
             }
-            if self.0.inner.lock().expect("pleg queue lock").closed {
+            if crate::sync::lock(&self.0.inner).closed {
                 return self.try_recv_stamped();
             }
             self.0.notify.notified().await;
@@ -151,7 +151,7 @@ impl PlegReceiver {
 
     /// [`Self::try_recv`] with the time the PLEG sent the event.
     pub fn try_recv_stamped(&mut self) -> Option<Stamped> {
-        let mut inner = self.0.inner.lock().expect("pleg queue lock");
+        let mut inner = crate::sync::lock(&self.0.inner);
         if let Some(ev) = inner.queue.pop_front() {
             return Some(ev);
         }
@@ -169,7 +169,7 @@ impl PlegReceiver {
     }
 
     pub fn len(&self) -> usize {
-        self.0.inner.lock().expect("pleg queue lock").queue.len()
+        crate::sync::lock(&self.0.inner).queue.len()
     }
 
     pub fn is_empty(&self) -> bool {

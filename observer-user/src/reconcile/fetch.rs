@@ -3,9 +3,10 @@ use std::collections::HashMap;
 
 use k8s_cri::v1 as api;
 
+use super::runtime::RuntimeService;
 use crate::{
     cgroup::PodUid,
-    cri::{keys, CriError, ReconnectingCri},
+    cri::{keys, CriError},
 };
 
 #[derive(Debug, Default)]
@@ -17,8 +18,7 @@ pub struct PodSnapshot {
     pub pids: HashMap<String, u32>,
 }
 
-pub async fn fetch_pod(cri: &ReconnectingCri, uid: PodUid) -> Result<PodSnapshot, CriError> {
-    let client = cri.client()?;
+pub async fn fetch_pod<R: RuntimeService>(cri: &R, uid: PodUid) -> Result<PodSnapshot, CriError> {
     let selector: HashMap<String, String> = [(keys::POD_UID.to_string(), uid.to_string())].into();
     let sandbox_filter = api::PodSandboxFilter {
         label_selector: selector.clone(),
@@ -29,17 +29,17 @@ pub async fn fetch_pod(cri: &ReconnectingCri, uid: PodUid) -> Result<PodSnapshot
         ..Default::default()
     };
     let (sandboxes, containers) = tokio::try_join!(
-        client.list_pod_sandboxes(Some(sandbox_filter)),
-        client.list_containers(Some(container_filter))
+        cri.list_pod_sandboxes(Some(sandbox_filter)),
+        cri.list_containers(Some(container_filter))
     )?;
     let mut statuses = Vec::with_capacity(containers.len());
     let mut pids = HashMap::new();
     for c in containers {
-        match client.container_status(&c.id).await {
+        match cri.container_status(&c.id).await {
             Ok(s) => {
                 let exited = s.state == api::ContainerState::ContainerExited as i32;
                 if exited && (s.reason == "OOMKilled" || s.exit_code == 137) {
-                    match client.container_pid(&c.id).await {
+                    match cri.container_pid(&c.id).await {
                         Ok(Some(pid)) => {
                             pids.insert(c.id.clone(), pid);
                         }

@@ -4,7 +4,7 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, RwLock, RwLockReadGuard,
+        Arc, RwLock, RwLockReadGuard, RwLockWriteGuard,
     },
     time::Duration,
 };
@@ -68,8 +68,8 @@ pub(super) struct Shared {
     /// When the loop last turned (for health checks).
     born: std::time::Instant,
     last_turn_ms: AtomicU64,
-    /// Pods whose view changed since the consumer last took them (see [`PodChanges`]).
-    dirty: std::sync::Mutex<std::collections::HashSet<PodUid>>,
+    /// Pods whose view changed since the consumer last took them, and since when.
+    dirty: std::sync::Mutex<HashMap<PodUid, tokio::time::Instant>>,
     dirty_notify: Notify,
 }
 
@@ -95,15 +95,18 @@ impl Shared {
     }
 
     pub fn view(&self) -> RwLockReadGuard<'_, NodeView> {
-        // A panic while holding the lock leaves the view as it was: still the best we know.
-        self.view.read().unwrap_or_else(|e| e.into_inner())
+        crate::sync::read(&self.view)
+    }
+
+    pub fn view_mut(&self) -> RwLockWriteGuard<'_, NodeView> {
+        crate::sync::write(&self.view)
     }
 
     /// The view of `uid` changed (or the pod left it).
     pub fn changed(&self, uid: PodUid) {
-        if let Ok(mut d) = self.dirty.lock() {
-            d.insert(uid);
-        }
+        crate::sync::lock(&self.dirty)
+            .entry(uid)
+            .or_insert_with(tokio::time::Instant::now);
         self.dirty_notify.notify_one();
         self.generation.send_modify(|g| *g += 1);
     }
@@ -163,22 +166,47 @@ impl ReconcileHandle {
         ))
     }
 
-    /// The pods whose view changed since the last call, waiting until there is one. Meant for one
-    /// consumer (the status manager's feed): a burst of changes to a pod is one entry.
-    pub async fn changed_pods(&self) -> Vec<PodUid> {
+    /// The pods whose view changed since the last call, each with when it first changed, waiting
+    /// until there is one. Meant for one consumer (the status manager): a burst of changes to a
+    /// pod is one entry.
+    pub async fn changed_pods(&self) -> Vec<(PodUid, tokio::time::Instant)> {
         loop {
             let notified = self.0.dirty_notify.notified();
-            let taken: Vec<PodUid> = self
-                .0
-                .dirty
-                .lock()
-                .map(|mut d| d.drain().collect())
-                .unwrap_or_default();
+            let taken = self.take_changed();
             if !taken.is_empty() {
                 return taken;
             }
             notified.await;
         }
+    }
+
+    /// What [`Self::changed_pods`] would return now, without waiting.
+    pub fn take_changed(&self) -> Vec<(PodUid, tokio::time::Instant)> {
+        crate::sync::lock(&self.0.dirty).drain().collect()
+    }
+
+    /// Changes not taken yet.
+    pub fn pending_changes(&self) -> usize {
+        crate::sync::lock(&self.0.dirty).len()
+    }
+
+    /// A view with no reconciler behind it, set by hand with [`Self::publish`] and
+    /// [`Self::remove`]: the status manager's input in its tests and benches.
+    pub fn detached() -> Self {
+        Self(Arc::new(Shared::new()))
+    }
+
+    /// Sets a pod's view as the reconciler would (only for a [`Self::detached`] handle).
+    pub fn publish(&self, view: PodView) {
+        let uid = view.uid;
+        self.0.view_mut().insert(uid, view);
+        self.0.changed(uid);
+    }
+
+    /// Removes a pod as the reconciler would (only for a [`Self::detached`] handle).
+    pub fn remove(&self, uid: PodUid) {
+        self.0.view_mut().remove(&uid);
+        self.0.changed(uid);
     }
 
     /// Waits until `pred` holds for the view (checked at every change), up to `timeout`.

@@ -3,28 +3,58 @@
 //! A dead container's init pid is gone from the runtime (containerd zeroes it at exit) and from
 //! /proc; the kernel log names OOM victims only by pid. So an agent that was restarted while
 //! containers died (a DaemonSet upgrade, a crash) could not tell an init's kill from a child's.
-//! Every init the kernel shows the agent is appended to a small file in a directory that lives as
-//! long as the boot (`/run/observer` by default: tmpfs, gone at reboot when pids lose meaning);
-//! the boot id heads the file, so a file from another boot is ignored. Unwritable: said once, and
-//! the agent works from memory.
+//! Every init the kernel shows the agent is kept in a small file in a directory that lives as long
+//! as the boot (`/run/observer` by default: tmpfs, gone at reboot when pids lose meaning); the boot
+//! id heads the file.
+//!
+//! The state is never lost or hijacked:
+//! - one agent per directory: it holds an exclusive lock on `<dir>/lock` (which names its pid) for
+//!   its life; a second one is refused, naming the holder;
+//! - each write is a new file written, synced and renamed over the old one, so a crash at any
+//!   point leaves the old file or the new one, and a symlink planted at the path is replaced,
+//!   never followed;
+//! - a file that does not parse, or is not a regular file, or is of another boot, is renamed aside
+//!   with a timestamp and reported, never silently replaced;
+//! - [`StateAccess::ReadOnly`] (`observer status`) reads without the lock and never writes.
+//!
+//! Unwritable: said once, and the agent works from memory.
 use std::{
     collections::HashMap,
     fs::{self, File, OpenOptions},
-    io::Write,
+    io::{ErrorKind, Read, Write},
+    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
+    time::{SystemTime, UNIX_EPOCH},
 };
+
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::cgroup::ContainerId;
 
 const FILE: &str = "inits";
-/// Beyond this many lines the file is rewritten with the containers still known.
-const COMPACT_AT: usize = 16 * 1024;
+const LOCK: &str = "lock";
+
+/// Whether this process may write the state directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateAccess {
+    /// Read what is there, never write (read-only commands, beside a running agent).
+    #[default]
+    ReadOnly,
+    /// The agent: lock the directory, keep it up to date.
+    ReadWrite,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("the state directory {dir} is held by another observer (pid {holder}): one agent per node and state directory; stop that one, or give this one another --state-dir")]
+    Locked { dir: PathBuf, holder: String },
+}
 
 pub struct InitStore {
-    path: Option<PathBuf>,
-    file: Option<File>,
+    /// Where to write, with the lock that makes this process the only writer.
+    writer: Option<(PathBuf, Flock<File>)>,
     known: HashMap<ContainerId, u32>,
-    lines: usize,
+    boot: String,
 }
 
 fn boot_id() -> String {
@@ -33,56 +63,60 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// Why a file is not used: what the report says, and the name it is kept aside under.
+struct Unused {
+    why: String,
+    kind: &'static str,
+}
+
 impl InitStore {
     /// Nothing kept beyond this process.
     pub fn in_memory() -> Self {
         Self {
-            path: None,
-            file: None,
+            writer: None,
             known: HashMap::new(),
-            lines: 0,
+            boot: boot_id(),
         }
     }
 
-    /// Reads what earlier agents of this boot recorded in `dir`, and appends there from now on.
-    pub fn open(dir: &Path) -> Self {
+    /// Reads what earlier agents of this boot recorded in `dir`; with [`StateAccess::ReadWrite`],
+    /// locks `dir` and keeps the file up to date from now on.
+    pub fn open(dir: &Path, access: StateAccess) -> Result<Self, StateError> {
         let mut me = Self::in_memory();
-        let path = dir.join(FILE);
-        let boot = boot_id();
-        if let Ok(text) = fs::read_to_string(&path) {
-            let mut lines = text.lines();
-            if lines.next() == Some(boot.as_str()) {
-                for l in lines {
-                    let mut f = l.split_whitespace();
-                    if let (Some(id), Some(pid)) = (
-                        f.next().and_then(ContainerId::parse),
-                        f.next().and_then(|p| p.parse().ok()),
-                    ) {
-                        me.known.insert(id, pid);
-                        me.lines += 1;
-                    }
+        let lock = match access {
+            StateAccess::ReadOnly => None,
+            StateAccess::ReadWrite => match lock(dir) {
+                Ok(l) => Some(l),
+                Err(LockError::Held(holder)) => {
+                    return Err(StateError::Locked {
+                        dir: dir.to_path_buf(),
+                        holder,
+                    })
                 }
-            }
-        }
-        let file = (|| -> std::io::Result<File> {
-            fs::create_dir_all(dir)?;
-            if me.lines == 0 {
-                // A new boot (or no file): start it with this boot's id.
-                fs::write(&path, format!("{boot}\n"))?;
-            }
-            OpenOptions::new().append(true).open(&path)
-        })();
-        match file {
-            Ok(f) => {
-                me.file = Some(f);
-                me.path = Some(path);
-            }
-            Err(e) => tracing::info!(
-                "container inits not kept across restarts ({}: {e}): after a restart, OOM kills of dead containers may not say whether the init was the victim",
-                path.display()
+                Err(LockError::Io(e)) => {
+                    tracing::warn!(
+                        "container inits not kept across restarts ({}: {e}): after a restart, OOM kills of dead containers may not say whether the init was the victim",
+                        dir.display()
+                    );
+                    None
+                }
+            },
+        };
+        let path = dir.join(FILE);
+        match read(&path, &me.boot) {
+            Ok(known) => me.known = known,
+            Err(unused) if lock.is_some() => keep_aside(&path, &unused),
+            Err(unused) => tracing::warn!(
+                "{}: {}; not used (the agent keeps it aside when it starts)",
+                path.display(),
+                unused.why
             ),
         }
-        me
+        if let Some(lock) = lock {
+            me.writer = Some((path, lock));
+            me.save();
+        }
+        Ok(me)
     }
 
     pub fn get(&self, id: &ContainerId) -> Option<u32> {
@@ -90,102 +124,204 @@ impl InitStore {
     }
 
     pub fn record(&mut self, id: ContainerId, pid: u32) {
-        if self.known.insert(id, pid) == Some(pid) {
-            return;
-        }
-        if let Some(f) = &mut self.file {
-            // One short line per write: appends of other agents never interleave with it.
-            if f.write_all(format!("{id} {pid}\n").as_bytes()).is_err() {
-                self.file = None;
-            }
-            self.lines += 1;
+        if self.known.insert(id, pid) != Some(pid) {
+            self.save();
         }
     }
 
-    /// Keeps only the containers `alive` says are still known, rewriting the file when it grew.
+    /// Keeps only the containers `alive` says are still known.
     pub fn retain(&mut self, alive: impl Fn(&ContainerId) -> bool) {
+        let before = self.known.len();
         self.known.retain(|id, _| alive(id));
-        if self.lines < COMPACT_AT {
-            return;
+        if self.known.len() != before {
+            self.save();
         }
-        let Some(path) = &self.path else { return };
-        let mut text = format!("{}\n", boot_id());
+    }
+
+    /// Replaces the file with what is known: a new file, synced, renamed over the old one.
+    fn save(&mut self) {
+        let Some((path, _)) = &self.writer else {
+            return;
+        };
+        let mut text = format!("{}\n", self.boot);
         for (id, pid) in &self.known {
             text.push_str(&format!("{id} {pid}\n"));
         }
-        let tmp = path.with_extension("tmp");
-        let written = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, path));
-        match written.and_then(|()| OpenOptions::new().append(true).open(path)) {
-            Ok(f) => {
-                self.file = Some(f);
-                self.lines = self.known.len();
-            }
-            Err(e) => tracing::debug!("compacting {}: {e}", path.display()),
+        if let Err(e) = replace(path, text.as_bytes()) {
+            tracing::warn!(
+                "container inits no longer kept across restarts ({}: {e}): the agent goes on from memory",
+                path.display()
+            );
+            self.writer = None;
         }
     }
+}
+
+enum LockError {
+    Held(String),
+    Io(std::io::Error),
+}
+
+/// Takes `<dir>/lock` and writes this process's pid in it.
+fn lock(dir: &Path) -> Result<Flock<File>, LockError> {
+    fs::create_dir_all(dir).map_err(LockError::Io)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(LOCK))
+        .map_err(LockError::Io)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut held) => {
+            let pid = std::process::id();
+            let written = held
+                .set_len(0)
+                .and_then(|()| held.write_all(format!("{pid}\n").as_bytes()));
+            written.map_err(LockError::Io)?;
+            Ok(held)
+        }
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            Err(LockError::Held(if holder.is_empty() {
+                "unknown".into()
+            } else {
+                holder.to_string()
+            }))
+        }
+        Err((_, e)) => Err(LockError::Io(e.into())),
+    }
+}
+
+/// The file's entries; `Err` says why it cannot be used. An absent file is an empty one.
+fn read(path: &Path, boot: &str) -> Result<HashMap<ContainerId, u32>, Unused> {
+    let unreadable = |why: String| Unused {
+        why,
+        kind: "unreadable",
+    };
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(unreadable("a symlink, not the agent's file".into()))
+        }
+        Err(e) => return Err(unreadable(e.to_string())),
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(unreadable("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| unreadable(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| unreadable("not text".into()))?;
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    if !is_boot_id(first) {
+        return Err(unreadable(format!(
+            "line 1 is not a boot id: {:?}",
+            first.chars().take(40).collect::<String>()
+        )));
+    }
+    let mut known = HashMap::new();
+    for (n, l) in lines.enumerate() {
+        let mut f = l.split(' ');
+        match (
+            f.next().and_then(ContainerId::parse),
+            f.next().and_then(|p| p.parse::<u32>().ok()),
+            f.next(),
+        ) {
+            (Some(id), Some(pid), None) => {
+                known.insert(id, pid);
+            }
+            _ => {
+                return Err(unreadable(format!(
+                    "line {} is not \"<container id> <pid>\"",
+                    n + 2
+                )))
+            }
+        }
+    }
+    if first != boot {
+        return Err(Unused {
+            why: format!("written in another boot ({first})"),
+            kind: "other-boot",
+        });
+    }
+    Ok(known)
+}
+
+/// The kernel's boot id: a UUID in its 8-4-4-4-12 form.
+fn is_boot_id(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts
+            .iter()
+            .all(|p| p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Renames an unused file aside (`inits.<kind>-<unix time>`) and says so.
+fn keep_aside(path: &Path, unused: &Unused) {
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let aside = path.with_file_name(format!(
+        "{FILE}.{}-{}.{:09}",
+        unused.kind,
+        at.as_secs(),
+        at.subsec_nanos()
+    ));
+    match fs::rename(path, &aside) {
+        Ok(()) if unused.kind == "other-boot" => tracing::info!(
+            "{}: {}; kept as {}, starting a new one",
+            path.display(),
+            unused.why,
+            aside.display()
+        ),
+        Ok(()) => tracing::warn!(
+            "{}: {}; kept as {} for inspection, starting a new one (inits of containers that died before this start are not known)",
+            path.display(),
+            unused.why,
+            aside.display()
+        ),
+        Err(e) => tracing::warn!(
+            "{}: {}; it could not be kept aside ({e}) and is replaced",
+            path.display(),
+            unused.why
+        ),
+    }
+}
+
+/// Writes `bytes` to a new file beside `path`, syncs it and renames it over `path` (a symlink
+/// there is replaced, not followed).
+fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_file_name(format!(".{FILE}.tmp"));
+    // Left by a crash in the middle of a write; the lock makes it ours.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn id(n: u8) -> ContainerId {
-        ContainerId::parse(&format!("{n:064x}")).unwrap()
-    }
-
-    #[test]
-    fn a_restarted_agent_reads_what_the_last_one_recorded() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut a = InitStore::open(dir.path());
-        a.record(id(1), 100);
-        a.record(id(2), 200);
-        a.record(id(1), 100);
-        drop(a);
-        let b = InitStore::open(dir.path());
-        assert_eq!(
-            (b.get(&id(1)), b.get(&id(2)), b.get(&id(3))),
-            (Some(100), Some(200), None)
-        );
-        assert_eq!(b.lines, 2, "a repeated record is not written twice");
-    }
-
-    #[test]
-    fn a_file_of_another_boot_is_ignored() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join(FILE),
-            format!("not-this-boot\n{} 7\n", id(1)),
-        )
-        .unwrap();
-        let s = InitStore::open(dir.path());
-        assert_eq!(s.get(&id(1)), None);
-        let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
-        assert_eq!(
-            text,
-            format!("{}\n", boot_id()),
-            "started over for this boot"
-        );
-    }
-
-    #[test]
-    fn unwritable_is_memory_only() {
-        let mut s = InitStore::open(Path::new("/proc/observer-cannot-write-here"));
-        s.record(id(1), 1);
-        assert_eq!(s.get(&id(1)), Some(1));
-        assert!(s.file.is_none());
-    }
-
-    #[test]
-    fn compaction_keeps_the_living() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = InitStore::open(dir.path());
-        for n in 0..5 {
-            s.record(id(n), u32::from(n));
-        }
-        s.lines = COMPACT_AT;
-        s.retain(|i| *i == id(3));
-        drop(s);
-        let s = InitStore::open(dir.path());
-        assert_eq!((s.get(&id(3)), s.get(&id(1)), s.lines), (Some(3), None, 1));
-    }
-}
+mod tests;

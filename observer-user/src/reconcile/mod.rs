@@ -19,10 +19,14 @@ pub mod evidence;
 mod fetch;
 mod handle;
 pub mod history;
-mod inits;
+pub mod inits;
+mod kills;
 pub mod merge;
+mod metrics;
 pub mod relist;
+pub mod runtime;
 mod runtime_events;
+mod snapshot;
 pub mod view;
 
 use std::{collections::HashMap, time::Duration};
@@ -35,6 +39,9 @@ use fetch::{fetch_pod, PodSnapshot};
 use handle::{add, bump, Shared};
 pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
+pub use kills::ContainerLabels;
+pub use runtime::RuntimeService;
+use snapshot::{PodPlan, SandboxPlan};
 pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
 
 use crate::{
@@ -43,6 +50,7 @@ use crate::{
     kernel::{kmsg::LoggedOomKill, BootClock},
     pleg::{PlegReceiver, PodLifecycleEvent},
     runner::{Finished, Runner, RunnerConfig, Step},
+    sync::AbortOnDrop,
 };
 
 #[derive(Clone, Debug)]
@@ -57,8 +65,17 @@ pub struct ReconcileConfig {
     /// Where the inits of containers are kept across agent restarts (see [`inits`]); `None`: in
     /// memory only.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Only the agent writes there; everything else reads.
+    pub state_access: inits::StateAccess,
     /// Observes, for each death, the seconds from the kernel's exit to the reconciler.
     pub detection_latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// Counts the OOM kills of each container.
+    pub oom_kills: Option<
+        prometheus_client::metrics::family::Family<
+            ContainerLabels,
+            prometheus_client::metrics::counter::Counter,
+        >,
+    >,
 }
 
 impl Default for ReconcileConfig {
@@ -68,7 +85,9 @@ impl Default for ReconcileConfig {
             unknown_grace: Duration::from_secs(2),
             max_fetches: 8,
             state_dir: Some("/run/observer".into()),
+            state_access: inits::StateAccess::ReadOnly,
             detection_latency: None,
+            oom_kills: None,
         }
     }
 }
@@ -106,8 +125,10 @@ impl Tracked {
     }
 }
 
-pub struct Reconciler {
-    cri: ReconnectingCri,
+/// The reconciler against a runtime: the CRI ([`ReconnectingCri`]) in the agent, a fake one in
+/// its tests.
+pub struct Reconciler<R: RuntimeService = ReconnectingCri> {
+    cri: R,
     cfg: ReconcileConfig,
     clock: BootClock,
     shared: std::sync::Arc<Shared>,
@@ -116,20 +137,22 @@ pub struct Reconciler {
     pids: Runner<ContainerId, (), Result<Option<u32>, CriError>>,
     history: OomHistory,
     inits: inits::InitStore,
+    kills: Option<kills::KillCounter>,
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
 }
 
-impl Reconciler {
+impl<R: RuntimeService> Reconciler<R> {
     /// `clock` maps kernel times to wall time; pass the pipeline's, which it keeps refreshed.
     /// `history`: the kernel log's kills (read after the probes were attached, so that together
-    /// they miss none).
+    /// they miss none). `inits`: what earlier agents of this boot saw start.
     pub fn new(
-        cri: ReconnectingCri,
+        cri: R,
         cfg: ReconcileConfig,
         clock: BootClock,
         history: OomHistory,
+        inits: inits::InitStore,
     ) -> (Self, ReconcileHandle) {
         let shared = std::sync::Arc::new(Shared::new());
         let runner_cfg = |max| RunnerConfig {
@@ -160,11 +183,8 @@ impl Reconciler {
                 }
             }
         });
-        let inits = match &cfg.state_dir {
-            Some(dir) => inits::InitStore::open(dir),
-            None => inits::InitStore::in_memory(),
-        };
         let me = Self {
+            kills: cfg.oom_kills.clone().map(kills::KillCounter::new),
             inits,
             cri,
             cfg,
@@ -187,7 +207,7 @@ impl Reconciler {
 
     /// Runs until the PLEG stream ends.
     pub async fn run(mut self, mut pleg: PlegReceiver) {
-        let mut conn = self.cri.subscribe();
+        let mut conn = self.cri.connection();
         let mut seen_generation = conn.borrow().generation;
         let mut tick = tokio::time::interval(self.cfg.relist_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -227,13 +247,11 @@ impl Reconciler {
             self.shared.beat();
             // Every pod asked about has been answered (a pod whose fetch waits out a back-off
             // is not answered yet).
-            let settled = self.relisted_once && self.fetches.is_idle();
-            if settled && !*self.shared.settled.borrow() {
+            // Once: the first sync stays done while later requests are in flight.
+            if self.relisted_once && self.fetches.is_idle() && !*self.shared.settled.borrow() {
                 tracing::debug!(pods = self.shared.view().len(), "settled");
+                self.shared.settled.send_replace(true);
             }
-            self.shared
-                .settled
-                .send_if_modified(|s| std::mem::replace(s, settled) != settled);
         }
     }
 
@@ -285,7 +303,7 @@ impl Reconciler {
         };
         let merged = (!self.is_sandbox(uid, cid)).then(|| self.merged(cid, t));
         let sandbox_dead = t.kernel.as_ref().is_some_and(|k| k.exit.is_some());
-        let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.shared.view_mut();
         let Some(pod) = view.get_mut(&uid) else {
             return;
         };
@@ -301,6 +319,14 @@ impl Reconciler {
             }
         }
         drop(view);
+        self.changed(uid);
+    }
+
+    /// The pod's view changed: counted, and handed to the consumer.
+    fn changed(&mut self, uid: PodUid) {
+        if let Some(k) = &mut self.kills {
+            k.update(uid, self.shared.view().get(&uid));
+        }
         self.shared.changed(uid);
     }
 
@@ -391,99 +417,64 @@ impl Reconciler {
         !t.pid_asked && merge::cri_phase(status.state) == ContainerPhase::Running
     }
 
-    /// Writes the pod's merged view. Returns true when the runtime should be asked again shortly
-    /// (a container the kernel reported is unknown to it, or it lags behind a death).
+    /// Carries out what the pod's snapshot says ([`snapshot::plan`]). Returns true when the
+    /// runtime should be asked again shortly (a container the kernel reported is unknown to it, or
+    /// it lags behind a death).
     fn apply_snapshot(&mut self, uid: PodUid, snap: PodSnapshot) -> bool {
-        let now = Instant::now();
-        let mut known: Vec<ContainerId> = Vec::new();
-        let mut statuses: Vec<(ContainerId, api::ContainerStatus)> = Vec::new();
-        let pids = snap.pids;
-        for s in snap.containers {
-            match ContainerId::parse(&s.id) {
-                Some(id) => {
-                    known.push(id);
-                    statuses.push((id, s));
-                }
-                None => self.unparsable(&s.id),
-            }
-        }
-        known.extend(
-            snap.sandboxes
-                .iter()
-                .filter_map(|s| ContainerId::parse(&s.id)),
+        let plan = snapshot::plan(
+            uid,
+            snap,
+            &self.tracked,
+            Instant::now(),
+            self.cfg.unknown_grace,
         );
-
-        // Kernel-reported containers of this pod the runtime does not know.
-        let mut again = false;
-        let reported: Vec<ContainerId> = self
-            .tracked
-            .iter()
-            .filter(|(id, t)| t.pod == uid && !known.contains(id))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in reported {
-            let t = self.tracked.get_mut(&id).expect("listed above");
-            let removed = t.kernel.as_ref().is_some_and(|k| k.removed.is_some());
-            let since = *t.unknown_since.get_or_insert(now);
-            if removed || now.duration_since(since) >= self.cfg.unknown_grace {
-                // Known once and now gone, or never known: either way nothing more will come.
-                if !removed && t.runtime.is_none() {
-                    bump(&self.shared.stats.unknown_dropped);
-                    tracing::debug!(container = %id, pod = %uid, "kernel reported a container the runtime never knew: dropped");
-                }
-                self.forget(&id);
-            } else {
-                again = true;
+        for id in &plan.unparsable {
+            self.unparsable(id);
+        }
+        for (id, since) in &plan.unknown {
+            if let Some(t) = self.tracked.get_mut(id) {
+                t.unknown_since = Some(*since);
             }
         }
-
-        let Some(sandbox) = newest_sandbox(&snap.sandboxes) else {
-            // The runtime has no such pod (any more).
-            let gone = self
-                .shared
-                .view
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&uid)
-                .is_some();
-            if gone {
-                self.shared.changed(uid);
+        for (id, never_known) in &plan.forget {
+            if *never_known {
+                bump(&self.shared.stats.unknown_dropped);
+                tracing::debug!(container = %id, pod = %uid, "kernel reported a container the runtime never knew: dropped");
             }
-            for (id, _) in &statuses {
-                self.forget(id);
+            self.forget(id);
+        }
+        match plan.sandbox {
+            SandboxPlan::Unparsable => {}
+            SandboxPlan::Gone => {
+                if self.shared.view_mut().remove(&uid).is_some() {
+                    self.changed(uid);
+                }
             }
-            return again;
-        };
-        let Some(sandbox_id) = ContainerId::parse(&sandbox.id) else {
-            self.unparsable(&sandbox.id);
-            return again;
-        };
+            SandboxPlan::Present(pod) => self.apply_pod(uid, *pod),
+        }
+        plan.again
+    }
 
-        let mut containers = Vec::with_capacity(statuses.len());
+    /// The pod's merged view, from its planned containers.
+    fn apply_pod(&mut self, uid: PodUid, plan: PodPlan) {
+        let PodPlan {
+            sandbox,
+            sandbox_id,
+            containers: planned,
+        } = plan;
+        let mut containers = Vec::with_capacity(planned.len());
         let mut want_pids = Vec::new();
-        for (id, status) in statuses {
+        for c in planned {
+            let id = c.id;
             let t = self.tracked.entry(id).or_insert_with(|| Tracked::new(uid));
             t.pod = uid;
             t.unknown_since = None;
-            // The kernel saw the death (or the start) first; the runtime's account (finished
-            // time, its reason, the running init's pid to check) follows within milliseconds.
-            // Ask again shortly rather than wait for the relist.
-            let phase = merge::cri_phase(status.state);
-            let lags = t.kernel.as_ref().is_some_and(|k| {
-                (k.exit.is_some() && phase != ContainerPhase::Exited)
-                    || (k.started.is_some() && phase == ContainerPhase::Created)
-            });
-            if lags {
-                let since = *t.lagging_since.get_or_insert(now);
-                again |= now.duration_since(since) < self.cfg.unknown_grace;
-            } else {
-                t.lagging_since = None;
-            }
-            if let Some(&pid) = pids.get(&status.id) {
+            t.lagging_since = c.lagging_since;
+            if let Some(pid) = c.pid {
                 t.runtime_pid = Some(pid);
                 t.pid_asked = true;
             }
-            t.runtime = Some(status);
+            t.runtime = Some(c.status);
             let t = &self.tracked[&id];
             if self.wants_pid(t, t.runtime.as_ref().expect("just set")) {
                 want_pids.push(id);
@@ -526,7 +517,7 @@ impl Reconciler {
             last_oom: latest_oom(&containers),
             containers,
         };
-        let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.shared.view_mut();
         let old = view.insert(uid, pod);
         let changed = old.as_ref() != view.get(&uid);
         drop(view);
@@ -542,9 +533,8 @@ impl Reconciler {
                 &self.shared.stats.corrected,
                 (corrected as u64).saturating_sub(before as u64),
             );
-            self.shared.changed(uid);
+            self.changed(uid);
         }
-        again
     }
 
     fn unparsable(&self, id: &str) {
@@ -570,15 +560,17 @@ impl Reconciler {
     /// Lists everything, counts what the event-driven path missed, and fetches the pods that
     /// differ.
     async fn relist(&mut self) {
-        let Ok(client) = self.cri.client() else {
-            tracing::debug!("relist skipped: runtime not connected (it runs again on reconnect)");
-            return;
-        };
         let (sandboxes, containers) = match tokio::try_join!(
-            client.list_pod_sandboxes(None),
-            client.list_containers(None)
+            self.cri.list_pod_sandboxes(None),
+            self.cri.list_containers(None)
         ) {
             Ok(x) => x,
+            Err(CriError::Disconnected { .. }) => {
+                tracing::debug!(
+                    "relist skipped: runtime not connected (it runs again on reconnect)"
+                );
+                return;
+            }
             Err(e) => {
                 bump(&self.shared.stats.fetch_errors);
                 tracing::warn!("relist failed: {}", e.chain());
@@ -638,15 +630,6 @@ impl Reconciler {
     }
 }
 
-fn newest_sandbox(s: &[api::PodSandbox]) -> Option<&api::PodSandbox> {
-    s.iter().max_by_key(|s| {
-        (
-            s.state == api::PodSandboxState::SandboxReady as i32,
-            s.created_at,
-        )
-    })
-}
-
 fn latest_oom(containers: &[ContainerView]) -> Option<OomEvidence> {
     containers
         .iter()
@@ -661,10 +644,5 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -3,17 +3,15 @@
 //! garbage collection, invisible to the kernel) shows without waiting for the relist.
 use tokio::sync::mpsc;
 
-use crate::{
-    cgroup::PodUid,
-    cri::{KubeletLabels, ReconnectingCri},
-};
+use super::runtime::RuntimeService;
+use crate::{cgroup::PodUid, cri::KubeletLabels};
 
-pub async fn follow(cri: ReconnectingCri, tx: mpsc::Sender<PodUid>) {
-    let mut conn = cri.subscribe();
+pub async fn follow<R: RuntimeService>(cri: R, tx: mpsc::Sender<PodUid>) {
+    let mut conn = cri.connection();
     loop {
         let _ = conn.wait_for(|s| s.connected).await;
         let generation = conn.borrow().generation;
-        match cri.get_container_events().await {
+        match cri.container_events().await {
             Ok(mut stream) => {
                 tracing::info!("following the runtime's container events");
                 while let Some(ev) = stream.next().await {

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use serde_json::Value;
 
-use super::*;
+use super::{listing::UNLISTED_GRACE, *};
+use crate::kube::conditions::observer_conditions;
 use crate::kube::testkit::{
     api::{self, status, Reply, Seen},
     server::{self, Log},
@@ -27,17 +28,50 @@ fn app_pod() -> Pod {
     )
 }
 
-async fn start(mode: StatusMode, pods: Vec<Pod>, patches: Vec<Reply>) -> (StatusHandle, Log) {
+/// The manager's handle, and the reconciled view it reads (set by hand).
+struct Handles {
+    status: StatusHandle,
+    reconcile: ReconcileHandle,
+}
+
+impl std::ops::Deref for Handles {
+    type Target = StatusHandle;
+
+    fn deref(&self) -> &StatusHandle {
+        &self.status
+    }
+}
+
+impl Handles {
+    /// The reconciler's view of the pod changed.
+    fn observe(&self, view: &PodView) {
+        self.reconcile.publish(view.clone());
+    }
+
+    /// The pod left the reconciler's view.
+    fn forget(&self, uid: &str) {
+        self.reconcile.remove(PodUid::parse(uid).expect("a uid"));
+    }
+}
+
+async fn start(mode: StatusMode, pods: Vec<Pod>, patches: Vec<Reply>) -> (Handles, Log) {
     let (client, handle) = api::client();
     let log = server::serve(handle, pods, patches);
     let mut cfg = StatusConfig::new("node-1", mode);
     cfg.backoff_seed = Some(1);
-    let (m, h) = StatusManager::new(client, cfg);
+    let reconcile = ReconcileHandle::detached();
+    let (m, h) = StatusManager::new(client, cfg, reconcile.clone());
     tokio::spawn(m.run());
     tokio::time::timeout(Duration::from_secs(5), h.pods().ready())
         .await
         .expect("the reflector listed");
-    (h, log)
+    (
+        Handles {
+            status: h,
+            reconcile,
+        },
+        log,
+    )
 }
 
 /// Lets the manager and the server work (paused time advances by itself).
@@ -172,7 +206,11 @@ async fn a_burst_of_100_changes_is_one_write_of_the_last() {
     let alive = condition(&p[0].body, "observer.dev/ContainersAlive").unwrap();
     assert_eq!(alive["status"], "False", "the last change (a death) wins");
     assert!(alive["message"].as_str().unwrap().contains("(restart 99)"));
-    assert_eq!(StatusStats::get(&h.stats().observed), 100);
+    assert_eq!(
+        StatusStats::get(&h.stats().observed),
+        1,
+        "the burst was taken as one change"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -245,7 +283,8 @@ async fn server_errors_are_retried_until_written() {
             StatusStats::get(&s.write_errors),
             StatusStats::get(&s.throttled)
         ),
-        (1, 2, 1)
+        (1, 1, 1),
+        "a 429 is throttled, not an error"
     );
 }
 
@@ -548,4 +587,37 @@ async fn a_crash_looping_pod_cannot_flood_the_log() {
         lines - burst,
         "the line after the refill was dropped"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_the_api_does_not_list_for_this_node_make_the_node_name_doubted() {
+    let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+    // The API lists another pod for "node-1": this one runs here all the same.
+    let mut other = app_pod();
+    other.metadata.uid = Some("0b6a3f5e-0000-4000-8000-0000000000ff".into());
+    other.metadata.name = Some("elsewhere".into());
+    let (h, log_api) = start(StatusMode::Conditions, vec![other], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    tokio::time::sleep(UNLISTED_GRACE - Duration::from_millis(100)).await;
+    assert_eq!(log.lines(), Vec::<String>::new(), "not before the grace");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        log.lines(),
+        vec![format!(
+            "WARN 1 pod(s) the runtime runs here are not among the API's pods of node \"node-1\" ({NS}/{NAME}): is --node-name (NODE_NAME) this node's name as the API knows it (kubectl get nodes)? Nothing is written for them"
+        )]
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(log.lines().len(), 1, "said once");
+    assert!(server::patches(&log_api).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn listed_pods_raise_no_doubt() {
+    let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+    let (h, log_api) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(log.lines(), Vec::<String>::new());
+    assert_eq!(server::patches(&log_api).len(), 1);
 }

@@ -24,7 +24,7 @@ fn job(n: u32) -> WriteJob {
     WriteJob {
         namespace: NS.into(),
         name: NAME.into(),
-        uid: UID.into(),
+        uid: crate::cgroup::PodUid::parse(UID).unwrap(),
         body: Arc::new(body.clone()),
         desired: Arc::new(body),
         observed_at: Instant::now(),
@@ -217,8 +217,11 @@ async fn forget_drops_a_pending_retry() {
     let mut w = StatusWriter::new(client, &cfg());
     w.submit(job(1));
     finish(&mut w).await;
-    assert!(w.is_busy(UID), "waiting to retry");
-    w.forget(UID);
+    assert!(
+        w.is_busy(&crate::cgroup::PodUid::parse(UID).unwrap()),
+        "waiting to retry"
+    );
+    w.forget(&crate::cgroup::PodUid::parse(UID).unwrap());
     assert!(w.is_idle());
     assert_eq!(wait_for(&seen, 2, Duration::from_secs(60)).await.len(), 1);
 }

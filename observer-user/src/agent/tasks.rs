@@ -1,0 +1,117 @@
+//! The agent's tasks, supervised: each one is meant to run as long as the agent, so its end (or
+//! its panic) is a failure, reported by name to [`Tasks::failed`] and to `/healthz`.
+use std::{future::Future, panic::AssertUnwindSafe};
+
+use futures::FutureExt;
+use tokio::sync::watch;
+
+use crate::sync::AbortOnDrop;
+
+/// Every task the agent started; dropping it stops them.
+pub struct Tasks {
+    running: Vec<AbortOnDrop>,
+    ended: watch::Sender<Option<String>>,
+}
+
+/// What `/healthz` reads: the first task that ended, and how.
+#[derive(Clone)]
+pub struct TaskHealth(watch::Receiver<Option<String>>);
+
+impl TaskHealth {
+    /// `Err(why)` once a task ended.
+    pub fn check(&self) -> Result<(), String> {
+        match &*self.0.borrow() {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        Self {
+            running: Vec::new(),
+            ended: watch::Sender::new(None),
+        }
+    }
+}
+
+impl Tasks {
+    /// Runs `task` (named in reports: "the status manager") for the agent's life.
+    pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let ended = self.ended.clone();
+        let join = tokio::spawn(async move {
+            // The panic itself is printed by the panic hook; this says which part it stopped.
+            let why = match AssertUnwindSafe(task).catch_unwind().await {
+                Ok(()) => format!("the {name} ended"),
+                Err(p) => format!("the {name} panicked: {}", crate::runner::panic_message(p)),
+            };
+            tracing::error!("{why}: the agent cannot go on");
+            ended.send_if_modified(|first| {
+                let unset = first.is_none();
+                if unset {
+                    *first = Some(why);
+                }
+                unset
+            });
+        });
+        self.running.push(AbortOnDrop(join));
+    }
+
+    pub fn health(&self) -> TaskHealth {
+        TaskHealth(self.ended.subscribe())
+    }
+
+    /// Resolves with why, once a task ended.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.ended.subscribe();
+        let why = match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone(),
+            // The sender lives in `self`.
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_or_an_end_is_reported_by_name() {
+        let (log, _g) = crate::testlog::capture(tracing::Level::ERROR);
+        let mut tasks = Tasks::default();
+        let health = tasks.health();
+        tasks.spawn("status manager", std::future::pending());
+        assert_eq!(health.check(), Ok(()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tasks.spawn("Events worker", async move {
+            let _ = rx.await;
+            panic!("computing a status");
+        });
+        tasks.spawn("HTTP endpoint", async {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        });
+        tx.send(()).unwrap();
+        let why = tasks.failed().await;
+        assert_eq!(why, "the Events worker panicked: computing a status");
+        assert_eq!(health.check(), Err(why.clone()));
+        tokio::time::sleep(std::time::Duration::from_secs(61)).await;
+        assert_eq!(
+            health.check(),
+            Err(why),
+            "the first end is the one reported"
+        );
+        assert_eq!(
+            log.lines(),
+            vec![
+                "ERROR the Events worker panicked: computing a status: the agent cannot go on",
+                "ERROR the HTTP endpoint ended: the agent cannot go on",
+            ]
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! What the manager says besides status: Events (and log lines) for the deaths and OOM kills the
+//! kernel reported, and in audit mode the disagreements with kubelet's status, rechecked once
+//! the API's grace has passed.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use tokio::time::Instant;
+
+use super::{podlog::pod_log, stats::bump, StatusManager};
+use crate::{
+    cgroup::PodUid,
+    cri::PodRef,
+    kube::{
+        audit::audit,
+        conditions::{memory_limit, survived},
+        events::PodEvent,
+    },
+    reconcile::{ContainerPhase, PodView},
+};
+
+impl StatusManager {
+    pub(super) fn recheck(&mut self) {
+        let now = Instant::now();
+        let due: Vec<PodUid> = self
+            .rechecks
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(uid, _)| *uid)
+            .collect();
+        for uid in due {
+            self.rechecks.remove(&uid);
+            self.process(&uid);
+        }
+    }
+
+    fn pod_ref(view: &PodView, pod: Option<&Pod>) -> PodRef {
+        // Events regard the API's pod: a static pod's mirror has a UID of its own.
+        let uid = pod
+            .and_then(|p| p.metadata.uid.clone())
+            .unwrap_or_else(|| view.uid.to_string());
+        PodRef {
+            uid,
+            namespace: view.namespace.clone(),
+            name: view.name.clone(),
+        }
+    }
+
+    /// OOM kills and deaths the kernel reported since the agent started, each once.
+    pub(super) fn kernel_events(&mut self, view: &PodView, pod: Option<&Pod>) {
+        let spec = pod.and_then(|p| p.spec.as_ref());
+        let is_init = |name: &str| {
+            spec.and_then(|s| s.init_containers.as_ref())
+                .is_some_and(|ic| ic.iter().any(|c| c.name == name))
+        };
+        let started = self.started;
+        let Some(st) = self.state.get_mut(&view.uid) else {
+            return;
+        };
+        st.prune(view);
+        let mut out = Vec::new();
+        for c in &view.containers {
+            if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
+                let recent = c.finished_at.is_none_or(|f| f >= started);
+                if recent && c.kernel_seen {
+                    out.push(PodEvent::ContainerDied {
+                        container: c.name.clone(),
+                        init_container: is_init(&c.name),
+                        exit_code: c.exit_code,
+                        signal: c.signal,
+                        reason: Some(crate::kube::compute::terminated_reason(c)),
+                    });
+                }
+            }
+            if let Some(o) = &c.last_oom {
+                let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                if st.kills.insert((c.id.to_string(), o.pid, secs)) && o.time >= started {
+                    out.push(PodEvent::OomKill {
+                        container: c.name.clone(),
+                        init_container: is_init(&c.name),
+                        victim: Box::new(o.clone()),
+                        survived: survived(o, Some(c)),
+                        limit: memory_limit(spec, &c.name),
+                        view: Some(Box::new(c.clone())),
+                    });
+                }
+            }
+        }
+        let pod_ref = Self::pod_ref(view, pod);
+        for ev in out {
+            bump(&self.stats.events);
+            // The node's log says it too, for log pipelines (the Event may be rate-limited or
+            // the API away).
+            let (e, _) = ev.render();
+            let note = e.note.as_deref().unwrap_or_default();
+            pod_log(
+                &mut self.logs,
+                &self.stats,
+                &view.uid,
+                &view.name,
+                || match ev {
+                    PodEvent::OomKill { .. } => {
+                        tracing::warn!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
+                    }
+                    _ => {
+                        tracing::info!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
+                    }
+                },
+            );
+            self.events.publish(&pod_ref, &ev);
+        }
+    }
+
+    pub(super) fn audit(&mut self, view: &PodView, pod: Option<&Pod>, now: SystemTime) {
+        let Some(api) = pod.and_then(|p| p.status.as_ref()) else {
+            bump(&self.stats.waiting_for_pod);
+            return;
+        };
+        let grace = self.cfg.audit_running_grace;
+        let findings = audit(api, view, now, grace);
+        if let Some(due) = still_running_due(api, view, now, grace) {
+            self.rechecks.insert(view.uid, Instant::now() + due);
+        }
+        let pod_ref = Self::pod_ref(view, pod);
+        let Some(st) = self.state.get_mut(&view.uid) else {
+            return;
+        };
+        for f in findings {
+            if !st.findings.insert((f.container_id.clone(), f.kind)) {
+                continue;
+            }
+            bump(&self.stats.audit_findings[f.kind.index()]);
+            bump(&self.stats.events);
+            pod_log(
+                &mut self.logs,
+                &self.stats,
+                &view.uid,
+                &view.name,
+                || tracing::warn!(namespace = %view.namespace, pod = %view.name, finding = %f.kind, "{}", f.message()),
+            );
+            self.events.publish(&pod_ref, &PodEvent::Audit(f));
+        }
+    }
+}
+
+/// When a death the API still shows as Running passes the audit's grace, if one is pending.
+fn still_running_due(
+    api: &PodStatus,
+    view: &PodView,
+    now: SystemTime,
+    grace: Duration,
+) -> Option<Duration> {
+    let running_ids: Vec<&str> = api
+        .container_statuses
+        .iter()
+        .chain(api.init_container_statuses.iter())
+        .flatten()
+        .filter(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
+        .filter_map(|s| s.container_id.as_deref())
+        .map(|id| id.split_once("://").map_or(id, |(_, r)| r))
+        .collect();
+    view.containers
+        .iter()
+        .filter(|c| c.phase == ContainerPhase::Exited && running_ids.contains(&c.id.as_str()))
+        .filter_map(|c| c.finished_at)
+        .map(|f| (f + grace).duration_since(now).unwrap_or_default())
+        .filter(|d| !d.is_zero())
+        .min()
+        // Just past the grace, so that the audit then finds it late.
+        .map(|d| d + Duration::from_millis(10))
+}

@@ -1,0 +1,166 @@
+//! The kernel pipeline's metrics: the kernel side's counters, the PLEG's, the reader's heartbeat.
+use std::sync::Mutex;
+
+use prometheus_client::{
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, MetricType},
+    registry::Unit,
+};
+
+use super::PipelineHealth;
+use crate::{
+    exposition::{counter, counters, gauge},
+    kernel::{KernelEvent, Probes},
+    pleg::PlegEventType,
+};
+
+impl PipelineHealth {
+    /// The pipeline's metrics, and the probes' counters and run time.
+    pub fn encode_metrics(
+        &self,
+        probes: &Mutex<Probes>,
+        e: &mut DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        let p = self.stats();
+        counters(
+            e,
+            "kernel_records",
+            "Records the kernel side sent, by type",
+            "type",
+            KernelEvent::TYPES
+                .iter()
+                .copied()
+                .zip(p.pleg.kernel_by_type),
+        )?;
+        if let Ok(k) = crate::sync::lock(probes).counters() {
+            counter(
+                e,
+                "kernel_ring_buffer_drops",
+                "Records the kernel could not put in the ring buffer (each forces a resync)",
+                k.ringbuf_drops,
+            )?;
+            counter(
+                e,
+                "kernel_oom_pending_full",
+                "OOM victims not followed because the kernel side's table was full",
+                k.oom_pending_full,
+            )?;
+            counter(
+                e,
+                "kernel_read_errors",
+                "Kernel memory reads that failed (fields sent as zero)",
+                k.read_errors,
+            )?;
+            counters(
+                e,
+                "kernel_records_submitted",
+                "Records the kernel side submitted, by whether they woke the reader (waking: a \
+                 container init's exec or exit, an OOM kill, a cgroup event; quiet: read at the \
+                 next wake-up or poll)",
+                "wakeup",
+                [("waking", k.waking_records), ("quiet", k.quiet_records)],
+            )?;
+        }
+        // Per-program run time, where the kernel accounts it (sysctl kernel.bpf_stats_enabled=1).
+        if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .is_ok_and(|v| v.trim() == "1")
+        {
+            if let Ok(stats) = crate::sync::lock(probes).program_stats() {
+                counters(
+                    e,
+                    "kernel_program_runs",
+                    "Runs of each kernel program",
+                    "program",
+                    stats.iter().map(|s| (s.name.as_str(), s.run_count)),
+                )?;
+                let mut fam = e.encode_descriptor(
+                    "kernel_program_run",
+                    "Kernel time spent in each program",
+                    Some(&Unit::Seconds),
+                    MetricType::Counter,
+                )?;
+                for s in &stats {
+                    let labels = [("program", s.name.as_str())];
+                    ConstCounter::new(s.run_time.as_secs_f64())
+                        .encode(fam.encode_family(&labels)?)?;
+                }
+            }
+        }
+        counter(
+            e,
+            "kernel_malformed_records",
+            "Ring-buffer records that did not decode",
+            p.malformed,
+        )?;
+        counters(
+            e,
+            "pleg_events",
+            "Pod lifecycle events, by type",
+            "type",
+            PlegEventType::ALL
+                .iter()
+                .map(|t| t.as_str())
+                .zip(p.pleg.lifecycle_by_type),
+        )?;
+        counter(
+            e,
+            "pleg_unattributed_events",
+            "Kernel events about a cgroup that never appeared",
+            p.pleg.unattributed,
+        )?;
+        counter(
+            e,
+            "pleg_resyncs",
+            "Walks of the cgroup tree (at start and after lost records)",
+            p.pleg.resyncs,
+        )?;
+        counter(
+            e,
+            "pleg_stream_lagged",
+            "Lifecycle events folded into a pod sync because the consumer lagged",
+            p.stream_lagged,
+        )?;
+        gauge(
+            e,
+            "pipeline_heartbeat_age",
+            "Time since the kernel pipeline's loop last turned",
+            Some(&Unit::Seconds),
+            self.since_last_turn().as_secs_f64(),
+        )?;
+        gauge(
+            e,
+            "pipeline_realtime",
+            "1 when the kernel reader and the PLEG run on a real-time (SCHED_FIFO) thread",
+            None,
+            f64::from(u8::from(self.realtime())),
+        )?;
+        gauge(
+            e,
+            "pipeline_known_inits",
+            "Container inits registered with the kernel (their exit wakes the reader)",
+            None,
+            p.known_inits as f64,
+        )?;
+        counter(
+            e,
+            "pipeline_known_init_failures",
+            "Registrations of container inits with the kernel that failed (the map full: such an init's exit is read within the 10 ms poll instead of at once)",
+            p.known_init_failures,
+        )?;
+        gauge(
+            e,
+            "kernel_pods",
+            "Pods the kernel pipeline's node model holds (from the start-up walk and events)",
+            None,
+            p.pods as f64,
+        )?;
+        gauge(
+            e,
+            "kernel_containers",
+            "Containers the kernel pipeline's node model holds",
+            None,
+            p.containers as f64,
+        )?;
+        Ok(())
+    }
+}

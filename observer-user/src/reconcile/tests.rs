@@ -1,0 +1,336 @@
+//! The reconciler alone, against a fake runtime on paused time (kubelet's generic PLEG is tested
+//! the same way): a runtime that lags behind the kernel, one whose call hangs, one that fails.
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_cri::v1 as api;
+use tokio::sync::watch;
+
+use super::*;
+use crate::{
+    cri::{keys, ConnectionState, ContainerEventStream},
+    kernel::{BootClock, BootNs, WaitStatus},
+    pleg::{ContainerExit, ExitReason, PlegEvent, PlegSender},
+};
+
+fn uid(n: u8) -> PodUid {
+    PodUid::parse(&format!("{n:08x}-0000-4000-8000-000000000000")).unwrap()
+}
+
+fn cid(n: u8) -> ContainerId {
+    ContainerId::parse(&format!("{n:064x}")).unwrap()
+}
+
+fn labels(pod: u8) -> HashMap<String, String> {
+    [
+        (keys::POD_UID.to_string(), uid(pod).to_string()),
+        (keys::POD_NAME.to_string(), format!("p{pod}")),
+        (keys::POD_NAMESPACE.to_string(), "default".into()),
+    ]
+    .into()
+}
+
+#[derive(Default)]
+struct State {
+    sandboxes: Vec<api::PodSandbox>,
+    statuses: Vec<api::ContainerStatus>,
+    /// Calls that never answer.
+    hang: HashSet<&'static str>,
+    /// Calls that fail (Unavailable) this many more times.
+    fail: HashMap<&'static str, u32>,
+    calls: Vec<&'static str>,
+}
+
+/// A runtime whose answers the test sets.
+#[derive(Clone)]
+struct FakeRuntime {
+    state: Arc<Mutex<State>>,
+    conn: Arc<watch::Sender<ConnectionState>>,
+}
+
+impl FakeRuntime {
+    /// One ready pod `pod` with running container `n`.
+    fn with_running(pod: u8, n: u8) -> Self {
+        let me = Self {
+            state: Arc::default(),
+            conn: Arc::new(watch::Sender::new(ConnectionState {
+                connected: true,
+                generation: 1,
+                last_error: None,
+            })),
+        };
+        let mut st = me.state.lock().unwrap();
+        st.sandboxes.push(api::PodSandbox {
+            id: cid(100 + pod).to_string(),
+            labels: labels(pod),
+            state: api::PodSandboxState::SandboxReady as i32,
+            ..Default::default()
+        });
+        st.statuses.push(api::ContainerStatus {
+            id: cid(n).to_string(),
+            metadata: Some(api::ContainerMetadata {
+                name: format!("c{n}"),
+                attempt: 0,
+            }),
+            state: api::ContainerState::ContainerRunning as i32,
+            labels: labels(pod),
+            ..Default::default()
+        });
+        drop(st);
+        me
+    }
+
+    fn set(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.state.lock().unwrap());
+    }
+
+    fn calls(&self, call: &str) -> usize {
+        let st = self.state.lock().unwrap();
+        st.calls.iter().filter(|c| **c == call).count()
+    }
+
+    /// The runtime has caught up: container `n` exited with `code`.
+    fn exited(&self, n: u8, code: i32) {
+        self.set(|st| {
+            let s = st
+                .statuses
+                .iter_mut()
+                .find(|s| s.id == cid(n).to_string())
+                .unwrap();
+            s.state = api::ContainerState::ContainerExited as i32;
+            s.exit_code = code;
+            s.reason = "Error".into();
+        });
+    }
+
+    /// Records the call; hangs or fails it when the test says so.
+    fn answer<T: Send>(
+        &self,
+        call: &'static str,
+        ok: impl FnOnce(&State) -> T + Send,
+    ) -> impl Future<Output = Result<T, CriError>> + Send {
+        let state = Arc::clone(&self.state);
+        async move {
+            let (hang, fail) = {
+                let mut st = state.lock().unwrap();
+                st.calls.push(call);
+                let fail = st.fail.get_mut(call).filter(|n| **n > 0).map(|n| *n -= 1);
+                (st.hang.contains(call), fail.is_some())
+            };
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            if fail {
+                return Err(CriError::from_status(
+                    call,
+                    tonic::Status::unavailable("fake outage"),
+                ));
+            }
+            Ok(ok(&state.lock().unwrap()))
+        }
+    }
+}
+
+fn selected(filter: Option<&HashMap<String, String>>, labels: &HashMap<String, String>) -> bool {
+    filter.is_none_or(|f| f.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+impl RuntimeService for FakeRuntime {
+    fn list_pod_sandboxes(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> impl Future<Output = Result<Vec<api::PodSandbox>, CriError>> + Send {
+        self.answer("ListPodSandbox", move |st| {
+            let f = filter.map(|f| f.label_selector);
+            st.sandboxes
+                .iter()
+                .filter(|s| selected(f.as_ref(), &s.labels))
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> impl Future<Output = Result<Vec<api::Container>, CriError>> + Send {
+        self.answer("ListContainers", move |st| {
+            let f = filter.map(|f| f.label_selector);
+            st.statuses
+                .iter()
+                .filter(|s| selected(f.as_ref(), &s.labels))
+                .map(|s| api::Container {
+                    id: s.id.clone(),
+                    metadata: s.metadata.clone(),
+                    state: s.state,
+                    labels: s.labels.clone(),
+                    ..Default::default()
+                })
+                .collect()
+        })
+    }
+
+    fn container_status(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<api::ContainerStatus, CriError>> + Send {
+        let id = id.to_string();
+        self.answer("ContainerStatus", move |st| {
+            st.statuses
+                .iter()
+                .find(|s| s.id == id)
+                .cloned()
+                .expect("listed")
+        })
+    }
+
+    fn container_pid(
+        &self,
+        _id: &str,
+    ) -> impl Future<Output = Result<Option<u32>, CriError>> + Send {
+        self.answer("ContainerStatus(verbose)", |_| None)
+    }
+
+    fn connection(&self) -> watch::Receiver<ConnectionState> {
+        self.conn.subscribe()
+    }
+
+    async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
+        Err(CriError::Unimplemented {
+            call: "GetContainerEvents",
+        })
+    }
+}
+
+/// The reconciler on `rt`, running; its PLEG input and handle.
+fn start(rt: &FakeRuntime) -> (PlegSender, ReconcileHandle) {
+    let cfg = ReconcileConfig {
+        state_dir: None,
+        ..ReconcileConfig::default()
+    };
+    let (r, h) = Reconciler::new(
+        rt.clone(),
+        cfg,
+        BootClock::new(),
+        OomHistory::default(),
+        inits::InitStore::in_memory(),
+    );
+    let (tx, rx) = crate::pleg::channel(64);
+    tokio::spawn(r.run(rx));
+    (tx, h)
+}
+
+/// The kernel saw container `n`'s init (pid 4242) killed by SIGKILL.
+fn died(pod: u8, n: u8) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        pod_uid: uid(pod),
+        runtime: None,
+        at: BootClock::now(),
+        event: PlegEvent::ContainerDied {
+            id: cid(n),
+            exit: ContainerExit {
+                status: Some(WaitStatus(9)),
+                reason: ExitReason::Error,
+                pid: Some(4242),
+                comm: None,
+            },
+        },
+    }
+}
+
+fn phase(h: &ReconcileHandle, pod: u8) -> Option<ContainerPhase> {
+    Some(h.pod(&uid(pod))?.containers.first()?.phase)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_shows_at_once_and_a_lagging_runtime_is_asked_again_until_it_follows() {
+    let rt = FakeRuntime::with_running(1, 1);
+    let (tx, h) = start(&rt);
+    assert!(h.settled(Duration::from_secs(5)).await);
+    assert_eq!(phase(&h, 1), Some(ContainerPhase::Running));
+
+    let asked = rt.calls("ContainerStatus");
+    tx.send(died(1, 1));
+    // The kernel's account, before the runtime has said anything.
+    assert!(
+        h.wait_for(Duration::from_millis(1), |_| phase(&h, 1)
+            == Some(ContainerPhase::Exited))
+            .await
+    );
+    let c = h.pod(&uid(1)).unwrap().containers[0].clone();
+    assert_eq!((c.exit_code, c.signal), (Some(137), Some(9)));
+
+    // The runtime still says Running: asked again every 100 ms, not left to the relist.
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    let lagging = rt.calls("ContainerStatus") - asked;
+    assert!((5..=7).contains(&lagging), "{lagging} asks in 550 ms");
+
+    rt.exited(1, 137);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let after = rt.calls("ContainerStatus");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        rt.calls("ContainerStatus"),
+        after,
+        "caught up: no more asks until the relist"
+    );
+    assert_eq!(phase(&h, 1), Some(ContainerPhase::Exited));
+    assert_eq!(ReconcileStats::get(&h.stats().missed_events), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_runtime_call_neither_hides_a_death_nor_stops_the_loop() {
+    let rt = FakeRuntime::with_running(1, 1);
+    let (tx, h) = start(&rt);
+    assert!(h.settled(Duration::from_secs(5)).await);
+    rt.set(|st| {
+        st.hang.insert("ContainerStatus");
+    });
+    tx.send(died(1, 1));
+    assert!(
+        h.wait_for(Duration::from_millis(1), |_| phase(&h, 1)
+            == Some(ContainerPhase::Exited))
+            .await
+    );
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert!(
+        h.since_last_turn() <= handle::HEARTBEAT,
+        "{:?}",
+        h.since_last_turn()
+    );
+    assert!(h.is_settled(), "the first sync stays done");
+    assert_eq!(phase(&h, 1), Some(ContainerPhase::Exited));
+}
+
+#[tokio::test(start_paused = true)]
+async fn runtime_errors_are_said_once_and_retried_until_it_answers() {
+    let (log, _g) = crate::testlog::capture(tracing::Level::WARN);
+    let rt = FakeRuntime::with_running(1, 1);
+    let (tx, h) = start(&rt);
+    assert!(h.settled(Duration::from_secs(5)).await);
+    rt.set(|st| {
+        st.fail.insert("ContainerStatus", 3);
+    });
+    rt.exited(1, 2);
+    let mut sync = PodLifecycleEvent::pod_sync(uid(1), BootNs(0));
+    sync.at = BootClock::now();
+    tx.send(sync);
+    assert!(
+        h.wait_for(Duration::from_secs(10), |_| phase(&h, 1)
+            == Some(ContainerPhase::Exited))
+            .await
+    );
+    assert_eq!(ReconcileStats::get(&h.stats().fetch_errors), 3);
+    assert_eq!(h.pod(&uid(1)).unwrap().containers[0].exit_code, Some(2));
+    assert_eq!(
+        log.lines(),
+        vec![format!(
+            "WARN runtime status of pod failed (retrying): CRI ContainerStatus failed: code: 'The service is currently unavailable', message: \"fake outage\" pod={}",
+            uid(1)
+        )]
+    );
+}
