@@ -11,6 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::files::Files;
+use crate::host::start_time;
 use crate::{Cluster, Error, Result, APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT, NODE_NAME};
 
 /// In start order; stopped in the reverse.
@@ -25,17 +26,6 @@ pub const COMPONENTS: &[&str] = &[
 
 fn pid_file(dir: &Path, name: &str) -> std::path::PathBuf {
     dir.join("run").join(format!("{name}.pid"))
-}
-
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields resume after the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    // A zombie has exited: only its parent's wait is missing.
-    if fields.next()? == "Z" {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
 }
 
 /// The component's pid if the process it started still runs.

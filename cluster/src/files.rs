@@ -1,9 +1,6 @@
-//! The components' configuration files, and the host state `down` has to clear (mounts under
-//! the state directories, the pods' cgroups).
+//! The components' configuration files and kubelet's cgroup root.
 use std::fs;
 use std::path::{Path, PathBuf};
-
-use std::os::unix::ffi::OsStringExt;
 
 use crate::{Cluster, Error, Result, APISERVER_PORT, CGROUP_ROOT, RUN_DIR};
 
@@ -134,12 +131,42 @@ serializeImagePulls: false
 }
 
 fn containerd_config(c: &Cluster) -> String {
+    let state = c.state();
+    let run = Path::new(RUN_DIR);
+    containerd_toml(&ContainerdPaths {
+        root: &state.join("containerd"),
+        state: &run.join("containerd-state"),
+        socket: &c.containerd_socket(),
+        opt: &state.join("containerd-opt"),
+        runc_root: &run.join("runc"),
+        cni: &state.join("cni"),
+        snapshotter: "overlayfs",
+    })
+}
+
+/// Where a containerd keeps its things, for [`containerd_toml`].
+pub struct ContainerdPaths<'a> {
+    pub root: &'a Path,
+    pub state: &'a Path,
+    pub socket: &'a Path,
+    pub opt: &'a Path,
+    /// runc's `--root`: private, so a crashed run leaves nothing in /run/containerd/runc.
+    pub runc_root: &'a Path,
+    /// `bin/` and `conf/` for CNI, which stay empty: host-network pods only.
+    pub cni: &'a Path,
+    pub snapshotter: &'a str,
+}
+
+/// A containerd 1.6 configuration for CRI with the locally built pause image, shared by the test
+/// cluster's node and the tests' private containerds.
+pub fn containerd_toml(p: &ContainerdPaths<'_>) -> String {
     // restrict_oom_score_adj: without CAP_SYS_RESOURCE (a nested sandbox) runc cannot lower a
-    // sandbox's oom_score_adj and every RunPodSandbox fails. No CNI: host-network pods only.
+    // sandbox's oom_score_adj and every RunPodSandbox fails. stream_server_port 0: several
+    // containerds may run at once.
     format!(
         r#"version = 2
-root = "{state}/containerd"
-state = "{run}/containerd-state"
+root = "{root}"
+state = "{state}"
 
 [grpc]
   address = "{socket}"
@@ -154,7 +181,7 @@ state = "{run}/containerd-state"
   address = ""
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{state}/containerd-opt"
+  path = "{opt}"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{pause}"
@@ -163,125 +190,36 @@ state = "{run}/containerd-state"
   stream_server_port = "0"
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+    snapshotter = "{snap}"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "{run}/runc"
+        Root = "{runc}"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{state}/cni/bin"
-    conf_dir = "{state}/cni/conf"
+    bin_dir = "{cni}/bin"
+    conf_dir = "{cni}/conf"
 "#,
-        state = c.state().display(),
-        run = RUN_DIR,
-        socket = c.containerd_socket().display(),
+        root = p.root.display(),
+        state = p.state.display(),
+        socket = p.socket.display(),
+        opt = p.opt.display(),
+        runc = p.runc_root.display(),
+        cni = p.cni.display(),
+        snap = p.snapshotter,
         pause = observer_image::busybox::PAUSE_IMAGE,
     )
 }
 
-/// Every cgroup hierarchy mounted (v1 controllers, named v1 hierarchies and cgroup2).
-fn hierarchies() -> Vec<PathBuf> {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
-        return Vec::new();
-    };
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
-            // Named v1 hierarchies (name=systemd) too: kubelet checks every one.
-            (kind == "cgroup2" || kind == "cgroup").then(|| PathBuf::from(dir))
-        })
-        .collect()
-}
-
-/// kubelet refuses a `cgroupRoot` that does not exist in every hierarchy it uses.
+/// kubelet refuses a `cgroupRoot` that does not exist in every hierarchy it checks (the named
+/// name=systemd one included).
 pub fn make_cgroup_root() -> Result<()> {
-    for h in hierarchies() {
+    for h in crate::host::cgroup_mounts() {
         let d = h.join(CGROUP_ROOT);
         fs::create_dir_all(&d).map_err(Error::io(&d))?;
     }
     Ok(())
-}
-
-/// SIGKILLs every process left in the pods' cgroups and removes the cgroups, deepest first.
-pub fn kill_and_remove_cgroups() {
-    for h in hierarchies() {
-        let root = h.join(CGROUP_ROOT);
-        if !root.exists() {
-            continue;
-        }
-        let mut dirs = Vec::new();
-        collect_dirs(&root, &mut dirs);
-        for _ in 0..50 {
-            let mut left = false;
-            for d in dirs.iter().rev() {
-                if let Ok(procs) = fs::read_to_string(d.join("cgroup.procs")) {
-                    for pid in procs.lines().filter_map(|p| p.parse::<i32>().ok()) {
-                        left = true;
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(pid),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                    }
-                }
-                let _ = fs::remove_dir(d);
-            }
-            if !left && !root.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-}
-
-fn collect_dirs(d: &Path, out: &mut Vec<PathBuf>) {
-    out.push(d.to_path_buf());
-    if let Ok(entries) = fs::read_dir(d) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
-}
-
-/// Detaches every mount at or below `dir` (kubelet's volumes, containerd's rootfs and shm
-/// mounts), deepest first.
-pub fn unmount_below(dir: &Path) {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    let mut points: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4))
-        .map(unescape)
-        .filter(|p| p.starts_with(dir))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for p in points {
-        let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> PathBuf {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// The last `n` lines of a log, for an error.

@@ -16,6 +16,9 @@
 pub mod build;
 mod daemon;
 mod files;
+pub mod host;
+
+pub use files::{containerd_toml, ContainerdPaths};
 pub mod pki;
 
 use std::path::{Path, PathBuf};
@@ -227,9 +230,12 @@ impl Cluster {
     /// the binaries and the Go caches stay.
     pub fn down(&self) -> Result<()> {
         daemon::stop_all(self);
-        files::kill_and_remove_cgroups();
-        files::unmount_below(&self.state());
-        files::unmount_below(Path::new(RUN_DIR));
+        let left = host::destroy_cgroup_subtree(CGROUP_ROOT, Duration::from_secs(10));
+        if !left.is_empty() {
+            eprintln!("cluster: cgroups still busy after 10 s: {left:?}");
+        }
+        host::unmount_all(&self.state());
+        host::unmount_all(Path::new(RUN_DIR));
         for d in [
             self.state(),
             PathBuf::from(RUN_DIR),
@@ -247,21 +253,11 @@ impl Cluster {
 
     /// Imports an OCI archive into the node's containerd (the `k8s.io` namespace kubelet uses).
     pub fn import(&self, archive: &Path) -> Result<()> {
-        let out = Command::new("ctr")
-            .arg("--address")
-            .arg(self.containerd_socket())
-            .args([
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--snapshotter",
-                "overlayfs",
-            ])
-            .arg(archive)
-            .output()
-            .map_err(Error::io("ctr"))?;
-        checked(&format!("ctr images import {}", archive.display()), out).map(|_| ())
+        Ok(observer_image::oci::ctr_import(
+            &self.containerd_socket(),
+            archive,
+            "overlayfs",
+        )?)
     }
 
     fn import_test_images(&self) -> Result<()> {

@@ -25,22 +25,10 @@ pub const PAUSE_ENTRYPOINT: &[&str] = &[
 /// directories runc and the CRI plugin mount onto.
 pub fn busybox_layer(busybox: &Path) -> Result<Vec<u8>> {
     let binary = std::fs::read(busybox).map_err(Error::io(busybox))?;
-    let tool = || format!("{} --list", busybox.display());
-    let out = Command::new(busybox)
-        .arg("--list")
-        .output()
-        .map_err(|e| Error::Tool {
-            tool: tool(),
-            detail: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(Error::Tool {
-            tool: tool(),
-            detail: out.status.to_string(),
-        });
-    }
+    let tool = format!("{} --list", busybox.display());
+    let out = crate::run_tool(Command::new(busybox).arg("--list"), tool.clone())?;
     let applets = String::from_utf8(out.stdout)
-        .map_err(|_| Error::Invalid(format!("{}: applet list is not UTF-8", tool())))?;
+        .map_err(|_| Error::Invalid(format!("{tool}: applet list is not UTF-8")))?;
 
     let mut layer = Layer::new();
     for (dir, mode) in [
@@ -101,6 +89,7 @@ pub fn write_archive(busybox: &Path, out: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oci::tests::entries;
 
     fn which_busybox() -> Option<std::path::PathBuf> {
         std::env::var_os("PATH")?
@@ -108,21 +97,6 @@ mod tests {
             .split(':')
             .map(|d| Path::new(d).join("busybox"))
             .find(|p| p.is_file())
-    }
-
-    fn entries(tar_bytes: &[u8]) -> Vec<(String, tar::EntryType, Vec<u8>)> {
-        let mut a = tar::Archive::new(tar_bytes);
-        a.entries()
-            .unwrap()
-            .map(|e| {
-                let mut e = e.unwrap();
-                let path = e.path().unwrap().to_string_lossy().into_owned();
-                let kind = e.header().entry_type();
-                let mut data = Vec::new();
-                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
-                (path, kind, data)
-            })
-            .collect()
     }
 
     #[test]

@@ -37,6 +37,29 @@ pub enum Error {
     Invalid(String),
 }
 
+/// Runs a tool to completion: its output, or an error naming it when it cannot start or fails.
+pub(crate) fn run_tool(
+    cmd: &mut std::process::Command,
+    tool: String,
+) -> Result<std::process::Output> {
+    match cmd.output() {
+        Err(e) => Err(Error::Tool {
+            tool,
+            detail: e.to_string(),
+        }),
+        Ok(out) if !out.status.success() => Err(Error::Tool {
+            tool,
+            detail: format!(
+                "{}: {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }),
+        Ok(out) => Ok(out),
+    }
+}
+
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();

@@ -111,6 +111,27 @@ pub fn write_oci_archive(out: &Path, images: &[ImageSpec<'_>]) -> Result<()> {
     Ok(())
 }
 
+/// Imports an archive into containerd's `k8s.io` namespace (where the CRI plugin looks), unpacked
+/// for `snapshotter`, with containerd's own `ctr`.
+pub fn ctr_import(ctr_address: &Path, archive: &Path, snapshotter: &str) -> Result<()> {
+    crate::run_tool(
+        std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(ctr_address)
+            .args([
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--snapshotter",
+                snapshotter,
+            ])
+            .arg(archive),
+        format!("ctr images import {}", archive.display()),
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

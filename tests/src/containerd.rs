@@ -13,7 +13,7 @@ use observer::cri::{api, CriClient, CriConfig, CriEndpoint};
 use sha2::{Digest, Sha256};
 
 use crate::events::TaskExitStream;
-use crate::image::{self, PAUSE_IMAGE};
+use crate::image;
 use crate::pod::{container_config, sandbox_config, Container, ContainerSpec, Pod, PodSpec};
 use crate::sys;
 
@@ -133,7 +133,8 @@ impl Containerd {
             (self.socket.clone(), archive.to_path_buf(), self.snapshotter);
         tokio::task::spawn_blocking(move || image::import(&socket, &archive, snapshotter))
             .await
-            .context("image import task")?
+            .context("image import task")??;
+        Ok(())
     }
 
     /// A CRI client connected to this containerd (reconnected after [`Containerd::restart`]).
@@ -146,52 +147,16 @@ impl Containerd {
     }
 
     fn config_toml(&self) -> String {
-        let d = self.dir.display();
-        // restrict_oom_score_adj: without CAP_SYS_RESOURCE runc cannot lower the sandbox's
-        // oom_score_adj and every RunPodSandbox fails. stream_server_port 0: several harnesses may
-        // run at once. runc's Root is private so crashed runs leave no state in /run/containerd/runc.
-        format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-
-[grpc]
-  address = "{sock}"
-
-[ttrpc]
-  address = "{sock}.ttrpc"
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "{snap}"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{d}/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{d}/cni/bin"
-    conf_dir = "{d}/cni/conf"
-"#,
-            sock = self.socket.display(),
-            pause = PAUSE_IMAGE,
-            snap = self.snapshotter,
-        )
+        let d = &self.dir;
+        observer_cluster::containerd_toml(&observer_cluster::ContainerdPaths {
+            root: &d.join("root"),
+            state: &d.join("state"),
+            socket: &self.socket,
+            opt: &d.join("opt"),
+            runc_root: &d.join("runc"),
+            cni: &d.join("cni"),
+            snapshotter: self.snapshotter,
+        })
     }
 
     fn spawn(&self) -> Result<()> {

@@ -1,19 +1,10 @@
-//! Process, mount and cgroup housekeeping for the harness's teardown.
-use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
+//! Process, mount and cgroup housekeeping for the harness's teardown (the mount and cgroup
+//! parts shared with the test cluster's `down`: observer_cluster::host).
+pub use observer_cluster::host::{destroy_cgroup_subtree, start_time, unmount_all};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-/// A process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat): together with
-/// the pid it names one process, even after the pid is reused.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
 
 pub fn alive(pid: u32, started: u64) -> bool {
     start_time(pid) == Some(started)
@@ -56,129 +47,6 @@ pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
     })
 }
 
-/// Mount points at or below `root`, deepest first, from this process's mount table.
-pub fn mounts_under(root: &Path) -> Vec<PathBuf> {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return vec![];
-    };
-    let mut found: Vec<PathBuf> = table
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(unescape_mount_path)
-        .filter(|p| p.starts_with(root))
-        .collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    found.dedup();
-    found
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mount_path(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = (b[i] == b'\\' && i + 3 < b.len())
-            .then(|| &b[i + 1..i + 4])
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)))
-            .and_then(|d| {
-                let v = d.iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-                u8::try_from(v).ok()
-            });
-        if let Some(v) = octal {
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
-/// Unmounts everything at or below `root` (lazily when busy). Returns what is still mounted.
-pub fn unmount_all(root: &Path) -> Vec<PathBuf> {
-    for _ in 0..3 {
-        let mounts = mounts_under(root);
-        if mounts.is_empty() {
-            return vec![];
-        }
-        for m in mounts {
-            if nix::mount::umount2(&m, nix::mount::MntFlags::empty()).is_err() {
-                let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
-            }
-        }
-    }
-    mounts_under(root)
-}
-
-/// Every mounted cgroup hierarchy (v1 controllers and the v2 mount), from the mount table.
-pub fn cgroup_mounts() -> Vec<PathBuf> {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return vec![];
-    };
-    table
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split(' ').next()?;
-            let mountpoint = pre.split(' ').nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| unescape_mount_path(mountpoint))
-        })
-        .collect()
-}
-
-/// Kills every process in the cgroup subtree `rel` (e.g. `/kubepods/burstable/pod<uid>`) of every
-/// hierarchy, then removes the subtree's directories, leaves first. Processes take a moment to
-/// leave a cgroup after SIGKILL, so removal retries until `timeout`.
-pub fn destroy_cgroup_subtree(rel: &str, timeout: Duration) -> Vec<PathBuf> {
-    let rel = rel.trim_start_matches('/');
-    if rel.is_empty() {
-        return vec![];
-    }
-    let roots: Vec<PathBuf> = cgroup_mounts()
-        .into_iter()
-        .map(|m| m.join(rel))
-        .filter(|p| p.exists())
-        .collect();
-    let mut left = Vec::new();
-    crate::wait::eventually(timeout, || {
-        left.clear();
-        for root in &roots {
-            for dir in dirs_leaves_first(root) {
-                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                    for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                        signal(pid, Signal::SIGKILL);
-                    }
-                }
-                if std::fs::remove_dir(&dir).is_err() && dir.exists() {
-                    left.push(dir);
-                }
-            }
-        }
-        left.is_empty()
-    });
-    left
-}
-
-fn dirs_leaves_first(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            for e in rd.flatten() {
-                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    walk(&e.path(), out);
-                }
-            }
-        }
-        out.push(d.to_path_buf());
-    }
-    if root.is_dir() {
-        walk(root, &mut out);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,17 +57,6 @@ mod tests {
         let t = start_time(me).unwrap();
         assert!(alive(me, t));
         assert!(!alive(me, t + 1));
-    }
-
-    #[test]
-    fn unescapes_mountinfo_paths() {
-        assert_eq!(
-            unescape_mount_path(r"/tmp/a\040b"),
-            PathBuf::from("/tmp/a b")
-        );
-        assert_eq!(unescape_mount_path("/plain"), PathBuf::from("/plain"));
-        assert_eq!(unescape_mount_path(r"/x\13"), PathBuf::from(r"/x\13"));
-        assert_eq!(unescape_mount_path(r"/x\777"), PathBuf::from(r"/x\777"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use k8s_openapi::{
 use super::conditions::{is_sidecar, keep_transition, observer_conditions, ConditionTypes};
 use crate::reconcile::{ContainerPhase, ContainerView, PodView};
 use kubelet::{
-    containers_ready_condition, get_phase, initialized_condition, pod_ready_condition,
+    condition, containers_ready_condition, get_phase, initialized_condition, pod_ready_condition,
     ready_to_start_containers_condition, terminal_ready_condition, Convert, ReasonCache, Sandbox,
 };
 
@@ -591,16 +591,6 @@ struct NoReasons;
 impl ReasonCache for NoReasons {
     fn get(&self, _: &str) -> Option<(String, Option<String>)> {
         None
-    }
-}
-
-fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
-    PodCondition {
-        type_: type_.to_string(),
-        status: if ok { "True" } else { "False" }.to_string(),
-        reason: reason.map(str::to_string),
-        message,
-        ..Default::default()
     }
 }
 

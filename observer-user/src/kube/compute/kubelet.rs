@@ -234,7 +234,12 @@ pub fn pod_sandbox_changed(pod: &Pod, sandboxes: &[Sandbox]) -> bool {
         || (!host_network && newest.ip.as_deref() == Some(""))
 }
 
-fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
+pub(super) fn condition(
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+) -> PodCondition {
     PodCondition {
         type_: type_.to_string(),
         status: if ok { "True" } else { "False" }.to_string(),
