@@ -12,11 +12,12 @@
 //! `watch --pods` started after the deaths reports them the same way.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::collections::HashMap;
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use observer_tests::{
-    agent::WAIT, kernel::require_kernel, process::ObserverProcess, require_containerd,
+    agent::WAIT, kernel::require_kernel, poll_until, process::ObserverProcess, require_containerd,
     ContainerSpec, Containerd, PodSpec, Qos,
 };
 use serde_json::Value;
@@ -67,13 +68,16 @@ fn all_exited(doc: &Value, ids: &[&str]) -> bool {
     })
 }
 
-fn status_args(sock: &str, watch: bool) -> Vec<String> {
+/// `observer status` (read-only: it never writes the state directory) reading `state`.
+fn status_args(sock: &str, state: &Path, watch: bool) -> Vec<String> {
     let mut v = vec![
         "status".to_string(),
         "-o".into(),
         "json".into(),
         "--cri-endpoint".into(),
         sock.into(),
+        "--state-dir".into(),
+        state.display().to_string(),
     ];
     if watch {
         v.push("--watch".into());
@@ -93,8 +97,23 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
     observer_tests::init_tracing();
     let ctrd = Containerd::start().await?;
     let sock = ctrd.socket().display().to_string();
-    let watched = spawn(&status_args(&sock, true))?;
-    let mut first = spawn(&status_args(&sock, true))?;
+    // The agent whose restart is tested keeps the state (`observer run`, the only writer);
+    // the status watchers beside it read what it keeps.
+    let state_dir = tempfile::tempdir()?;
+    let state = state_dir.path();
+    let watched = spawn(&status_args(&sock, state, true))?;
+    let mut first = spawn(&status_args(&sock, state, true))?;
+    let mut writer = spawn(&[
+        "run".into(),
+        "--status-mode".into(),
+        "off".into(),
+        "--cri-endpoint".into(),
+        sock.clone(),
+        "--state-dir".into(),
+        state.display().to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ])?;
 
     let run = |name: &'static str, spec: ContainerSpec| {
         let ctrd = &ctrd;
@@ -148,7 +167,19 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
         .json_until(WAIT, child_kill_seen)
         .await
         .context("watched: the child's kill")?;
+    // The writer has kept every init it saw start before it dies with the first watcher.
+    let kept = poll_until(WAIT, || {
+        let text = std::fs::read_to_string(state.join("inits")).ok()?;
+        ids.iter().all(|id| text.contains(id)).then_some(())
+    });
+    assert!(
+        kept.is_some(),
+        "the agent never kept every init in {}:\n{}",
+        state.display(),
+        writer.stderr()
+    );
     first.stop(Signal::SIGKILL)?;
+    writer.stop(Signal::SIGKILL)?;
 
     // The deaths, while the restarted agent is down.
     for id in &ids[..3] {
@@ -166,13 +197,13 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
         .with_context(|| format!("watched never saw every death:\n{}", watched.stderr()))?;
 
     // Started again; and started only now.
-    let again = spawn(&status_args(&sock, true))?;
+    let again = spawn(&status_args(&sock, state, true))?;
     let restarted = again
         .json_until(WAIT, |d| all_exited(d, &ids))
         .await
         .with_context(|| format!("restarted:\n{}", again.stderr()))?;
     let out = tokio::process::Command::new(observer_tests::observer_bin())
-        .args(status_args(&sock, false))
+        .args(status_args(&sock, state, false))
         .output()
         .await?;
     assert!(
