@@ -176,6 +176,12 @@ impl Cluster {
             .iter()
             .any(|c| daemon::running(&self.dir, c).is_some())
             || self.state().exists()
+            // Another checkout's cluster, or one whose processes were killed, leaves the node's
+            // socket directory and the pods' cgroups behind.
+            || Path::new(RUN_DIR).exists()
+            || host::cgroup_mounts()
+                .iter()
+                .any(|h| h.join(CGROUP_ROOT).exists())
         {
             eprintln!("cluster: a previous cluster is half up or left state; removing it first");
             self.down()?;

@@ -286,6 +286,8 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
         "json",
         "--cri-endpoint",
         &sock,
+        "--state-dir",
+        &state.display().to_string(),
     ])?;
     let died = |id: &str| {
         pods.lines()

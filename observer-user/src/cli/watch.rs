@@ -49,6 +49,15 @@ pub struct WatchArgs {
     /// (from its account and the kernel log), as kubelet's first relist reports them.
     #[arg(long, value_name = "ENDPOINT", requires = "pods")]
     pub cri_endpoint: Option<crate::cri::CriEndpoint>,
+    /// With --pods: where a running agent keeps the inits of containers (read, never written),
+    /// so that a kill it recorded is told as the init's or a child's.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "OBSERVER_STATE_DIR",
+        default_value = "/run/observer"
+    )]
+    pub state_dir: PathBuf,
     #[command(flatten)]
     pub realtime: super::RealtimeArg,
 }
@@ -76,8 +85,14 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .unwrap_or_else(crate::cri::CriEndpoint::detect);
         if endpoint.path().exists() && !args.all && args.cgroup_roots.is_empty() {
-            return watch_pods_reconciled(args.format, endpoint, args.cgroupfs.clone(), reader)
-                .await;
+            return watch_pods_reconciled(
+                args.format,
+                endpoint,
+                args.cgroupfs.clone(),
+                args.state_dir.clone(),
+                reader,
+            )
+            .await;
         }
         tracing::info!(%endpoint, "no container runtime socket: pod events from the kernel alone");
         let (pipeline, events) = KernelPipeline::start(PipelineConfig {
@@ -248,6 +263,7 @@ async fn watch_pods_reconciled(
     format: Format,
     endpoint: crate::cri::CriEndpoint,
     cgroupfs: Option<PathBuf>,
+    state_dir: PathBuf,
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
     use std::collections::HashSet;
@@ -260,6 +276,7 @@ async fn watch_pods_reconciled(
     let mut cfg = AgentConfig::new(endpoint);
     cfg.cgroupfs = cgroupfs;
     cfg.reader = reader;
+    cfg.reconcile.state_dir = Some(state_dir);
     let mut agent = Agent::start(cfg).await?;
     let mut events = agent.take_pleg_events();
     let clock = agent.clock();
