@@ -5,7 +5,7 @@
 # only (cargo xtask vm-test; about 3 minutes under software emulation). OBSERVER_VM_TEST=0 skips
 # that part outside CI; `cargo xtask vm-test --all` runs the whole kernel × cgroup matrix.
 # Last, the real-cluster suite (tests/tests/cluster.rs) on a one-node Kubernetes built with
-# `go build` (cargo xtask cluster; the first build on a machine takes about 25 minutes, cached in
+# `go build` (cargo xtask cluster; the first build on a machine takes about 7 minutes, cached in
 # target/cluster), stopped and removed afterwards. OBSERVER_CLUSTER_TEST=0 skips it outside CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,8 @@
 //! (v0.0.0 in its go.mod, which no proxy serves) by its published v0.34.x; `etcd` requires the
 //! etcd server, which is itself the etcd command. Binaries land in `target/cluster/bin`, the Go
 //! build and module caches in `target/cluster/go`, so only a machine's first build pays (about
-//! 25 minutes on 2 cores; a warm rebuild after a change of flags, a few).
+//! 7 minutes on 2 idle cores, module downloads included; a warm rebuild after a change of flags,
+//! a few).
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -53,7 +54,7 @@ pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
     let started = Instant::now();
     eprintln!(
         "cluster: building Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} with go build \
-         (the first build on a machine takes about 25 minutes on 2 cores)"
+         (the first build on a machine takes about 7 minutes on 2 idle cores)"
     );
     let mut ldflags = String::from("-s -w");
     // What `kubectl version` and the node's kubeletVersion report (upstream's hack/lib/version.sh).
