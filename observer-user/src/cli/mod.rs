@@ -138,6 +138,21 @@ pub(crate) fn log_filter(spec: &str) -> anyhow::Result<tracing_subscriber::EnvFi
     Ok(filter)
 }
 
+/// `--state-dir` of the read-only commands (`status`, `watch --pods`): a running agent's record
+/// of container inits, read and never written.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateDirArg {
+    /// Where a running agent keeps the inits of containers (read, never written), so that a
+    /// kill it recorded is told as the init's or a child's.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "OBSERVER_STATE_DIR",
+        default_value = "/run/observer"
+    )]
+    pub state_dir: std::path::PathBuf,
+}
+
 /// Where the kernel reader runs: a thread of its own, real-time with `--realtime-priority`.
 /// `--realtime-priority`, the same for `run`, `watch` and `check`.
 #[derive(Debug, Clone, Copy, clap::Args)]

@@ -47,14 +47,8 @@ pub struct StatusArgs {
     /// Seconds between safety relists of the runtime (with --watch).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub relist_period: u64,
-    /// Where the inits of containers are kept across restarts of the agent (this boot only).
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "OBSERVER_STATE_DIR",
-        default_value = "/run/observer"
-    )]
-    pub state_dir: PathBuf,
+    #[command(flatten)]
+    pub state: super::StateDirArg,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -73,7 +67,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
     cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
-    cfg.reconcile.state_dir = Some(args.state_dir.clone());
+    cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
     let mut agent = Agent::start(cfg).await?;
     if !agent.wait_runtime(Duration::from_secs(5)).await {
         bail!(

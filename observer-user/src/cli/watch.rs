@@ -49,15 +49,8 @@ pub struct WatchArgs {
     /// (from its account and the kernel log), as kubelet's first relist reports them.
     #[arg(long, value_name = "ENDPOINT", requires = "pods")]
     pub cri_endpoint: Option<crate::cri::CriEndpoint>,
-    /// With --pods: where a running agent keeps the inits of containers (read, never written),
-    /// so that a kill it recorded is told as the init's or a child's.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "OBSERVER_STATE_DIR",
-        default_value = "/run/observer"
-    )]
-    pub state_dir: PathBuf,
+    #[command(flatten)]
+    pub state: super::StateDirArg,
     #[command(flatten)]
     pub realtime: super::RealtimeArg,
 }
@@ -89,7 +82,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
                 args.format,
                 endpoint,
                 args.cgroupfs.clone(),
-                args.state_dir.clone(),
+                args.state.state_dir.clone(),
                 reader,
             )
             .await;
