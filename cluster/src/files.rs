@@ -37,17 +37,21 @@ pub fn write(c: &Cluster) -> Result<Files> {
     })
 }
 
-/// Who wrote each pod status and Event, at the Metadata level (user, verb, object, code):
-/// what the suites count requests by writer from.
+/// Who wrote each pod status and Event: what the suites count requests by writer from. Status
+/// writes at the Request level (their bodies: which condition types each writer touched), Events
+/// at the Metadata level (user, verb, object, code).
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
-  - level: Metadata
+  - level: Request
     verbs: ["patch", "update", "create"]
     resources:
       - group: ""
         resources: ["pods/status"]
+  - level: Metadata
+    verbs: ["patch", "update", "create"]
+    resources:
       - group: "events.k8s.io"
         resources: ["events"]
       - group: ""

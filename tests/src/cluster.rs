@@ -150,27 +150,153 @@ impl Drop for Namespace<'_> {
 /// A host-network busybox pod (the node has no CNI) running `script`, tolerating the node's
 /// NotReady, with the test images' pull policy (imported, never pulled).
 pub fn busybox_pod(name: &str, namespace: &str, restart_policy: &str, script: &str) -> String {
-    let script = serde_json::to_string(script).expect("a string");
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  hostNetwork: true
-  restartPolicy: {restart_policy}
-  terminationGracePeriodSeconds: 1
-  tolerations:
-    - operator: Exists
-  containers:
-    - name: main
-      image: {image}
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", {script}]
-"#,
-        image = observer_image::busybox::BUSYBOX_IMAGE,
-    )
+    TestPod::new(name, namespace, restart_policy)
+        .container("main", script)
+        .manifest()
+}
+
+/// A test pod of busybox containers, as JSON for `kubectl apply`: host network (the node has no
+/// CNI), every taint tolerated (the node stays NotReady), images imported (never pulled), a
+/// one-second grace period.
+#[derive(Clone, Debug)]
+pub struct TestPod {
+    pub name: String,
+    namespace: String,
+    restart_policy: String,
+    labels: Vec<(String, String)>,
+    pod_memory_limit: Option<String>,
+    init_containers: Vec<Value>,
+    containers: Vec<Value>,
+    shared_dir: bool,
+    readiness_gates: Vec<String>,
+    node_name: Option<String>,
+}
+
+/// Where [`TestPod::shared_dir`] mounts its emptyDir in every container.
+pub const SHARED_DIR: &str = "/shared";
+
+impl TestPod {
+    pub fn new(name: &str, namespace: &str, restart_policy: &str) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            restart_policy: restart_policy.into(),
+            labels: Vec::new(),
+            pod_memory_limit: None,
+            init_containers: Vec::new(),
+            containers: Vec::new(),
+            shared_dir: false,
+            readiness_gates: Vec::new(),
+            node_name: None,
+        }
+    }
+
+    fn busybox(name: &str, script: &str, memory_limit: Option<&str>) -> Value {
+        let mut c = serde_json::json!({
+            "name": name,
+            "image": observer_image::busybox::BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", script],
+        });
+        if let Some(m) = memory_limit {
+            c["resources"] = serde_json::json!({"limits": {"memory": m}});
+        }
+        c
+    }
+
+    pub fn container(mut self, name: &str, script: &str) -> Self {
+        self.containers.push(Self::busybox(name, script, None));
+        self
+    }
+
+    /// A container with a memory limit (`32Mi`).
+    pub fn limited(mut self, name: &str, script: &str, memory: &str) -> Self {
+        self.containers
+            .push(Self::busybox(name, script, Some(memory)));
+        self
+    }
+
+    pub fn init_container(mut self, name: &str, script: &str, memory: Option<&str>) -> Self {
+        self.init_containers
+            .push(Self::busybox(name, script, memory));
+        self
+    }
+
+    /// A pod-level memory limit (`spec.resources`, Kubernetes 1.34's PodLevelResources).
+    pub fn pod_memory_limit(mut self, memory: &str) -> Self {
+        self.pod_memory_limit = Some(memory.into());
+        self
+    }
+
+    /// An emptyDir at [`SHARED_DIR`] in every container (for a container to wait on another, or
+    /// to remember a first run across restarts).
+    pub fn shared_dir(mut self) -> Self {
+        self.shared_dir = true;
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn readiness_gate(mut self, condition_type: &str) -> Self {
+        self.readiness_gates.push(condition_type.into());
+        self
+    }
+
+    /// Bound to a node by name, past the scheduler.
+    pub fn node_name(mut self, node: &str) -> Self {
+        self.node_name = Some(node.into());
+        self
+    }
+
+    pub fn manifest(&self) -> String {
+        let mount = |mut c: Value| {
+            if self.shared_dir {
+                c["volumeMounts"] = serde_json::json!([{"name": "shared", "mountPath": SHARED_DIR}]);
+            }
+            c
+        };
+        let mut spec = serde_json::json!({
+            "hostNetwork": true,
+            "restartPolicy": self.restart_policy,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": self.containers.iter().cloned().map(mount).collect::<Vec<_>>(),
+        });
+        if !self.init_containers.is_empty() {
+            spec["initContainers"] = self.init_containers.iter().cloned().map(mount).collect();
+        }
+        if let Some(m) = &self.pod_memory_limit {
+            spec["resources"] = serde_json::json!({"limits": {"memory": m}});
+        }
+        if let Some(n) = &self.node_name {
+            spec["nodeName"] = Value::from(n.as_str());
+        }
+        if self.shared_dir {
+            spec["volumes"] = serde_json::json!([{"name": "shared", "emptyDir": {}}]);
+        }
+        if !self.readiness_gates.is_empty() {
+            spec["readinessGates"] = self
+                .readiness_gates
+                .iter()
+                .map(|t| serde_json::json!({"conditionType": t}))
+                .collect();
+        }
+        let labels: serde_json::Map<String, Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": labels},
+            "spec": spec,
+        })
+        .to_string()
+    }
 }
 
 /// Waits until the pod's JSON satisfies `pred`; the error shows the last JSON seen.
@@ -256,4 +382,104 @@ pub fn container_pid(container_id: &str) -> Result<u32> {
 /// The kubelet directory of a pod's volumes (for its projected service-account token).
 pub fn pod_volumes(c: &Cluster, uid: &str) -> PathBuf {
     c.dir().join("state/kubelet/pods").join(uid).join("volumes")
+}
+
+/// Sets the deployed agent's `--status-mode` (through `OBSERVER_STATUS_MODE`; None: the
+/// manifest's default) and waits for the rollout and a Ready agent. A no-op when unchanged.
+pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
+    let env = match mode {
+        Some(m) => format!("OBSERVER_STATUS_MODE={m}"),
+        None => "OBSERVER_STATUS_MODE-".to_string(),
+    };
+    c.kubectl_ok(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "set",
+        "env",
+        "daemonset/observer",
+        &env,
+    ])?;
+    c.wait_rollout()?;
+    poll_every(POLL, Duration::from_secs(120), || {
+        agent_pod(c).ok().filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+    })
+    .map(|_| ())
+    .ok_or_else(|| anyhow!("the agent is not Ready after switching to {env}"))
+}
+
+/// `kubectl get <what> -w -o json` in a thread: every object as it arrives, with the moment it
+/// arrived (what a client of the API sees, and when). Stopped when dropped.
+pub struct Watch {
+    child: std::process::Child,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, Value)>>>,
+}
+
+impl Watch {
+    pub fn start(c: &Cluster, args: &[&str]) -> Result<Self> {
+        let mut child = c
+            .kubectl()
+            .args(["get", "-w", "-o", "json"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            let reader = std::io::BufReader::new(out);
+            for v in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
+                let Ok(v) = v else { break };
+                let now = std::time::Instant::now();
+                sink.lock().unwrap_or_else(|p| p.into_inner()).push((now, v));
+            }
+        });
+        Ok(Self { child, seen })
+    }
+
+    /// Everything seen so far, in arrival order.
+    pub fn seen(&self) -> Vec<(std::time::Instant, Value)> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The first object seen at or after `since` that satisfies `pred`, and when it came.
+    pub fn first_since(
+        &self,
+        since: std::time::Instant,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Option<(std::time::Instant, Value)> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter()
+            .filter(|(t, _)| *t >= since)
+            .find(|(_, v)| pred(v))
+            .cloned()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The API server's audit log (one JSON event per line), the events about `namespace`'s pods'
+/// status writes that completed.
+pub fn status_writes(c: &Cluster, namespace: &str) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(c.audit_log())
+        .with_context(|| format!("{}", c.audit_log().display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["subresource"] == "status"
+                && e["objectRef"]["namespace"] == namespace
+        })
+        .collect())
 }

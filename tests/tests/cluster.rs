@@ -11,14 +11,17 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 
 mod real_cluster {
+    mod cycles;
+    mod truth;
+
     use std::collections::BTreeSet;
     use std::net::SocketAddr;
     use std::time::Duration;
 
     use observer_tests::cluster::{
         agent_exclusive, agent_pod, agent_shared, apply, busybox_pod, condition, container_pid,
-        get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, AGENT_ADDR,
-        AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
+        get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, TestPod,
+        AGENT_ADDR, AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
     };
     use observer_tests::endpoint::http_get;
     use observer_tests::manifests::{deploy_dir, read_one};
@@ -246,8 +249,10 @@ mod real_cluster {
         // Bound to a node that has no kubelet: it stays Pending, but its spec.nodeName is stored.
         apply(
             c,
-            &busybox_pod("theirs", &ns.name, "Never", "sleep 3600")
-                .replace("spec:\n", "spec:\n  nodeName: another-node\n"),
+            &TestPod::new("theirs", &ns.name, "Never")
+                .container("main", "sleep 3600")
+                .node_name("another-node")
+                .manifest(),
         )
         .unwrap();
         wait_pod(c, &ns.name, "mine", READY, |p| {
@@ -322,38 +327,6 @@ mod real_cluster {
             .to_string()
     }
 
-    /// A container that exits 3: kubelet reports it, and the agent writes its own condition
-    /// beside kubelet's, through the real API server and the admission policy.
-    #[test]
-    fn agent_writes_its_conditions_beside_kubelet() {
-        let Some(c) = require_cluster() else { return };
-        let _agent = agent_shared();
-        let ns = Namespace::new(c, "t-conditions").unwrap();
-        wait_pod_ready_agent(c);
-        apply(
-            c,
-            &busybox_pod("exit3", &ns.name, "Never", "sleep 2; exit 3"),
-        )
-        .unwrap();
-        let pod = wait_pod(c, &ns.name, "exit3", READY, |p| {
-            p["status"]["phase"] == "Failed"
-                && condition(p, "observer.dev/ContainersAlive")
-                    .is_some_and(|c| c["status"] == "False")
-        })
-        .unwrap();
-        let term = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
-        assert_eq!(term["exitCode"], 3, "kubelet's account: {term}");
-        assert_eq!(term["reason"], "Error");
-        // kubelet's own conditions are still there and kubelet's.
-        for kind in ["Ready", "ContainersReady", "Initialized", "PodScheduled"] {
-            assert!(
-                condition(&pod, kind).is_some(),
-                "{kind} missing: {}",
-                pod["status"]
-            );
-        }
-    }
-
     /// `kubectl rollout restart`: a new agent pod, the state volume's file carried over.
     #[test]
     fn rollout_restart_keeps_the_state_volume() {
@@ -399,61 +372,5 @@ mod real_cluster {
                 "{line:?} lost across the restart:\n{kept}"
             );
         }
-    }
-
-    /// A child OOM-killed in a container that then exits 0 (kubernetes#104454): containerd 1.6
-    /// and kubelet report the container OOMKilled with exit code 0; the truth, which the agent
-    /// writes, is a completed container that lost a child (dd) to the OOM killer.
-    #[test]
-    fn child_oom_kill_told_right_beside_kubelet() {
-        let Some(c) = require_cluster() else { return };
-        let _agent = agent_shared();
-        let ns = Namespace::new(c, "t-child-oom").unwrap();
-        wait_pod_ready_agent(c);
-        // dd's 64 MiB buffer in a 32 MiB container: the kernel kills dd, the shell goes on.
-        let manifest = busybox_pod(
-            "child-oom",
-            &ns.name,
-            "Never",
-            "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 2; exit 0",
-        )
-        .replace(
-            "      command:",
-            "      resources:\n        limits:\n          memory: 32Mi\n      command:",
-        );
-        apply(c, &manifest).unwrap();
-        let pod = wait_pod(c, &ns.name, "child-oom", READY, |p| {
-            p["status"]["phase"] == "Succeeded"
-                && condition(p, "observer.dev/OOMKilled").is_some_and(|c| c["status"] == "True")
-        })
-        .unwrap();
-        let term = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
-        assert_eq!(term["exitCode"], 0, "the container exited 0: {term}");
-        let oom = condition(&pod, "observer.dev/OOMKilled").unwrap();
-        assert_eq!(
-            oom["reason"], "ProcessOOMKilled",
-            "the agent's condition: {oom}"
-        );
-        assert!(
-            oom["message"].as_str().unwrap_or("").contains("dd"),
-            "the victim is named: {oom}"
-        );
-        // kubelet's account, which the agent does not overwrite: containerd 1.6's mislabel.
-        eprintln!(
-            "kubelet: reason {} exit {}; agent: {} {}",
-            term["reason"], term["exitCode"], oom["reason"], oom["message"]
-        );
-        let events = get_json(c, &["get", "events.events.k8s.io", "-n", &ns.name]).unwrap();
-        let from_agent: Vec<&Value> = events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["reportingController"] == "observer")
-            .collect();
-        assert!(
-            from_agent.iter().any(|e| e["reason"] == "ProcessOOMKilled"
-                && e["note"].as_str().unwrap_or("").contains("dd")),
-            "no ProcessOOMKilled Event naming dd from the agent: {events}"
-        );
     }
 }

@@ -1,0 +1,496 @@
+//! The truth table: for each way a container dies, what kubelet wrote into the API, what the
+//! agent wrote (conditions, Events) and, in audit mode, what it flagged, against the truth the
+//! workload makes certain. The same workloads run twice, once per mode of the deployed agent.
+//!
+//! The truth is asserted for the agent. kubelet's account is recorded (containerd 1.6 and kubelet
+//! mislabel some of these rows, which is the point), and the audit run must flag exactly the rows
+//! where kubelet's account is not the truth.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use observer_tests::cluster::{
+    agent_exclusive, apply, condition, container_pid, get_json, require_cluster, set_agent_mode,
+    wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
+};
+use observer_tests::wait::poll_every;
+use serde_json::Value;
+
+const SETTLE: Duration = Duration::from_secs(180);
+/// How long the audit run watches for a finding it must not make, once kubelet's final account
+/// and every expected finding are in: the agent audits a pod on each change it sees, so a wrong
+/// finding would come within a moment of kubelet's last write.
+const NO_FINDING_WINDOW: Duration = Duration::from_secs(10);
+/// dd's 64 MiB buffer in a 32 MiB container: the allocation the OOM killer answers.
+const DD: &str = "dd if=/dev/zero of=/dev/null bs=64M count=1";
+const AUDIT_REASONS: [&str; 4] = [
+    "OOMKilledMisreported",
+    "OOMKillMissed",
+    "ExitCodeMismatch",
+    "DeathNotReported",
+];
+
+/// What really happened to one container instance.
+#[derive(Clone, Copy, Debug)]
+struct Truth {
+    reason: &'static str,
+    exit_code: i64,
+    /// The process the OOM killer took, if any, and whether it was the container's init.
+    oom: Option<(&'static str, bool)>,
+}
+
+/// One row: a container of a pod, and how to tell its account is final.
+struct Row {
+    case: &'static str,
+    pod: &'static str,
+    container: &'static str,
+    init: bool,
+    /// The account is in the container's last state (it restarted since).
+    last_state: bool,
+    /// The test kills the container's init with SIGKILL once it runs.
+    sigkill: bool,
+    truth: Truth,
+    /// The agent's ContainersAlive once the row is final, where the row makes it certain.
+    alive: Option<&'static str>,
+}
+
+fn rows() -> Vec<Row> {
+    let oom_init = |comm| Truth {
+        reason: "OOMKilled",
+        exit_code: 137,
+        oom: Some((comm, true)),
+    };
+    vec![
+        Row {
+            case: "a child OOM-killed, then exit 0",
+            pod: "child-oom",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            truth: Truth {
+                reason: "Completed",
+                exit_code: 0,
+                oom: Some(("dd", false)),
+            },
+            alive: None,
+        },
+        Row {
+            case: "the init OOM-killed",
+            pod: "init-oom",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            truth: oom_init("dd"),
+            alive: Some("False"),
+        },
+        Row {
+            case: "an init container's child OOM-killed, then exit 0",
+            pod: "initc-child-oom",
+            container: "setup",
+            init: true,
+            last_state: false,
+            sigkill: false,
+            truth: Truth {
+                reason: "Completed",
+                exit_code: 0,
+                oom: Some(("dd", false)),
+            },
+            alive: None,
+        },
+        Row {
+            case: "an init container OOM-killed (137)",
+            pod: "initc-oom",
+            container: "setup",
+            init: true,
+            last_state: false,
+            sigkill: false,
+            truth: oom_init("dd"),
+            alive: None,
+        },
+        Row {
+            case: "a pod-level OOM: the victim, a sibling of the allocation",
+            pod: "pod-limit",
+            container: "holder",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            truth: oom_init("awk"),
+            alive: None,
+        },
+        Row {
+            case: "a pod-level OOM: the allocating container, exit 0",
+            pod: "pod-limit",
+            container: "grower",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            truth: Truth {
+                reason: "Completed",
+                exit_code: 0,
+                oom: None,
+            },
+            alive: None,
+        },
+        Row {
+            case: "restarted after an OOM kill (last state)",
+            pod: "restart-oom",
+            container: "main",
+            init: false,
+            last_state: true,
+            sigkill: false,
+            truth: oom_init("dd"),
+            alive: Some("True"),
+        },
+        Row {
+            case: "SIGKILL from outside",
+            pod: "sigkill",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: true,
+            truth: Truth {
+                reason: "Error",
+                exit_code: 137,
+                oom: None,
+            },
+            alive: Some("False"),
+        },
+        Row {
+            case: "exit 3",
+            pod: "exit3",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            truth: Truth {
+                reason: "Error",
+                exit_code: 3,
+                oom: None,
+            },
+            alive: Some("False"),
+        },
+    ]
+}
+
+fn pods(ns: &str) -> Vec<TestPod> {
+    let held = format!("{SHARED_DIR}/held");
+    vec![
+        TestPod::new("child-oom", ns, "Never").limited(
+            "main",
+            &format!("{DD}; sleep 2; exit 0"),
+            "32Mi",
+        ),
+        TestPod::new("init-oom", ns, "Never").limited("main", &format!("exec {DD}"), "32Mi"),
+        TestPod::new("initc-child-oom", ns, "Never")
+            .init_container("setup", &format!("{DD}; sleep 1; exit 0"), Some("32Mi"))
+            .container("main", "sleep 1; exit 0"),
+        TestPod::new("initc-oom", ns, "Never")
+            .init_container("setup", &format!("exec {DD}"), Some("32Mi"))
+            .container("main", "exit 0"),
+        // The holder's init (awk) keeps 70 MiB; the grower then reads 100 MiB into tail. Past the
+        // pod's 128 MiB the holder has the most memory (kubelet gives both the same
+        // oom_score_adj), so the OOM killer takes it for the grower's allocation; with the
+        // holder gone, the grower fits and exits 0.
+        TestPod::new("pod-limit", ns, "Never")
+            .pod_memory_limit("128Mi")
+            .shared_dir()
+            .container(
+                "holder",
+                &format!("exec awk 'BEGIN {{ s = sprintf(\"%70000000s\", \"\"); system(\"touch {held}; sleep 3600\") }}'"),
+            )
+            .container(
+                "grower",
+                &format!("while [ ! -e {held} ]; do sleep 0.1; done; head -c 100m /dev/zero | tail > /dev/null; sleep 2; exit 0"),
+            ),
+        // OOM-killed on its first run; the restart finds the mark and stays up.
+        TestPod::new("restart-oom", ns, "Always")
+            .shared_dir()
+            .limited(
+                "main",
+                &format!("if [ -e {SHARED_DIR}/once ]; then exec sleep 3600; fi; touch {SHARED_DIR}/once; exec {DD}"),
+                "32Mi",
+            ),
+        TestPod::new("sigkill", ns, "Never").container("main", "exec sleep 3600"),
+        TestPod::new("exit3", ns, "Never").container("main", "sleep 2; exit 3"),
+    ]
+}
+
+/// The container's status in the pod, from the init or the app list.
+fn status<'p>(pod: &'p Value, row: &Row) -> Option<&'p Value> {
+    let list = if row.init {
+        "initContainerStatuses"
+    } else {
+        "containerStatuses"
+    };
+    pod["status"][list]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == row.container)
+}
+
+/// kubelet's terminated account of the row's container instance, once final.
+fn kubelet_account(pod: &Value, row: &Row) -> Option<(String, i64)> {
+    let s = status(pod, row)?;
+    let t = if row.last_state {
+        s["state"]["running"].as_object()?;
+        &s["lastState"]["terminated"]
+    } else {
+        &s["state"]["terminated"]
+    };
+    Some((t["reason"].as_str()?.to_string(), t["exitCode"].as_i64()?))
+}
+
+/// The agent's Events (events.k8s.io, reporting controller `observer`) about a pod.
+fn agent_events(c: &Cluster, ns: &str, pod: &str) -> Vec<Value> {
+    let events = get_json(c, &["get", "events.events.k8s.io", "-n", ns]).unwrap();
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reportingController"] == "observer" && e["regarding"]["name"] == pod)
+        .cloned()
+        .collect()
+}
+
+/// The field path an Event about the row's container carries.
+fn field_path(row: &Row) -> String {
+    if row.init {
+        format!("spec.initContainers{{{}}}", row.container)
+    } else {
+        format!("spec.containers{{{}}}", row.container)
+    }
+}
+
+fn about(row: &Row) -> impl Fn(&&Value) -> bool + '_ {
+    let path = field_path(row);
+    move |e: &&Value| e["regarding"]["fieldPath"] == path.as_str()
+}
+
+/// Runs every pod to its final account and returns each row's pod as last read.
+fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
+    for p in pods(ns) {
+        apply(c, &p.manifest()).unwrap();
+    }
+    let rows = rows();
+    for row in rows.iter().filter(|r| r.sigkill) {
+        let pod = wait_pod(c, ns, row.pod, SETTLE, |p| {
+            status(p, row).is_some_and(|s| s["state"]["running"].is_object())
+        })
+        .unwrap();
+        let id = status(&pod, row).unwrap()["containerID"].as_str().unwrap();
+        let pid = container_pid(id).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    let mut last = BTreeMap::new();
+    for row in &rows {
+        let pod = wait_pod(c, ns, row.pod, SETTLE, |p| kubelet_account(p, row).is_some())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+        last.insert(row.pod, pod);
+    }
+    last
+}
+
+#[test]
+fn truth_table_kubelet_agent_and_audit() {
+    let Some(c) = require_cluster() else { return };
+    let _agent = agent_exclusive();
+    set_agent_mode(c, None).unwrap();
+    let ns = Namespace::new(c, "t-truth").unwrap();
+    run_workloads(c, &ns.name);
+
+    // Conditions mode: the agent's conditions and Events tell the truth.
+    let mut table = Vec::new();
+    for row in rows() {
+        let t = row.truth;
+        let want_oom = t.oom.map(|(comm, init)| {
+            (
+                if init {
+                    "ContainerOOMKilled"
+                } else {
+                    "ProcessOOMKilled"
+                },
+                comm,
+            )
+        });
+        let pod = wait_pod(c, &ns.name, row.pod, SETTLE, |p| {
+            let oom_ok = match (condition(p, "observer.dev/OOMKilled"), want_oom) {
+                (Some(o), Some((reason, _))) => o["status"] == "True" && o["reason"] == reason,
+                (None, None) => true,
+                // The other container of the pod was OOM-killed: judged by the Events below.
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            let alive_ok = row.alive.is_none_or(|want| {
+                condition(p, "observer.dev/ContainersAlive").is_some_and(|a| a["status"] == want)
+            });
+            oom_ok && alive_ok && kubelet_account(p, &row).is_some()
+        })
+        .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+        let kubelet = kubelet_account(&pod, &row).unwrap();
+        // kubelet's own conditions are all there beside the agent's.
+        for kind in ["Ready", "ContainersReady", "Initialized", "PodScheduled"] {
+            assert!(condition(&pod, kind).is_some(), "{}: {kind} missing", row.case);
+        }
+
+        // The agent's Events about this container: its kills and its death, as the kernel saw.
+        let want_death = match t.oom {
+            Some((_, true)) => "ContainerDiedOOMKilled".to_string(),
+            _ if t.exit_code == 0 => "ContainerCompleted".to_string(),
+            _ => format!("ContainerDied{}", t.reason),
+        };
+        let events = poll_every(POLL, SETTLE, || {
+            let evs = agent_events(c, &ns.name, row.pod);
+            let mine: Vec<Value> = evs.iter().filter(about(&row)).cloned().collect();
+            let killed_ok = match want_oom {
+                Some((_, comm)) => mine.iter().any(|e| {
+                    (e["reason"] == "OOMKilled" || e["reason"] == "ProcessOOMKilled")
+                        && e["note"].as_str().unwrap_or("").contains(comm)
+                }),
+                None => true,
+            };
+            let died_ok = mine.iter().any(|e| e["reason"] == want_death.as_str());
+            (killed_ok && died_ok).then_some(mine)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: the agent's Events lack {want_oom:?} / {want_death}: {:#?}",
+                row.case,
+                agent_events(c, &ns.name, row.pod)
+            )
+        });
+        if t.oom.is_none() {
+            let kills: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["reason"] == "OOMKilled" || e["reason"] == "ProcessOOMKilled")
+                .collect();
+            assert!(kills.is_empty(), "{}: no OOM kill happened: {kills:#?}", row.case);
+        }
+        if t.oom == Some(("dd", true)) || t.oom == Some(("dd", false)) {
+            let reason = want_oom.unwrap().0;
+            let oom = condition(&pod, "observer.dev/OOMKilled").unwrap();
+            assert_eq!(oom["reason"], reason, "{}: {oom}", row.case);
+            assert!(
+                oom["message"].as_str().unwrap_or("").contains("dd"),
+                "{}: the victim is named: {oom}",
+                row.case
+            );
+        }
+        let agent_said = {
+            let mut parts: Vec<String> = Vec::new();
+            if let Some(a) = condition(&pod, "observer.dev/ContainersAlive") {
+                parts.push(format!("ContainersAlive={}", a["status"].as_str().unwrap_or("?")));
+            }
+            if let Some(o) = condition(&pod, "observer.dev/OOMKilled") {
+                parts.push(format!("OOMKilled={} ({})", o["status"].as_str().unwrap_or("?"), o["reason"].as_str().unwrap_or("?")));
+            }
+            let mut reasons: Vec<String> = events
+                .iter()
+                .map(|e| format!("Event {}", e["reason"].as_str().unwrap_or("?")))
+                .collect();
+            reasons.sort();
+            reasons.dedup();
+            parts.extend(reasons);
+            parts.join(", ")
+        };
+        let phase = pod["status"]["phase"].as_str().unwrap_or("?").to_string();
+        table.push((row, kubelet, phase, agent_said));
+    }
+    drop(ns);
+
+    // Audit mode, the same workloads: a Warning exactly where kubelet's account is not the truth.
+    set_agent_mode(c, Some("audit")).unwrap();
+    let restore = RestoreMode(c);
+    let ns = Namespace::new(c, "t-truth-audit").unwrap();
+    let final_pods = run_workloads(c, &ns.name);
+    let wrong = |row: &Row, kubelet: &(String, i64)| {
+        (kubelet.0.as_str(), kubelet.1) != (row.truth.reason, row.truth.exit_code)
+    };
+    let findings = |row: &Row| -> Vec<Value> {
+        agent_events(c, &ns.name, row.pod)
+            .into_iter()
+            .filter(|e| AUDIT_REASONS.contains(&e["reason"].as_str().unwrap_or("")))
+            .filter(|e| about(row)(&e))
+            .collect()
+    };
+    let mut audited = Vec::new();
+    for row in rows() {
+        let kubelet = kubelet_account(&final_pods[row.pod], &row).unwrap();
+        if wrong(&row, &kubelet) {
+            let f = poll_every(POLL, SETTLE, || {
+                let f = findings(&row);
+                (!f.is_empty()).then_some(f)
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: kubelet wrote {kubelet:?}, the truth is {:?}, and audit mode flagged nothing",
+                    row.case, row.truth
+                )
+            });
+            assert!(
+                f.iter().all(|e| e["type"] == "Warning"),
+                "{}: {f:#?}",
+                row.case
+            );
+            audited.push((row.case, kubelet, f));
+        }
+    }
+    // Where kubelet is right, nothing is flagged (watched for a window once all else is in).
+    let _ = poll_every(POLL, NO_FINDING_WINDOW, || {
+        for row in rows() {
+            let kubelet = kubelet_account(&final_pods[row.pod], &row).unwrap();
+            let f = findings(&row);
+            assert!(
+                wrong(&row, &kubelet) || f.is_empty(),
+                "{}: kubelet wrote {kubelet:?}, which is the truth, yet audit mode flagged {f:#?}",
+                row.case
+            );
+        }
+        None::<()>
+    });
+    drop(restore);
+
+    let mut out = String::from(
+        "| case | container | kubelet wrote (pod phase) | the truth | the agent wrote (conditions mode) | audit mode |\n|---|---|---|---|---|---|\n",
+    );
+    for (row, kubelet, phase, agent) in &table {
+        let flagged: Vec<String> = audited
+            .iter()
+            .filter(|(case, ..)| *case == row.case)
+            .flat_map(|(_, _, f)| f.iter().map(|e| e["reason"].as_str().unwrap_or("?").to_string()))
+            .collect();
+        out.push_str(&format!(
+            "| {} | {}{} | {} / {} ({phase}) | {} / {}{} | {} | {} |\n",
+            row.case,
+            row.container,
+            if row.init { " (init)" } else { "" },
+            kubelet.0,
+            kubelet.1,
+            row.truth.reason,
+            row.truth.exit_code,
+            row.truth
+                .oom
+                .map(|(comm, init)| format!(", {comm} OOM-killed{}", if init { " (init)" } else { " (child)" }))
+                .unwrap_or_default(),
+            agent,
+            if flagged.is_empty() { "nothing".to_string() } else { format!("Warning {}", flagged.join(", ")) },
+        ));
+    }
+    eprintln!("{out}");
+    let _ = std::fs::write(c.dir().join("truth-table.md"), &out);
+}
+
+/// Puts the agent back in its default mode when the audit run ends, failed or not.
+struct RestoreMode<'a>(&'a Cluster);
+
+impl Drop for RestoreMode<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = set_agent_mode(self.0, None) {
+            eprintln!("the agent's mode was not restored: {e:#}");
+        }
+    }
+}
