@@ -170,6 +170,8 @@ pub struct TestPod {
     shared_dir: bool,
     readiness_gates: Vec<String>,
     node_name: Option<String>,
+    share_process_namespace: bool,
+    host_pid: bool,
 }
 
 /// Where [`TestPod::shared_dir`] mounts its emptyDir in every container.
@@ -188,6 +190,8 @@ impl TestPod {
             shared_dir: false,
             readiness_gates: Vec::new(),
             node_name: None,
+            share_process_namespace: false,
+            host_pid: false,
         }
     }
 
@@ -245,6 +249,26 @@ impl TestPod {
         self
     }
 
+    /// A native sidecar: an init container that restarts always and runs beside the others.
+    pub fn sidecar(mut self, name: &str, script: &str) -> Self {
+        let mut c = Self::busybox(name, script, None);
+        c["restartPolicy"] = Value::from("Always");
+        self.init_containers.push(c);
+        self
+    }
+
+    /// One pid namespace for the pod's containers.
+    pub fn share_process_namespace(mut self) -> Self {
+        self.share_process_namespace = true;
+        self
+    }
+
+    /// The node's pid namespace.
+    pub fn host_pid(mut self) -> Self {
+        self.host_pid = true;
+        self
+    }
+
     /// Bound to a node by name, past the scheduler.
     pub fn node_name(mut self, node: &str) -> Self {
         self.node_name = Some(node.into());
@@ -254,7 +278,8 @@ impl TestPod {
     pub fn manifest(&self) -> String {
         let mount = |mut c: Value| {
             if self.shared_dir {
-                c["volumeMounts"] = serde_json::json!([{"name": "shared", "mountPath": SHARED_DIR}]);
+                c["volumeMounts"] =
+                    serde_json::json!([{"name": "shared", "mountPath": SHARED_DIR}]);
             }
             c
         };
@@ -273,6 +298,12 @@ impl TestPod {
         }
         if let Some(n) = &self.node_name {
             spec["nodeName"] = Value::from(n.as_str());
+        }
+        if self.share_process_namespace {
+            spec["shareProcessNamespace"] = Value::from(true);
+        }
+        if self.host_pid {
+            spec["hostPID"] = Value::from(true);
         }
         if self.shared_dir {
             spec["volumes"] = serde_json::json!([{"name": "shared", "emptyDir": {}}]);
@@ -402,9 +433,10 @@ pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
     c.wait_rollout()?;
     poll_every(POLL, Duration::from_secs(120), || {
         agent_pod(c).ok().filter(|p| {
-            p["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
         })
     })
     .map(|_| ())
@@ -435,7 +467,9 @@ impl Watch {
             for v in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
                 let Ok(v) = v else { break };
                 let now = std::time::Instant::now();
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push((now, v));
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((now, v));
             }
         });
         Ok(Self { child, seen })
@@ -468,8 +502,19 @@ impl Drop for Watch {
 }
 
 /// The API server's audit log (one JSON event per line), the events about `namespace`'s pods'
-/// status writes that completed.
-pub fn status_writes(c: &Cluster, namespace: &str) -> Result<Vec<Value>> {
+/// status writes that completed, received at or after `since` (a namespace of the same name from
+/// an earlier run is in the log too).
+pub fn status_writes(
+    c: &Cluster,
+    namespace: &str,
+    since: std::time::SystemTime,
+) -> Result<Vec<Value>> {
+    let since = time::OffsetDateTime::from(since);
+    let received = |e: &Value| {
+        e["requestReceivedTimestamp"].as_str().and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        })
+    };
     let text = std::fs::read_to_string(c.audit_log())
         .with_context(|| format!("{}", c.audit_log().display()))?;
     Ok(text
@@ -480,6 +525,7 @@ pub fn status_writes(c: &Cluster, namespace: &str) -> Result<Vec<Value>> {
                 && e["objectRef"]["resource"] == "pods"
                 && e["objectRef"]["subresource"] == "status"
                 && e["objectRef"]["namespace"] == namespace
+                && received(e).is_some_and(|t| t >= since)
         })
         .collect())
 }

@@ -12,6 +12,7 @@
 
 mod real_cluster {
     mod cycles;
+    mod status_diff;
     mod truth;
 
     use std::collections::BTreeSet;
@@ -20,8 +21,8 @@ mod real_cluster {
 
     use observer_tests::cluster::{
         agent_exclusive, agent_pod, agent_shared, apply, busybox_pod, condition, container_pid,
-        get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, TestPod,
-        AGENT_ADDR, AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
+        get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, TestPod, AGENT_ADDR,
+        AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
     };
     use observer_tests::endpoint::http_get;
     use observer_tests::manifests::{deploy_dir, read_one};

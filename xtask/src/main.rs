@@ -174,6 +174,8 @@ fn main() -> Result<()> {
                 "detection",
                 "api_path",
                 "footprint",
+                // Starts the real cluster (built once) and deploys the agent.
+                "cluster",
             ];
             for b in benches
                 .iter()

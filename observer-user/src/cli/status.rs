@@ -47,8 +47,42 @@ pub struct StatusArgs {
     /// Seconds between safety relists of the runtime (with --watch).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub relist_period: u64,
+    /// Read this node's pods from the Kubernetes API (only GET and LIST; kubeconfig path, or
+    /// `-` for KUBECONFIG, ~/.kube/config, then the in-cluster account): `yaml` / `pod-json`
+    /// then carry each pod's spec and the whole PodStatus `observer run --status-mode full`
+    /// would write, with nothing left unknown for want of a spec.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name, to list only its pods with `--kubeconfig` (else every pod is listed and
+    /// matched by UID).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
     #[command(flatten)]
     pub state: super::StateDirArg,
+}
+
+/// The node's pods from the API, by UID.
+async fn api_pods(
+    api: &crate::kube::ApiClient,
+    node: Option<&str>,
+) -> anyhow::Result<HashMap<String, Pod>> {
+    let pods: ::kube::Api<Pod> = ::kube::Api::all(api.client.clone());
+    let mut params = ::kube::api::ListParams::default();
+    let selector = node.map(|n| format!("spec.nodeName={n}"));
+    if let Some(s) = &selector {
+        params = params.fields(s);
+    }
+    let list = pods.list(&params).await.map_err(|e| {
+        anyhow::anyhow!(
+            "listing pods: {}",
+            crate::kube::describe_api_error(&e, &api.url)
+        )
+    })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
+        .collect())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -84,6 +118,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     let types = ConditionTypes::new(&args.condition_prefix);
     let runtime = super::runtime_name(&agent, &endpoint).await;
+    let api = match &args.kubeconfig {
+        Some(path) => {
+            let path = (path.as_os_str() != "-").then_some(path.as_os_str());
+            Some(crate::kube::client(path).await?)
+        }
+        None => None,
+    };
     let stdout = std::io::stdout();
     let mut shown: HashMap<String, Row> = HashMap::new();
     let mut changes = agent.reconcile.changes();
@@ -94,10 +135,14 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         let pods = agent.reconcile.pods();
         // One computation for every output: the table's columns, `json`'s and the statuses of
         // `yaml` / `pod-json` all come from it.
+        let from_api = match &api {
+            Some(api) => api_pods(api, args.node_name.as_deref()).await?,
+            None => HashMap::new(),
+        };
         let now = SystemTime::now();
         let computed: Vec<(Pod, Vec<Unknown>)> = pods
             .iter()
-            .map(|v| computed_pod(v, &types, &runtime, now))
+            .map(|v| computed_pod(v, from_api.get(v.uid.as_str()), &types, &runtime, now))
             .collect();
         let rows: Vec<Row> = pods
             .iter()
@@ -438,7 +483,7 @@ mod tests {
             cv("side", 0, ContainerPhase::Running),
         ]);
         let types = ConditionTypes::default();
-        let (pod, unknown) = computed_pod(&v, &types, "containerd", t(100));
+        let (pod, unknown) = computed_pod(&v, None, &types, "containerd", t(100));
         let row = Row::of(&v, &columns(&pod, &unknown));
         // kubectl walks the statuses backwards: `app`'s reason is the last word.
         assert_eq!(

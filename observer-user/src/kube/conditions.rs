@@ -2,7 +2,8 @@
 //! them (its `mergePodStatus` carries over every type it does not own) and never writes them.
 //!
 //! - `<prefix>/ContainersAlive`: False the moment a container that should be running has died
-//!   (the kernel saw its init exit), True when every one runs again. Named in a pod's
+//!   (the kernel saw its init exit), True when every one runs again; False (`PodCompleted`) once
+//!   every container completed and none will run again. Named in a pod's
 //!   `spec.readinessGates`, it makes kubelet's Ready False (reason `ReadinessGatesNotReady`)
 //!   and so takes the pod out of Service endpoints without waiting for kubelet's relist:
 //!
@@ -93,6 +94,7 @@ impl Default for ConditionTypes {
 pub const REASON_ALL_RUNNING: &str = "AllContainersRunning";
 pub const REASON_DIED: &str = "ContainerDied";
 pub const REASON_NOT_RUNNING: &str = "ContainersNotRunning";
+pub const REASON_COMPLETED: &str = "PodCompleted";
 pub const REASON_INIT_OOM: &str = "ContainerOOMKilled";
 pub const REASON_CHILD_OOM: &str = "ProcessOOMKilled";
 
@@ -132,6 +134,9 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
     let current: Vec<&ContainerView> = view.current().collect();
     let find = |name: &str| current.iter().copied().find(|c| c.name == name);
     let mut down = Vec::new();
+    // Whether anything the condition covers still runs: a pod whose containers all completed
+    // is not alive, though none of them died (kubelet's ContainersReady says PodCompleted).
+    let mut running = false;
     match spec {
         Some(spec) => {
             let policy = RestartPolicy::of(spec);
@@ -150,7 +155,7 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
                 match find(&c.name) {
                     None => down.push(Down::NotRunning(&c.name)),
                     Some(v) => match v.phase {
-                        ContainerPhase::Running => {}
+                        ContainerPhase::Running => running = true,
                         ContainerPhase::Created => down.push(Down::NotRunning(&c.name)),
                         ContainerPhase::Exited | ContainerPhase::Unknown => {
                             // A container that completed and will not be restarted is done, not dead.
@@ -171,7 +176,7 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
         None => {
             for v in &current {
                 match v.phase {
-                    ContainerPhase::Running => {}
+                    ContainerPhase::Running => running = true,
                     ContainerPhase::Created => down.push(Down::NotRunning(&v.name)),
                     ContainerPhase::Exited if v.exit_code == Some(0) => {}
                     ContainerPhase::Exited | ContainerPhase::Unknown => down.push(Down::Died(v)),
@@ -204,6 +209,12 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
             "False",
             REASON_NOT_RUNNING,
             format!("not running yet: {}", waiting.join(", ")),
+        )
+    } else if !running && !current.is_empty() {
+        (
+            "False",
+            REASON_COMPLETED,
+            "every container completed".to_string(),
         )
     } else {
         (
@@ -426,6 +437,23 @@ mod tests {
         let s = spec("OnFailure", vec![], vec![container("job")]);
         let v = view(vec![exited("job", 0, 0, "Completed")]);
         let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        // Nothing runs any more, yet nothing died.
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_deref()),
+            ("False", Some(REASON_COMPLETED))
+        );
+        // Beside a container that still runs, a completed one leaves the pod alive.
+        let s2 = spec(
+            "OnFailure",
+            vec![],
+            vec![container("job"), container("app")],
+        );
+        let v2 = view(vec![
+            exited("job", 0, 0, "Completed"),
+            cv("app", 0, ContainerPhase::Running),
+        ]);
+        let cs = observer_conditions(Some(&s2), &v2, &[], &types(), t(1));
         assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
         // Under Always the same exit is a death: kubelet will restart it.
         let s = spec("Always", vec![], vec![container("job")]);
@@ -491,10 +519,18 @@ mod tests {
     fn without_a_spec_only_failures_are_deaths() {
         let v = view(vec![exited("job", 0, 0, "Completed")]);
         let cs = observer_conditions(None, &v, &[], &types(), t(1));
-        assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_deref()),
+            ("False", Some(REASON_COMPLETED))
+        );
         let v = view(vec![exited("job", 0, 2, "Error")]);
         let cs = observer_conditions(None, &v, &[], &types(), t(1));
-        assert_eq!(find(&cs, &types().alive).unwrap().status, "False");
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_deref()),
+            ("False", Some(REASON_DIED))
+        );
     }
 
     #[test]

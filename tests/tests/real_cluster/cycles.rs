@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_exclusive, apply, condition, get_json, require_cluster, set_agent_mode,
-    status_writes, Namespace, TestPod, Watch, AGENT_USER, NODE_NAME, POLL,
+    agent_exclusive, apply, condition, get_json, require_cluster, set_agent_mode, status_writes,
+    Namespace, TestPod, Watch, AGENT_USER, NODE_NAME, POLL,
 };
 use observer_tests::wait::poll_every;
 use serde_json::Value;
@@ -35,6 +35,7 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
     let _agent = agent_exclusive();
     set_agent_mode(c, None).unwrap();
     let ns = Namespace::new(c, "t-cycles").unwrap();
+    let started = std::time::SystemTime::now();
     let watch = Watch::start(c, &["pods", "-n", &ns.name]).unwrap();
 
     // Each pod starts, runs a moment and dies: exit 0, 1 or 2, or SIGKILL'd by its own shell.
@@ -104,22 +105,30 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
         }
         let mut last: Option<(Value, Value)> = None;
         for p in seen {
-            let Some(a) = condition(p, ALIVE) else { continue };
+            let Some(a) = condition(p, ALIVE) else {
+                continue;
+            };
             let now = (a["status"].clone(), a["lastTransitionTime"].clone());
             if let Some((status, time)) = &last {
                 if *status == now.0 {
-                    assert_eq!(*time, now.1, "{name}: {ALIVE} moved its transition time without a change of status");
+                    assert_eq!(
+                        *time, now.1,
+                        "{name}: {ALIVE} moved its transition time without a change of status"
+                    );
                 }
             }
             last = Some(now);
         }
         // No OOM kill in these pods: the agent never claims one.
-        assert!(seen.iter().all(|p| condition(p, OOM).is_none()), "{name}: an OOMKilled condition");
+        assert!(
+            seen.iter().all(|p| condition(p, OOM).is_none()),
+            "{name}: an OOMKilled condition"
+        );
     }
     assert_eq!(written_by_agent, PODS);
 
     // The audit log: who wrote what.
-    let writes = status_writes(c, &ns.name).unwrap();
+    let writes = status_writes(c, &ns.name, started).unwrap();
     let kubelet_user = format!("system:node:{NODE_NAME}");
     let mut per_pod: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     for e in &writes {
@@ -135,9 +144,13 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
             );
             // Only its own condition types, and nothing else of the status.
             let status = &e["requestObject"]["status"];
-            let keys: Vec<&String> = status.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+            let keys: Vec<&String> = status
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
             assert!(
-                keys.iter().all(|k| *k == "conditions" || *k == "$setElementOrder/conditions"),
+                keys.iter()
+                    .all(|k| *k == "conditions" || *k == "$setElementOrder/conditions"),
                 "{pod}: the agent wrote status fields {keys:?}: {e}"
             );
             for cond in status["conditions"].as_array().into_iter().flatten() {
@@ -161,7 +174,12 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
         f64::from(agent_total) / PODS as f64,
         f64::from(kubelet_total) / PODS as f64,
     );
-    assert_eq!(per_pod.len(), PODS, "status writes for {} pods", per_pod.len());
+    assert_eq!(
+        per_pod.len(),
+        PODS,
+        "status writes for {} pods",
+        per_pod.len()
+    );
     for (pod, (agent, kubelet)) in &per_pod {
         assert!(
             agent <= kubelet,

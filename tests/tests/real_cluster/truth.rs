@@ -288,8 +288,10 @@ fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
     }
     let mut last = BTreeMap::new();
     for row in &rows {
-        let pod = wait_pod(c, ns, row.pod, SETTLE, |p| kubelet_account(p, row).is_some())
-            .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+        let pod = wait_pod(c, ns, row.pod, SETTLE, |p| {
+            kubelet_account(p, row).is_some()
+        })
+        .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
         last.insert(row.pod, pod);
     }
     last
@@ -334,7 +336,11 @@ fn truth_table_kubelet_agent_and_audit() {
         let kubelet = kubelet_account(&pod, &row).unwrap();
         // kubelet's own conditions are all there beside the agent's.
         for kind in ["Ready", "ContainersReady", "Initialized", "PodScheduled"] {
-            assert!(condition(&pod, kind).is_some(), "{}: {kind} missing", row.case);
+            assert!(
+                condition(&pod, kind).is_some(),
+                "{}: {kind} missing",
+                row.case
+            );
         }
 
         // The agent's Events about this container: its kills and its death, as the kernel saw.
@@ -368,7 +374,11 @@ fn truth_table_kubelet_agent_and_audit() {
                 .iter()
                 .filter(|e| e["reason"] == "OOMKilled" || e["reason"] == "ProcessOOMKilled")
                 .collect();
-            assert!(kills.is_empty(), "{}: no OOM kill happened: {kills:#?}", row.case);
+            assert!(
+                kills.is_empty(),
+                "{}: no OOM kill happened: {kills:#?}",
+                row.case
+            );
         }
         if t.oom == Some(("dd", true)) || t.oom == Some(("dd", false)) {
             let reason = want_oom.unwrap().0;
@@ -383,10 +393,17 @@ fn truth_table_kubelet_agent_and_audit() {
         let agent_said = {
             let mut parts: Vec<String> = Vec::new();
             if let Some(a) = condition(&pod, "observer.dev/ContainersAlive") {
-                parts.push(format!("ContainersAlive={}", a["status"].as_str().unwrap_or("?")));
+                parts.push(format!(
+                    "ContainersAlive={}",
+                    a["status"].as_str().unwrap_or("?")
+                ));
             }
             if let Some(o) = condition(&pod, "observer.dev/OOMKilled") {
-                parts.push(format!("OOMKilled={} ({})", o["status"].as_str().unwrap_or("?"), o["reason"].as_str().unwrap_or("?")));
+                parts.push(format!(
+                    "OOMKilled={} ({})",
+                    o["status"].as_str().unwrap_or("?"),
+                    o["reason"].as_str().unwrap_or("?")
+                ));
             }
             let mut reasons: Vec<String> = events
                 .iter()
@@ -461,7 +478,10 @@ fn truth_table_kubelet_agent_and_audit() {
         let flagged: Vec<String> = audited
             .iter()
             .filter(|(case, ..)| *case == row.case)
-            .flat_map(|(_, _, f)| f.iter().map(|e| e["reason"].as_str().unwrap_or("?").to_string()))
+            .flat_map(|(_, _, f)| {
+                f.iter()
+                    .map(|e| e["reason"].as_str().unwrap_or("?").to_string())
+            })
             .collect();
         out.push_str(&format!(
             "| {} | {}{} | {} / {} ({phase}) | {} / {}{} | {} | {} |\n",
@@ -474,10 +494,17 @@ fn truth_table_kubelet_agent_and_audit() {
             row.truth.exit_code,
             row.truth
                 .oom
-                .map(|(comm, init)| format!(", {comm} OOM-killed{}", if init { " (init)" } else { " (child)" }))
+                .map(|(comm, init)| format!(
+                    ", {comm} OOM-killed{}",
+                    if init { " (init)" } else { " (child)" }
+                ))
                 .unwrap_or_default(),
             agent,
-            if flagged.is_empty() { "nothing".to_string() } else { format!("Warning {}", flagged.join(", ")) },
+            if flagged.is_empty() {
+                "nothing".to_string()
+            } else {
+                format!("Warning {}", flagged.join(", "))
+            },
         ));
     }
     eprintln!("{out}");

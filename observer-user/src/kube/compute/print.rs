@@ -193,7 +193,7 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
 /// The columns of a pod from the node's view alone (no API: no spec), as `observer status`
 /// prints them: the status is computed, then printed.
 pub fn view_columns(view: &PodView, now: SystemTime) -> Columns {
-    let (pod, unknown) = computed_pod(view, &ConditionTypes::default(), "", now);
+    let (pod, unknown) = computed_pod(view, None, &ConditionTypes::default(), "", now);
     columns(&pod, &unknown)
 }
 
@@ -201,12 +201,13 @@ pub fn view_columns(view: &PodView, now: SystemTime) -> Columns {
 /// (the spec unknown), and what that leaves unknown.
 pub fn computed_pod(
     view: &PodView,
+    api: Option<&Pod>,
     types: &ConditionTypes,
     runtime: &str,
     now: SystemTime,
 ) -> (Pod, Vec<Unknown>) {
     let computed = compute_status(&StatusInputs {
-        pod: None,
+        pod: api,
         view,
         previous: None,
         now,
@@ -214,14 +215,20 @@ pub fn computed_pod(
         types,
     });
     let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(view.name.clone()),
-            namespace: Some(view.namespace.clone()),
-            uid: Some(view.uid.to_string()),
-            creation_timestamp: view.created_at.map(to_time),
-            ..Default::default()
-        },
-        spec: None,
+        // kubectl leaves managedFields out of its output; so does this.
+        metadata: api
+            .map(|p| ObjectMeta {
+                managed_fields: None,
+                ..p.metadata.clone()
+            })
+            .unwrap_or_else(|| ObjectMeta {
+                name: Some(view.name.clone()),
+                namespace: Some(view.namespace.clone()),
+                uid: Some(view.uid.to_string()),
+                creation_timestamp: view.created_at.map(to_time),
+                ..Default::default()
+            }),
+        spec: api.and_then(|p| p.spec.clone()),
         status: Some(computed.status),
     };
     (pod, computed.unknown)

@@ -1,0 +1,291 @@
+//! The readinessGate on the real one-node cluster: from a container's death to what a Service's
+//! clients see, for pods gated on the agent's condition and, in the same run, pods without the
+//! gate (kubelet alone), idle and with every core busy.
+//!
+//! For each death, from the moment this process sends the container's init SIGKILL (the kernel's
+//! exit follows within microseconds):
+//!   (a) the agent's `observer.dev/ContainersAlive=False` in the API;
+//!   (b) the pod's `Ready=False` (for gated pods, kubelet recomputes it from the gate as soon as
+//!       it sees the agent's condition; without the gate, after its PLEG relist and pod sync);
+//!   (c) the pod's endpoint in its Service's EndpointSlice no longer ready (the EndpointSlice
+//!       controller follows Ready).
+//! Each is taken when a `kubectl get -w` of pods or EndpointSlices receives it: what any client of
+//! the API sees, and the same watch path for both kinds of pods.
+//!
+//!     sudo cargo bench -p observer-tests --bench cluster        (or: cargo xtask bench cluster)
+//!
+//! The cluster is started (and the agent deployed from the release binary) as the real-cluster
+//! suite does; `cargo xtask cluster down` stops it. `OBSERVER_BENCH_DEATHS` sets the deaths per
+//! kind of pod and load (default 20).
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use observer_tests::cluster::{
+    agent_exclusive, apply, condition, container_pid, get_json, require_cluster, set_agent_mode,
+    Cluster, Namespace, TestPod, Watch, POLL,
+};
+use observer_tests::wait::poll_every;
+use serde_json::Value;
+
+const ALIVE: &str = "observer.dev/ContainersAlive";
+const DEFAULT_DEATHS: usize = 20;
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Load {
+    Idle,
+    Busy,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Gated,
+    Plain,
+}
+
+impl Kind {
+    fn service(self) -> &'static str {
+        match self {
+            Kind::Gated => "gated",
+            Kind::Plain => "plain",
+        }
+    }
+}
+
+/// Delays of one death, in milliseconds from the SIGKILL.
+struct Death {
+    load: Load,
+    kind: Kind,
+    alive: f64,
+    ready: f64,
+    endpoint: f64,
+}
+
+/// One `observer-workload hog` per core, killed on drop.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start() -> Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let hogs = (0..cores)
+            .map(|_| {
+                Command::new(observer_tests::kernel::workload())
+                    .arg("hog")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self(hogs))
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    let Some(c) = require_cluster() else {
+        return Ok(());
+    };
+    let deaths: usize = std::env::var("OBSERVER_BENCH_DEATHS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_DEATHS);
+    let _agent = agent_exclusive();
+    set_agent_mode(c, None)?;
+    let ns = Namespace::new(c, "bench-gate")?;
+    for kind in [Kind::Gated, Kind::Plain] {
+        let svc = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": kind.service(), "namespace": ns.name},
+            "spec": {"selector": {"bench": kind.service()}, "ports": [{"port": 80, "targetPort": 8080}]},
+        });
+        apply(c, &svc.to_string())?;
+    }
+    let pods = Watch::start(c, &["pods", "-n", &ns.name])?;
+    let slices = Watch::start(c, &["endpointslices", "-n", &ns.name])?;
+
+    let mut results = Vec::new();
+    for load in [Load::Idle, Load::Busy] {
+        let names = start_pods(c, &ns.name, load, deaths)?;
+        let hogs = match load {
+            Load::Busy => Some(Hogs::start()?),
+            Load::Idle => None,
+        };
+        for (name, kind) in names {
+            results.push(one_death(c, &ns.name, &pods, &slices, &name, kind, load)?);
+            eprint!(".");
+        }
+        drop(hogs);
+        eprintln!();
+    }
+    report(&results, deaths);
+    Ok(())
+}
+
+/// `deaths` pods of each kind, Ready and in their Service's endpoints; their names interleaved.
+fn start_pods(c: &Cluster, ns: &str, load: Load, deaths: usize) -> Result<Vec<(String, Kind)>> {
+    let mut names = Vec::new();
+    for i in 0..deaths {
+        for kind in [Kind::Gated, Kind::Plain] {
+            let name = format!("{}-{:?}-{i:02}", kind.service(), load).to_lowercase();
+            let mut pod = TestPod::new(&name, ns, "Never")
+                .label("bench", kind.service())
+                .container("main", "exec sleep 3600");
+            if kind == Kind::Gated {
+                pod = pod.readiness_gate(ALIVE);
+            }
+            apply(c, &pod.manifest())?;
+            names.push((name, kind));
+        }
+    }
+    poll_every(POLL, Duration::from_secs(300), || {
+        let list = get_json(c, &["get", "pods", "-n", ns]).ok()?;
+        let ready = list["items"]
+            .as_array()?
+            .iter()
+            .filter(|p| {
+                names
+                    .iter()
+                    .any(|(n, _)| p["metadata"]["name"] == n.as_str())
+            })
+            .filter(|p| condition(p, "Ready").is_some_and(|r| r["status"] == "True"))
+            .count();
+        let slices = get_json(c, &["get", "endpointslices", "-n", ns]).ok()?;
+        let endpoints = slices["items"]
+            .as_array()?
+            .iter()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| {
+                names
+                    .iter()
+                    .any(|(n, _)| e["targetRef"]["name"] == n.as_str())
+            })
+            .filter(|e| e["conditions"]["ready"] == true)
+            .count();
+        (ready == names.len() && endpoints == names.len()).then_some(())
+    })
+    .ok_or_else(|| anyhow!("{} pods not all Ready and in their endpoints", names.len()))?;
+    Ok(names)
+}
+
+fn one_death(
+    c: &Cluster,
+    ns: &str,
+    pods: &Watch,
+    slices: &Watch,
+    name: &str,
+    kind: Kind,
+    load: Load,
+) -> Result<Death> {
+    let pod = get_json(c, &["get", "pod", name, "-n", ns])?;
+    let id = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{name}: no container id"))?;
+    let pid = container_pid(id)?;
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let this = |p: &Value| p["metadata"]["name"] == name;
+    let ms = |t: Instant| t.duration_since(killed).as_secs_f64() * 1e3;
+    let seen = poll_every(Duration::from_millis(5), WAIT, || {
+        let (alive, _) = pods.first_since(killed, |p| {
+            this(p) && condition(p, ALIVE).is_some_and(|a| a["status"] == "False")
+        })?;
+        let (ready, _) = pods.first_since(killed, |p| {
+            this(p) && condition(p, "Ready").is_some_and(|r| r["status"] == "False")
+        })?;
+        let (endpoint, _) = slices.first_since(killed, |s| {
+            s["metadata"]["labels"]["kubernetes.io/service-name"] == kind.service()
+                && !s["endpoints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|e| e["targetRef"]["name"] == name && e["conditions"]["ready"] == true)
+        })?;
+        Some(Death {
+            load,
+            kind,
+            alive: ms(alive),
+            ready: ms(ready),
+            endpoint: ms(endpoint),
+        })
+    });
+    seen.ok_or_else(|| anyhow!("{name}: not all of (a), (b), (c) seen within {WAIT:?}"))
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn report(results: &[Death], deaths: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "\n{deaths} deaths per kind and load; delays in ms from the SIGKILL of the container's init; busy: one CPU hog per core ({cores})\n"
+    );
+    println!("| load | pods | (a) agent's condition False p50 | (a) p99 | (b) Ready=False p50 | (b) p99 | (c) endpoint not ready p50 | (c) p99 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut summary = Vec::new();
+    for load in [Load::Idle, Load::Busy] {
+        for kind in [Kind::Gated, Kind::Plain] {
+            let of = |f: fn(&Death) -> f64| {
+                sorted(
+                    results
+                        .iter()
+                        .filter(|d| d.load == load && d.kind == kind)
+                        .map(f),
+                )
+            };
+            let (a, b, c) = (of(|d| d.alive), of(|d| d.ready), of(|d| d.endpoint));
+            if a.is_empty() {
+                continue;
+            }
+            println!(
+                "| {load:?} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                match kind {
+                    Kind::Gated => "gated on the agent's condition",
+                    Kind::Plain => "no gate (kubelet alone)",
+                },
+                pct(&a, 50.0),
+                pct(&a, 99.0),
+                pct(&b, 50.0),
+                pct(&b, 99.0),
+                pct(&c, 50.0),
+                pct(&c, 99.0),
+            );
+            summary.push((load, kind, b, c));
+        }
+    }
+    println!("\n| load | kubelet alone ÷ gated: (b) p50 | (b) p99 | (c) p50 | (c) p99 |");
+    println!("|---|---|---|---|---|");
+    for load in [Load::Idle, Load::Busy] {
+        let find = |k| summary.iter().find(|s| s.0 == load && s.1 == k);
+        if let (Some(g), Some(p)) = (find(Kind::Gated), find(Kind::Plain)) {
+            println!(
+                "| {load:?} | {:.1}× | {:.1}× | {:.1}× | {:.1}× |",
+                pct(&p.2, 50.0) / pct(&g.2, 50.0),
+                pct(&p.2, 99.0) / pct(&g.2, 99.0),
+                pct(&p.3, 50.0) / pct(&g.3, 50.0),
+                pct(&p.3, 99.0) / pct(&g.3, 99.0),
+            );
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The agent's computed PodStatus (`observer status -o pod-json --kubeconfig`, what
+//! `--status-mode full` would write) beside what kubelet wrote, for pods of every shape the
+//! containerd suites exercise (tests/tests/shapes.rs) and the common end states. Every field that
+//! differs is listed; each must be one the README names as what the agent cannot know.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use observer_tests::cluster::{
+    agent_shared, apply, condition, get_json, require_cluster, wait_pod, Cluster, Namespace,
+    TestPod, NODE_NAME, POLL, SHARED_DIR,
+};
+use observer_tests::prereq;
+use serde_json::Value;
+
+const SETTLE: Duration = Duration::from_secs(180);
+
+/// The pods, and when each has reached the state to compare.
+fn shapes(ns: &str) -> Vec<(TestPod, fn(&Value) -> bool)> {
+    let running = |p: &Value| {
+        p["status"]["phase"] == "Running"
+            && condition(p, "Ready").is_some_and(|r| r["status"] == "True")
+    };
+    let terminal =
+        |p: &Value| matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    let restarted_and_running = |p: &Value| {
+        p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+            && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+    };
+    let crash_looping = |p: &Value| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    };
+    let holder_dead = |p: &Value| {
+        p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["name"] == "holder" && s["state"]["terminated"].is_object())
+    };
+    let held = format!("{SHARED_DIR}/held");
+    vec![
+        (TestPod::new("running", ns, "Always").container("main", "exec sleep 3600"), running),
+        (TestPod::new("completed", ns, "Never").container("main", "exit 0"), terminal),
+        (TestPod::new("failed", ns, "Never").container("main", "exit 3"), terminal),
+        (
+            TestPod::new("init-then-main", ns, "Always")
+                .init_container("first", "exit 0", None)
+                .init_container("second", "exit 0", None)
+                .container("main", "exec sleep 3600"),
+            running,
+        ),
+        (
+            TestPod::new("sidecar", ns, "Always")
+                .sidecar("proxy", "exec sleep 3600")
+                .container("main", "exec sleep 3600"),
+            running,
+        ),
+        (
+            TestPod::new("restarted", ns, "Always").shared_dir().container(
+                "main",
+                &format!("if [ -e {SHARED_DIR}/once ]; then exec sleep 3600; fi; touch {SHARED_DIR}/once; exit 1"),
+            ),
+            restarted_and_running,
+        ),
+        (
+            TestPod::new("crash-loop", ns, "Always").container("main", "exit 1"),
+            crash_looping,
+        ),
+        (
+            TestPod::new("shared-pid", ns, "Always")
+                .share_process_namespace()
+                .container("a", "exec sleep 3600")
+                .container("b", "exec sleep 3600"),
+            running,
+        ),
+        (
+            TestPod::new("host-pid", ns, "Always")
+                .host_pid()
+                .container("main", "exec sleep 3600"),
+            running,
+        ),
+        (
+            TestPod::new("pod-limit", ns, "Never")
+                .pod_memory_limit("128Mi")
+                .shared_dir()
+                .container(
+                    "holder",
+                    &format!("exec awk 'BEGIN {{ s = sprintf(\"%70000000s\", \"\"); system(\"touch {held}; sleep 3600\") }}'"),
+                )
+                .container(
+                    "grower",
+                    &format!("while [ ! -e {held} ]; do sleep 0.1; done; head -c 100m /dev/zero | tail > /dev/null; exec sleep 3600"),
+                ),
+            holder_dead,
+        ),
+    ]
+}
+
+/// Every leaf of a status, by path: lists of conditions by type, of container statuses by name.
+fn leaves(v: &Value, path: String, out: &mut BTreeMap<String, Value>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                leaves(v, format!("{path}.{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let key = item["type"]
+                    .as_str()
+                    .or(item["name"].as_str())
+                    .or(item["ip"].as_str())
+                    .map_or_else(|| i.to_string(), String::from);
+                leaves(item, format!("{path}[{key}]"), out);
+            }
+        }
+        // `null` and absent are the same to the API.
+        Value::Null => {}
+        other => {
+            out.insert(path, other.clone());
+        }
+    }
+}
+
+/// Fields the README's "What the agent cannot know" names, as path patterns: the API's own
+/// (resources, volume mounts, users, image digests, IPs, QoS), kubelet's allocation and kubelet's
+/// bookkeeping of its own writes (observedGeneration).
+fn documented(path: &str) -> bool {
+    const FIELDS: [&str; 11] = [
+        ".allocatedResources",
+        ".resources",
+        ".volumeMounts",
+        ".user",
+        ".imageID",
+        ".hostIP",
+        ".hostIPs",
+        ".podIP",
+        ".podIPs",
+        ".qosClass",
+        ".observedGeneration",
+    ];
+    FIELDS.iter().any(|f| path.contains(f))
+}
+
+#[test]
+fn computed_status_beside_kubelets_for_every_shape() {
+    let Some(c) = require_cluster() else { return };
+    let _agent = agent_shared();
+    let observer = match prereq::observer_release_binary() {
+        Ok(b) => b,
+        Err(e) => panic!("{e}"),
+    };
+    let ns = Namespace::new(c, "t-status-diff").unwrap();
+    let shapes = shapes(&ns.name);
+    for (pod, _) in &shapes {
+        apply(c, &pod.manifest()).unwrap();
+    }
+    for (pod, ready) in &shapes {
+        wait_pod(c, &ns.name, &pod.name, SETTLE, |p| {
+            ready(p) && condition(p, "observer.dev/ContainersAlive").is_some()
+        })
+        .unwrap();
+    }
+    // Both accounts read one after the other: kubelet's, then the agent's computation with the
+    // same specs. A pod that changes meanwhile (a crash loop's next death, which the agent sees
+    // first) differs for a moment; what differs for good stays through a minute of retries.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (listed, undocumented) = loop {
+        let api = get_json(c, &["get", "pods", "-n", &ns.name]).unwrap();
+        let agent = computed(c, &observer);
+        let (listed, undocumented) = diff(&api, &agent);
+        if undocumented.is_empty() || std::time::Instant::now() > deadline {
+            break (listed, undocumented);
+        }
+        std::thread::sleep(POLL);
+    };
+    eprintln!(
+        "fields that differ, documented ({}):\n  {}",
+        listed.len(),
+        listed.join("\n  ")
+    );
+    assert!(
+        undocumented.is_empty(),
+        "fields that differ and the README does not name ({}):\n  {}",
+        undocumented.len(),
+        undocumented.join("\n  ")
+    );
+}
+
+/// The fields of each pod's status that differ: (those the README names, the others).
+fn diff(api: &Value, agent: &[Value]) -> (Vec<String>, Vec<String>) {
+    let mut undocumented = Vec::new();
+    let mut listed = Vec::new();
+    for pod in api["items"].as_array().unwrap() {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let mine = agent
+            .iter()
+            .find(|p| p["metadata"]["uid"] == uid)
+            .unwrap_or_else(|| panic!("{name}: not in the agent's account"));
+        let (mut theirs, mut ours) = (BTreeMap::new(), BTreeMap::new());
+        leaves(&pod["status"], String::new(), &mut theirs);
+        leaves(&mine["status"], String::new(), &mut ours);
+        let paths: std::collections::BTreeSet<&String> = theirs.keys().chain(ours.keys()).collect();
+        for path in paths {
+            let (k, a) = (theirs.get(path), ours.get(path));
+            // The agent's own conditions are in both by the agent's hand.
+            if k == a || path.contains("[observer.dev/") {
+                continue;
+            }
+            let line = format!(
+                "{name}: status{path}: kubelet {} / agent {}",
+                k.map_or("(absent)".into(), |v| v.to_string()),
+                a.map_or("(absent)".into(), |v| v.to_string())
+            );
+            if documented(path) {
+                listed.push(line);
+            } else {
+                undocumented.push(line);
+            }
+        }
+    }
+    (listed, undocumented)
+}
+
+/// `observer status -o pod-json --kubeconfig` on the node: the running agent's state and the
+/// node's containerd, the specs from the API; read-only.
+fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
+    let out = std::process::Command::new(observer)
+        .args([
+            "status",
+            "-o",
+            "pod-json",
+            "--node-name",
+            NODE_NAME,
+            "--kubeconfig",
+        ])
+        .arg(c.kubeconfig())
+        .arg("--cri-endpoint")
+        .arg(c.containerd_socket())
+        .arg("--state-dir")
+        .arg(std::path::Path::new(observer_cluster::RUN_DIR).join("agent-state"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "observer status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
