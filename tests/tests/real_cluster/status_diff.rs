@@ -14,8 +14,11 @@ use serde_json::Value;
 
 const SETTLE: Duration = Duration::from_secs(180);
 
+/// When a pod has reached the state to compare.
+type Settled = fn(&Value) -> bool;
+
 /// The pods, and when each has reached the state to compare.
-fn shapes(ns: &str) -> Vec<(TestPod, fn(&Value) -> bool)> {
+fn shapes(ns: &str) -> Vec<(TestPod, Settled)> {
     let running = |p: &Value| {
         p["status"]["phase"] == "Running"
             && condition(p, "Ready").is_some_and(|r| r["status"] == "True")
