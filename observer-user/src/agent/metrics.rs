@@ -35,6 +35,9 @@ pub struct Metrics {
     pub detection_latency: Histogram,
     /// Seconds from the reconciled view's change to its status patch leaving the process.
     pub status_write_latency: Histogram,
+    /// Seconds from a container init's exit in the kernel to the fast path's ContainersAlive
+    /// patch handed to its HTTP client.
+    pub fast_write_latency: Histogram,
     pub oom_kills: Family<ContainerLabels, Counter>,
 }
 
@@ -73,6 +76,13 @@ impl Metrics {
             Unit::Seconds,
             status_write_latency.clone(),
         );
+        let fast_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
+        registry.register_with_unit(
+            "fast_write_latency",
+            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch leaving for the API",
+            Unit::Seconds,
+            fast_write_latency.clone(),
+        );
         let oom_kills = Family::<ContainerLabels, Counter>::default();
         registry.register(
             "oom_kills",
@@ -83,6 +93,7 @@ impl Metrics {
             registry,
             detection_latency,
             status_write_latency,
+            fast_write_latency,
             oom_kills,
         }
     }
