@@ -34,6 +34,8 @@ pub struct RunConfig {
     pub health_stale_after: Duration,
     /// How long a shutdown waits for pending writes.
     pub shutdown_timeout: Duration,
+    /// `conditions` mode: the fast path writes ContainersAlive=False ([`crate::kube::fast`]).
+    pub fast_path: bool,
 }
 
 /// The status manager's settings and where the API is.
@@ -59,10 +61,11 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
     // The fast path's hook is on the PLEG's thread from the start; its writer starts with the
     // status manager (deaths before then wait in its queue).
     let fast_stats = Arc::new(fast::FastStats::default());
-    let conditions = cfg
-        .status
-        .as_ref()
-        .is_some_and(|s| s.status.mode == kube::StatusMode::Conditions);
+    let conditions = cfg.fast_path
+        && cfg
+            .status
+            .as_ref()
+            .is_some_and(|s| s.status.mode == kube::StatusMode::Conditions);
     let realtime = match cfg.agent.reader {
         ReaderThread::Realtime(p) => Some(p),
         _ => None,
@@ -89,6 +92,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         reconcile: agent.reconcile.clone(),
         cri: agent.cri.clone(),
         status: Arc::clone(&status),
+        fast: conditions.then(|| Arc::clone(&fast_stats)),
     });
     let health = http::Health {
         pipeline: agent.pipeline(),

@@ -108,6 +108,12 @@ impl super::StatusHandle {
         )?;
         counter(
             e,
+            "status_fast_path_waits",
+            "Status computations put off until the agent's view showed a death the fast path wrote",
+            g(&s.fast_waits),
+        )?;
+        counter(
+            e,
             "api_watch_errors",
             "Errors of the watch on this node's pods",
             g(&s.watch_errors),
