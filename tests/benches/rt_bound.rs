@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use observer::{
     pipeline::{FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread},
     pleg::{FastPath, PlegEventType, PodLifecycleEvent},
