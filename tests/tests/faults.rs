@@ -461,8 +461,7 @@ async fn containerd_frozen_a_death_reaches_the_api_through_the_fast_path_once() 
     // the message), never calls the container alive, never moves the transition time.
     assert!(
         eventually_async(WAIT, || {
-            unchanged().unwrap_or(0.0) > unchanged_before
-                || writes().unwrap_or(0.0) > writes_before
+            unchanged().unwrap_or(0.0) > unchanged_before || writes().unwrap_or(0.0) > writes_before
         })
         .await,
         "the status manager never took the death up\n{}",
@@ -479,7 +478,9 @@ async fn containerd_frozen_a_death_reaches_the_api_through_the_fast_path_once() 
                 .find(|c| c["type"] == ALIVE)
         })
         .inspect(|c| assert_eq!(c["status"], "False", "{after:#?}"))
+        // A patch leaves it out where it equals the base's (both within one second).
         .map(|c| &c["lastTransitionTime"])
+        .filter(|t| !t.is_null())
         .collect();
     assert!(
         transitions.iter().all(|t| *t == transitions[0]),

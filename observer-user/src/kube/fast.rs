@@ -241,15 +241,13 @@ pub fn caught_up(view: &PodView, container: ContainerId) -> bool {
 }
 
 /// The view as the reconciler will have it once it applied the kernel's exit (merge rules: the
-/// kernel's exit wins). `None` when the view does not know the container, or already shows it
-/// stopped (the normal path has it then).
+/// kernel's exit wins). `None` when the view does not know the container. The reconciler may
+/// have applied it already (it reads the same event): the ledger, not the view, says whether
+/// the transition is still to be written.
 pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodView> {
     let status = d.exit.status?;
     let mut v = view.clone();
     let c = v.containers.iter_mut().find(|c| c.id == d.container)?;
-    if !matches!(c.phase, ContainerPhase::Running | ContainerPhase::Created) {
-        return None;
-    }
     c.phase = ContainerPhase::Exited;
     c.exit_code = Some(status.exit_code());
     c.signal = status.signal();
