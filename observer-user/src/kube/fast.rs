@@ -51,6 +51,9 @@ use crate::{
 /// Deaths waiting for the writer's thread; beyond it they are left to the normal path.
 pub const QUEUE: usize = 1024;
 
+/// How often the writer's idle connection is used (`GET /version`), so that it stays open.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
 /// One death, as the PLEG sent it.
 #[derive(Clone, Debug)]
 pub struct Death {
@@ -315,7 +318,26 @@ async fn run(cfg: FastConfig, mut deaths: mpsc::Receiver<Death>) {
         field_manager: Some(cfg.field_manager.clone()),
         ..Default::default()
     };
-    while let Some(d) = deaths.recv().await {
+    // The connection is opened now and kept open (the client's pool closes an idle one after
+    // 90 s): a death never pays for a TCP and TLS handshake.
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let d = tokio::select! {
+            d = deaths.recv() => match d {
+                Some(d) => d,
+                None => return,
+            },
+            _ = keepalive.tick() => {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = client.apiserver_version().await {
+                        tracing::debug!("fast status writer's keep-alive: {e}");
+                    }
+                });
+                continue;
+            }
+        };
         let Some(job) = decide(&cfg, &d) else {
             bump(&cfg.stats.skipped);
             continue;
