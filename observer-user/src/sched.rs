@@ -1,7 +1,19 @@
-//! Real-time scheduling for the one thread that reads the kernel (`--realtime-priority`).
+//! Real-time scheduling for the fast path's threads (`--realtime-priority`): the one that reads
+//! the kernel and runs the PLEG (and writes `watch --pods`'s lines), and `observer run`'s fast
+//! status writer.
 //!
-//! Only that thread is real-time, and with `SCHED_RESET_ON_FORK`: nothing it starts inherits the
-//! policy. That matters beyond fairness: with RT group scheduling (`CONFIG_RT_GROUP_SCHED`) a
+//! **The bound.** Each of them asks for SCHED_DEADLINE first: a reservation of [`RESERVATION`]
+//! (2 ms of CPU in every 10 ms, 20 % of one core per thread), which the kernel enforces (a thread
+//! that used its runtime is throttled until its next period) and admits only while the node's
+//! deadline bandwidth has room. A fork storm or a burst of deaths then slows the agent, never the
+//! node: two threads take at most 40 % of one core at real-time priority. Where the kernel
+//! refuses the reservation (an affinity narrower than the CPUs of the root domain, a full
+//! admission), the thread falls back to SCHED_FIFO at `--realtime-priority`, bounded only by the
+//! kernel's global real-time throttle (`sched_rt_runtime_us`), and says so once; where that is
+//! refused too, to normal priority, as before.
+//!
+//! Only those threads are real-time, and with `SCHED_RESET_ON_FORK`: nothing they start inherits
+//! the policy. That matters beyond fairness: with RT group scheduling (`CONFIG_RT_GROUP_SCHED`) a
 //! SCHED_FIFO task cannot enter a child cpu cgroup that has no real-time budget, so a runtime
 //! started by a real-time process fails to put its container into its cgroup (runc: EINVAL
 //! writing cgroup.procs). The same rule makes the kernel refuse the policy to a thread whose own
@@ -29,11 +41,104 @@ pub enum RealtimeError {
          gives this process's cpu cgroup no real-time budget (cpu.rt_runtime_us is 0)"
     )]
     NoBudget { priority: u8 },
+    #[error(
+        "SCHED_DEADLINE refused: {source} (its affinity must span the CPUs of its root domain, \
+         and the node's deadline bandwidth must have room)"
+    )]
+    Deadline { source: std::io::Error },
     #[error("SCHED_FIFO {priority}: {source}")]
     Other {
         priority: u8,
         source: std::io::Error,
     },
+}
+
+/// A SCHED_DEADLINE reservation: `runtime` of CPU in every `period` (the relative deadline is the
+/// period).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub runtime: std::time::Duration,
+    pub period: std::time::Duration,
+}
+
+impl Reservation {
+    /// The share of one core the reservation allows at most.
+    pub fn share(&self) -> f64 {
+        self.runtime.as_secs_f64() / self.period.as_secs_f64()
+    }
+}
+
+/// The reservation of each fast-path thread: 2 ms every 10 ms. A death costs the PLEG a few µs and
+/// the fast writer about 100 µs, so a burst of 1000 deaths is well under a second of the threads'
+/// wall time, while the node keeps at least 80 % of every core from them.
+pub const RESERVATION: Reservation = Reservation {
+    runtime: std::time::Duration::from_millis(2),
+    period: std::time::Duration::from_millis(10),
+};
+
+/// The policy a thread got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granted {
+    /// SCHED_DEADLINE: kernel-enforced at most `runtime` per `period`.
+    Deadline(Reservation),
+    /// SCHED_FIFO at this priority: bounded only by the kernel's global real-time throttle.
+    Fifo(u8),
+    /// Normal priority (refused, or not asked).
+    Normal,
+}
+
+impl Granted {
+    pub fn is_realtime(self) -> bool {
+        self != Granted::Normal
+    }
+}
+
+/// `SCHED_DEADLINE` and `SCHED_FLAG_RESET_ON_FORK` (linux/sched.h; not in every libc).
+const SCHED_DEADLINE: u32 = 6;
+const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// `struct sched_attr` (linux/sched/types.h), its first version (48 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+/// Makes the calling thread (only it) SCHED_DEADLINE with `r`, with reset-on-fork. SCHED_DEADLINE
+/// threads may not fork (never done on these threads) and need an affinity spanning the root
+/// domain (the kernel refuses otherwise: the caller falls back).
+pub fn set_deadline(r: Reservation) -> Result<(), RealtimeError> {
+    let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: SCHED_DEADLINE,
+        sched_flags: SCHED_FLAG_RESET_ON_FORK,
+        sched_runtime: ns(r.runtime),
+        sched_deadline: ns(r.period),
+        sched_period: ns(r.period),
+        ..Default::default()
+    };
+    // SAFETY: sched_setattr(2) has no libc wrapper; pid 0 is the calling thread, `attr` is a
+    // valid, initialised sched_attr whose `size` field is its size, and flags 0 is the only value.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0u32) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let source = std::io::Error::last_os_error();
+    Err(match source.raw_os_error() {
+        Some(libc::EPERM) if !has_cap_sys_nice() => RealtimeError::NotPermitted {
+            priority: 0,
+            rlimit: rtprio_limit(),
+        },
+        _ => RealtimeError::Deadline { source },
+    })
 }
 
 /// Makes the calling thread (only it) SCHED_FIFO at `priority`, with `SCHED_RESET_ON_FORK`.
@@ -69,30 +174,53 @@ pub fn set_normal() {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
 }
 
-/// Whether the calling thread runs SCHED_FIFO now.
+/// Whether the calling thread runs SCHED_FIFO or SCHED_DEADLINE now.
 pub fn is_realtime() -> bool {
     // SAFETY: pid 0 is the calling thread; no pointer is involved.
     let policy = unsafe { libc::sched_getscheduler(0) };
-    policy >= 0 && policy & !libc::SCHED_RESET_ON_FORK == libc::SCHED_FIFO
+    policy >= 0 && {
+        let p = policy & !libc::SCHED_RESET_ON_FORK;
+        p == libc::SCHED_FIFO || p as u32 == SCHED_DEADLINE
+    }
 }
 
-/// [`set_realtime`] for the calling thread, `what` naming it. When the kernel refuses, the first
-/// refusal in this process is logged (a warning, with why), later ones only at debug: the thread
-/// then runs at normal priority, as it would without the option.
-pub fn realtime_or_say_once(priority: u8, what: &str) -> bool {
-    static SAID: AtomicBool = AtomicBool::new(false);
+/// The fast path's policy for the calling thread, `what` naming it: SCHED_DEADLINE with
+/// [`RESERVATION`], else SCHED_FIFO at `priority`, else normal priority. Each fallback is logged
+/// once per process (a warning, with why), later ones only at debug.
+pub fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
+    static SAID_DEADLINE: AtomicBool = AtomicBool::new(false);
+    static SAID_FIFO: AtomicBool = AtomicBool::new(false);
+    let say = |said: &AtomicBool, msg: String| {
+        if !said.swap(true, Ordering::Relaxed) {
+            tracing::warn!("{msg}");
+        } else {
+            tracing::debug!("{msg}");
+        }
+    };
+    let r = RESERVATION;
+    match set_deadline(r) {
+        Ok(()) => {
+            tracing::info!(
+                runtime = ?r.runtime,
+                period = ?r.period,
+                "{what}: real-time (SCHED_DEADLINE, at most {:.0} % of a core)",
+                r.share() * 100.0
+            );
+            return Granted::Deadline(r);
+        }
+        Err(e) => say(
+            &SAID_DEADLINE,
+            format!("{what}: no SCHED_DEADLINE reservation ({e}); trying SCHED_FIFO, bounded only by the kernel's real-time throttle"),
+        ),
+    }
     match set_realtime(priority) {
         Ok(()) => {
             tracing::info!(priority, "{what}: real-time (SCHED_FIFO)");
-            true
-        }
-        Err(e) if !SAID.swap(true, Ordering::Relaxed) => {
-            tracing::warn!("{what} runs at normal priority: {e}");
-            false
+            Granted::Fifo(priority)
         }
         Err(e) => {
-            tracing::debug!("{what} runs at normal priority: {e}");
-            false
+            say(&SAID_FIFO, format!("{what} runs at normal priority: {e}"));
+            Granted::Normal
         }
     }
 }
@@ -128,6 +256,33 @@ mod tests {
             set_realtime(100),
             Err(RealtimeError::OutOfRange(100))
         ));
+    }
+
+    /// SCHED_DEADLINE on a thread of its own: granted (then real-time, and back to normal) or
+    /// refused with a reason.
+    #[test]
+    fn a_deadline_trial_on_a_thread_of_its_own() {
+        std::thread::spawn(|| match set_deadline(RESERVATION) {
+            Ok(()) => {
+                assert!(is_realtime());
+                set_normal();
+                assert!(!is_realtime());
+            }
+            Err(e) => {
+                assert!(!is_realtime());
+                assert!(
+                    matches!(
+                        e,
+                        RealtimeError::Deadline { .. } | RealtimeError::NotPermitted { .. }
+                    ),
+                    "{e}"
+                );
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(!is_realtime());
+        assert!((RESERVATION.share() - 0.2).abs() < 1e-9);
     }
 
     /// On a thread of its own: granted or refused, the policy never leaks to the test runner's

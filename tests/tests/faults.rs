@@ -8,7 +8,10 @@
 //! - containerd stopped for 30 s: the kernel's account of a death goes on reaching the API, the
 //!   agent stays healthy, reconnects, and sees pods started after;
 //! - the API answering 500 for 30 s: retried with bounded back-off, then every pod's final status
-//!   is written.
+//!   is written;
+//! - containerd frozen (SIGSTOP: its socket accepts and nothing answers, a hung runtime) with the
+//!   fast path real-time: a death reaches the API through the fast path, and the status manager,
+//!   once its view shows the death, neither undoes it nor moves its transition time.
 //!
 //! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
@@ -187,6 +190,11 @@ struct Scene {
 impl Scene {
     /// None (said why) where the kernel or containerd prerequisites are absent.
     async fn start(names: &[&str]) -> Result<Option<(Self, Vec<PodSpec>)>> {
+        Self::start_with(names, &[]).await
+    }
+
+    /// [`Self::start`] with more flags for the agent.
+    async fn start_with(names: &[&str], flags: &[&str]) -> Result<Option<(Self, Vec<PodSpec>)>> {
         if !(require_containerd() && require_kernel()) {
             return Ok(None);
         }
@@ -196,6 +204,7 @@ impl Scene {
         let state = tempfile::tempdir()?;
         let specs = names.iter().map(|n| declare(&api, n)).collect();
         let mut agent = Agent::new(&api, &ctrd, state.path())?;
+        agent.args.extend(flags.iter().map(|f| f.to_string()));
         agent.start().await?;
         Ok(Some((
             Self {
@@ -389,5 +398,102 @@ async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> 
     }
     assert!(metric(agent.listen, "observer_status_write_errors_total").is_some_and(|n| n >= 2.0));
     assert!(agent.healthy());
+    Ok(())
+}
+
+/// SIGSTOP on a process until dropped (SIGCONT then, also when the test fails).
+struct Frozen(nix::unistd::Pid);
+
+impl Frozen {
+    fn new(pid: u32) -> Result<Self> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, Signal::SIGSTOP)?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, Signal::SIGCONT);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_frozen_a_death_reaches_the_api_through_the_fast_path_once() -> Result<()> {
+    let Some((scene, specs)) = Scene::start_with(&["dies"], &["--realtime-priority", "10"]).await?
+    else {
+        return Ok(());
+    };
+    let (dies, pid) = scene.alive(&specs[0], Some(5)).await?;
+    let Scene {
+        ctrd, api, agent, ..
+    } = &scene;
+    let fast_writes = || metric(agent.listen, "observer_fast_path_writes_total");
+    let waits = || metric(agent.listen, "observer_status_fast_path_waits_total");
+    let unchanged = || metric(agent.listen, "observer_status_unchanged_total");
+    let writes = || metric(agent.listen, "observer_status_writes_total");
+    assert_eq!(fast_writes(), Some(0.0), "{}", agent.stderr());
+    let (unchanged_before, writes_before) = (unchanged().unwrap_or(0.0), writes().unwrap_or(0.0));
+
+    let frozen = Frozen::new(ctrd.pid().context("containerd's pid")?)?;
+    let before = api.recorded().len();
+    go(pid)?;
+    let died = alive_patch(api, &dies.name, "False", before, WAIT)
+        .await
+        .with_context(|| {
+            format!(
+                "the death did not reach the API while containerd was frozen\n{}",
+                agent.stderr()
+            )
+        })?;
+    let message = died.body["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("exited with code 5"), "{message}");
+    // Sent by the fast path (the runtime asked nothing).
+    assert!(
+        eventually_async(WAIT, || fast_writes().is_some_and(|n| n >= 1.0)).await,
+        "no fast path write counted\n{}",
+        agent.stderr()
+    );
+    // The status manager's view shows the death too: it finds the API right (or only adds to
+    // the message), never calls the container alive, never moves the transition time.
+    assert!(
+        eventually_async(WAIT, || {
+            unchanged().unwrap_or(0.0) > unchanged_before || writes().unwrap_or(0.0) > writes_before
+        })
+        .await,
+        "the status manager never took the death up\n{}",
+        agent.stderr()
+    );
+    drop(frozen);
+    let after = patches(api, &dies.name, before);
+    let transitions: Vec<&Value> = after
+        .iter()
+        .filter_map(|r| {
+            r.body["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == ALIVE)
+        })
+        .inspect(|c| assert_eq!(c["status"], "False", "{after:#?}"))
+        // A patch leaves it out where it equals the base's (both within one second).
+        .map(|c| &c["lastTransitionTime"])
+        .filter(|t| !t.is_null())
+        .collect();
+    assert!(
+        transitions.iter().all(|t| *t == transitions[0]),
+        "the transition time moved: {after:#?}"
+    );
+    assert_eq!(
+        served_alive(api, &dies).map(|c| c["status"].clone()),
+        Some("False".into())
+    );
+    tracing::info!(
+        waits = waits().unwrap_or(0.0),
+        patches = after.len(),
+        "the fast path and the status manager agreed"
+    );
     Ok(())
 }

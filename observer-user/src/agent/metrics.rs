@@ -35,6 +35,9 @@ pub struct Metrics {
     pub detection_latency: Histogram,
     /// Seconds from the reconciled view's change to its status patch leaving the process.
     pub status_write_latency: Histogram,
+    /// Seconds from a container init's exit in the kernel to the fast path's ContainersAlive
+    /// patch handed to its HTTP client.
+    pub fast_write_latency: Histogram,
     pub oom_kills: Family<ContainerLabels, Counter>,
 }
 
@@ -47,6 +50,8 @@ pub struct Sources {
     pub cri: ReconnectingCri,
     /// The status manager once it runs.
     pub status: Arc<OnceLock<StatusHandle>>,
+    /// The fast path's counters (`conditions` mode).
+    pub fast: Option<Arc<crate::kube::fast::FastStats>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -73,6 +78,13 @@ impl Metrics {
             Unit::Seconds,
             status_write_latency.clone(),
         );
+        let fast_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
+        registry.register_with_unit(
+            "fast_write_latency",
+            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch leaving for the API",
+            Unit::Seconds,
+            fast_write_latency.clone(),
+        );
         let oom_kills = Family::<ContainerLabels, Counter>::default();
         registry.register(
             "oom_kills",
@@ -83,6 +95,7 @@ impl Metrics {
             registry,
             detection_latency,
             status_write_latency,
+            fast_write_latency,
             oom_kills,
         }
     }
@@ -143,6 +156,19 @@ impl Collector for Sources {
 
         if let Some(h) = self.status.get() {
             h.encode_metrics(&mut e)?;
+        }
+        if let Some(f) = &self.fast {
+            use crate::kube::fast::FastStats;
+            let g = FastStats::get;
+            for (name, help, v) in [
+                ("fast_path_deaths", "Deaths handed to the fast status writer", g(&f.deaths)),
+                ("fast_path_dropped", "Deaths not handed to the fast status writer (its queue full; the status manager writes them)", g(&f.dropped)),
+                ("fast_path_skipped", "Deaths the fast status writer left to the status manager (no transition, or the pod or container not known yet)", g(&f.skipped)),
+                ("fast_path_writes", "ContainersAlive=False patches of the fast status writer the API accepted", g(&f.written)),
+                ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&f.failed)),
+            ] {
+                counter(&mut e, name, help, v)?;
+            }
         }
         Ok(())
     }

@@ -63,13 +63,21 @@ impl Agent {
     /// Loads the probes, walks the pod cgroups once, reads the kernel log's OOM kills, and starts
     /// the pipeline and reconciler tasks.
     pub async fn start(cfg: AgentConfig) -> Result<Self, Error> {
+        Self::start_with(cfg, None).await
+    }
+
+    /// [`Self::start`] with a fast path on the kernel loop's thread (see [`crate::pleg::FastPath`]).
+    pub async fn start_with(
+        cfg: AgentConfig,
+        fast: Option<crate::pipeline::FastPathFactory>,
+    ) -> Result<Self, Error> {
         // First: a second agent on this state directory is refused before it loads anything.
         let inits = match &cfg.reconcile.state_dir {
             Some(dir) => InitStore::open(dir, cfg.reconcile.state_access)?,
             None => InitStore::in_memory(),
         };
         let (pipeline, events) =
-            KernelPipeline::start(PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?)?;
+            KernelPipeline::start_with(PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?, fast)?;
         // The follower first, then the history, both after the probes are attached: every kill
         // is seen by the probes, or in the log, or both (a kill in both logs counts once).
         let follower = kmsg::Follower::open();

@@ -2,7 +2,10 @@
 //! failure.
 //!
 //! The path of a death: the kernel → the PLEG → the reconciler's view, which marks the pod
-//! changed → the status manager takes it from there (one queue) → the writer's PATCH.
+//! changed → the status manager takes it from there (one queue) → the writer's PATCH. In
+//! `conditions` mode the ContainersAlive=False transition also takes the fast path: from the
+//! PLEG's thread to a writer thread of its own, real-time with `--realtime-priority`
+//! ([`crate::kube::fast`]), which neither the CRI nor the status manager can hold up.
 use std::{
     ffi::OsString,
     future::Future,
@@ -13,7 +16,8 @@ use std::{
 
 use super::{http, metrics::Metrics, metrics::Sources, Agent, AgentConfig};
 use crate::{
-    kube::{self, StatusConfig, StatusManager},
+    kube::{self, fast, StatusConfig, StatusManager},
+    pipeline::ReaderThread,
     reconcile::inits::StateAccess,
     Error,
 };
@@ -30,6 +34,8 @@ pub struct RunConfig {
     pub health_stale_after: Duration,
     /// How long a shutdown waits for pending writes.
     pub shutdown_timeout: Duration,
+    /// `conditions` mode: the fast path writes ContainersAlive=False ([`crate::kube::fast`]).
+    pub fast_path: bool,
 }
 
 /// The status manager's settings and where the API is.
@@ -52,7 +58,28 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         None => None,
     };
     let endpoint = cfg.agent.cri.clone();
-    let mut agent = Agent::start(cfg.agent).await?;
+    // The fast path's hook is on the PLEG's thread from the start; its writer starts with the
+    // status manager (deaths before then wait in its queue).
+    let fast_stats = Arc::new(fast::FastStats::default());
+    let conditions = cfg.fast_path
+        && cfg
+            .status
+            .as_ref()
+            .is_some_and(|s| s.status.mode == kube::StatusMode::Conditions);
+    let realtime = match cfg.agent.reader {
+        ReaderThread::Realtime(p) => Some(p),
+        _ => None,
+    };
+    let (hook, fast_deaths) = if conditions {
+        let (hook, rx) = fast::FastDeaths::new(Arc::clone(&fast_stats));
+        let make: crate::pipeline::FastPathFactory =
+            Box::new(move |_| Box::new(hook) as Box<dyn crate::pleg::FastPath>);
+        (Some(make), Some(rx))
+    } else {
+        (None, None)
+    };
+    let fast_latency = metrics.fast_write_latency.clone();
+    let mut agent = Agent::start_with(cfg.agent, hook).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
 
@@ -65,6 +92,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         reconcile: agent.reconcile.clone(),
         cri: agent.cri.clone(),
         status: Arc::clone(&status),
+        fast: conditions.then(|| Arc::clone(&fast_stats)),
     });
     let health = http::Health {
         pipeline: agent.pipeline(),
@@ -94,7 +122,30 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
             _ => Duration::ZERO,
         };
         scfg.runtime_name = agent.runtime_name(wait).await;
+        let fast_types = scfg.condition_types();
+        let (field_manager, request_timeout) = (scfg.reporter.clone(), scfg.request_timeout);
         let (mut manager, handle) = StatusManager::new(api.client, scfg, agent.reconcile.clone());
+        if let Some(deaths) = fast_deaths {
+            let ledger = Arc::new(fast::AliveLedger::default());
+            manager.set_alive_ledger(Arc::clone(&ledger));
+            let fast_cfg = fast::FastConfig {
+                kubeconfig: setup.kubeconfig.clone(),
+                types: fast_types,
+                field_manager,
+                request_timeout,
+                reconcile: agent.reconcile.clone(),
+                pods: handle.pods().clone(),
+                ledger,
+                clock: agent.clock(),
+                stats: fast_stats,
+                realtime,
+                latency: Some(fast_latency),
+            };
+            // Detached: it ends with the PLEG's stream. Should it fail, the manager still writes.
+            if let Err(e) = fast::spawn(fast_cfg, deaths) {
+                tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only");
+            }
+        }
         if let Some(worker) = manager.take_events_worker() {
             agent.tasks.spawn("Events worker", worker);
         }

@@ -1,7 +1,7 @@
 //! The `observer` subcommands. This is the binary's edge: errors here are `anyhow`, everything
 //! below works with the library's typed errors.
 mod check;
-mod render;
+pub mod render;
 mod run;
 mod status;
 mod watch;

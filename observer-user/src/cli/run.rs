@@ -92,6 +92,17 @@ pub struct RunArgs {
         default_value_t = 60
     )]
     pub health_stale_after: u64,
+    /// `conditions` mode: write ContainersAlive=False straight from the kernel's event on a
+    /// thread of its own (real-time with --realtime-priority), beside the status manager.
+    /// `false` leaves every write to the status manager (the path before the fast path).
+    #[arg(
+        long,
+        env = "OBSERVER_FAST_PATH",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub fast_path: bool,
     #[command(flatten)]
     pub realtime: super::RealtimeArg,
 }
@@ -120,6 +131,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         status,
         health_stale_after: Duration::from_secs(args.health_stale_after.max(10)),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        fast_path: args.fast_path,
     };
     agent::run(cfg, super::shutdown_signal())
         .await

@@ -1,24 +1,26 @@
 //! `observer watch`: the kernel's view of process lifecycle, live.
 use std::{
+    collections::HashSet,
     io::{BufWriter, Write},
     os::{fd::AsFd, unix::net::UnixStream},
     path::PathBuf,
     process::ExitCode,
+    sync::{Arc, Mutex},
 };
 
 use anyhow::{bail, Context};
 
 use super::render::{
-    pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, WatchLine,
+    pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, PlegLine, WatchLine,
 };
 use crate::{
-    cgroup::{find_kubepods_roots, CgroupIndex, HierarchyMount},
-    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
+    cgroup::{find_kubepods_roots, CgroupIndex, ContainerId, HierarchyMount},
+    kernel::{BootClock, EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
     pipeline::{
-        unified_mount, watch_roots, KernelPipeline, PipelineConfig, ReaderThread, DEFAULT_QUEUE,
-        HEARTBEAT,
+        unified_mount, watch_roots, FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread,
+        DEFAULT_QUEUE, HEARTBEAT,
     },
-    pleg::PlegReceiver,
+    pleg::{FastPath, PlegEventType, PodLifecycleEvent},
 };
 
 #[derive(Debug, clap::Args)]
@@ -88,14 +90,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             .await;
         }
         tracing::info!(%endpoint, "no container runtime socket: pod events from the kernel alone");
-        let (pipeline, events) = KernelPipeline::start(PipelineConfig {
+        let cfg = PipelineConfig {
             scan_roots: find_kubepods_roots(&unified),
             unified,
             probes: opts,
             queue: DEFAULT_QUEUE,
-        })?;
-        tracing::info!("watching pods; Ctrl-C to stop");
-        return watch_pods(args.format, pipeline, events, reader).await;
+        };
+        return watch_pods(args.format, cfg, reader).await;
     }
     let mut probes = Probes::load(&opts)?;
     let events = probes.events()?;
@@ -203,44 +204,150 @@ impl<W: Write> Printer<W> {
     }
 }
 
-/// `--pods`: kernel events through the PLEG, which runs where `reader` says.
+/// `--pods`' lines, written on the kernel loop's thread as the PLEG sends each event (real-time
+/// with `--realtime-priority`): a death reaches stdout without waiting for a normal-priority
+/// task's turn behind the node's workloads. A reader of stdout that stops reading stalls that
+/// thread, as it would any printer (the kernel then counts the records it could not keep).
+struct PodPrinter {
+    out: BufWriter<std::io::Stdout>,
+    format: Format,
+    clock: BootClock,
+    /// What was printed, so that the catch-up after the first relist repeats nothing.
+    died: HashSet<ContainerId>,
+    killed: HashSet<(ContainerId, u32)>,
+    /// The first write error (stdout closed): the main task ends with it.
+    failed: Option<std::io::Error>,
+}
+
+/// The printer, shared by the loop's thread and the main task (the catch-up).
+#[derive(Clone)]
+struct SharedPrinter(Arc<Mutex<PodPrinter>>, Arc<tokio::sync::Notify>);
+
+impl SharedPrinter {
+    fn new(format: Format, clock: &BootClock) -> Self {
+        Self(
+            Arc::new(Mutex::new(PodPrinter {
+                out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
+                format,
+                clock: clock.clone(),
+                died: HashSet::new(),
+                killed: HashSet::new(),
+                failed: None,
+            })),
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    /// Writes `line` (and flushes when `flush`); a failure is kept and the main task woken.
+    fn write(&self, line: &PlegLine, flush: bool) {
+        let mut p = crate::sync::lock(&self.0);
+        if p.failed.is_some() {
+            return;
+        }
+        let format = p.format;
+        let r = match format {
+            Format::Json => serde_json::to_writer(&mut p.out, line)
+                .map_err(std::io::Error::from)
+                .and_then(|_| p.out.write_all(b"\n")),
+            Format::Text => write_pleg_text(&mut p.out, line),
+        }
+        .and_then(|_| if flush { p.out.flush() } else { Ok(()) });
+        if let Err(e) = r {
+            p.failed = Some(e);
+            self.1.notify_one();
+        }
+    }
+
+    /// Resolves once a write failed, with its error.
+    async fn failed(&self) -> std::io::Error {
+        loop {
+            let notified = self.1.notified();
+            if let Some(e) = crate::sync::lock(&self.0).failed.take() {
+                return e;
+            }
+            notified.await;
+        }
+    }
+
+    fn flush(&self) {
+        let mut p = crate::sync::lock(&self.0);
+        if p.failed.is_none() {
+            if let Err(e) = p.out.flush() {
+                p.failed = Some(e);
+                self.1.notify_one();
+            }
+        }
+    }
+}
+
+impl FastPath for SharedPrinter {
+    fn event(&mut self, ev: &PodLifecycleEvent, _sent: std::time::SystemTime) {
+        let line = {
+            let mut p = crate::sync::lock(&self.0);
+            if let Some(id) = ev.container_id() {
+                match ev.kind() {
+                    PlegEventType::ContainerDied => {
+                        p.died.insert(id);
+                    }
+                    PlegEventType::OomKill => {
+                        if let Some(o) = ev.oom() {
+                            p.killed.insert((id, o.victim.tgid));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            pleg_line(ev, p.clock.to_system_time(ev.at))
+        };
+        self.write(&line, false);
+    }
+
+    fn batch_end(&mut self) {
+        self.flush();
+    }
+}
+
+/// Makes the printer once the pipeline's clock exists; `slot` keeps it for the main task.
+fn printer_factory(format: Format, slot: Arc<Mutex<Option<SharedPrinter>>>) -> FastPathFactory {
+    Box::new(move |clock: &BootClock| {
+        let p = SharedPrinter::new(format, clock);
+        *crate::sync::lock(&slot) = Some(p.clone());
+        Box::new(p)
+    })
+}
+
+/// `--pods`: kernel events through the PLEG, which runs where `reader` says, and printed there.
 async fn watch_pods(
     format: Format,
-    pipeline: KernelPipeline,
-    mut rx: PlegReceiver,
+    cfg: PipelineConfig,
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
-    let clock = pipeline.clock();
+    let slot = Arc::new(Mutex::new(None));
+    let (pipeline, mut rx) =
+        KernelPipeline::start_with(cfg, Some(printer_factory(format, Arc::clone(&slot))))?;
+    let printer = crate::sync::lock(&slot)
+        .take()
+        .context("the printer was not made")?;
+    // The start-up walk's lines.
+    printer.flush();
+    tracing::info!("watching pods; Ctrl-C to stop");
     let mut task = pipeline.spawn(reader, || {})?;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
     let result: anyhow::Result<()> = async {
         loop {
-            let ev = tokio::select! {
+            tokio::select! {
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 e = task.stopped() => return Err(e.into()),
-                ev = rx.recv() => match ev {
-                    Some(ev) => ev,
-                    None => return Ok(()),
-                },
-            };
-            let line = pleg_line(&ev, clock.to_system_time(ev.at));
-            match format {
-                Format::Json => serde_json::to_writer(&mut out, &line)
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| out.write_all(b"\n"))?,
-                Format::Text => write_pleg_text(&mut out, &line)?,
-            }
-            if rx.is_empty() {
-                out.flush()?;
+                e = printer.failed() => return Err(e.into()),
+                // The lines are written on the loop's thread; the queue is only drained.
+                ev = rx.recv() => if ev.is_none() { return Ok(()) },
             }
         }
     }
     .await;
-    drop(out);
+    printer.flush();
     let s = task.health().stats().pleg;
     eprintln!(
         "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
@@ -249,9 +356,9 @@ async fn watch_pods(
     finish(result)
 }
 
-/// `--pods` beside a runtime: the kernel's events live, and once the first relist settled, the
-/// deaths and OOM kills the agent did not see happen (it started after them), each saying how it
-/// is known.
+/// `--pods` beside a runtime: the kernel's events live (printed on the loop's thread), and once
+/// the first relist settled, the deaths and OOM kills the agent did not see happen (it started
+/// after them), each saying how it is known.
 async fn watch_pods_reconciled(
     format: Format,
     endpoint: crate::cri::CriEndpoint,
@@ -259,37 +366,22 @@ async fn watch_pods_reconciled(
     state_dir: PathBuf,
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
-    use std::collections::HashSet;
-
-    use crate::{
-        agent::{Agent, AgentConfig},
-        cgroup::ContainerId,
-        pleg::PlegEventType,
-    };
+    use crate::agent::{Agent, AgentConfig};
     let mut cfg = AgentConfig::new(endpoint);
     cfg.cgroupfs = cgroupfs;
     cfg.reader = reader;
     cfg.reconcile.state_dir = Some(state_dir);
-    let mut agent = Agent::start(cfg).await?;
-    let mut events = agent.take_pleg_events();
-    let clock = agent.clock();
+    let slot = Arc::new(Mutex::new(None));
+    let mut agent =
+        Agent::start_with(cfg, Some(printer_factory(format, Arc::clone(&slot)))).await?;
+    let printer = crate::sync::lock(&slot)
+        .take()
+        .context("the printer was not made")?;
+    printer.flush();
     let reconcile = agent.reconcile.clone();
     let settled = reconcile.settled(std::time::Duration::from_secs(3600));
     tokio::pin!(settled);
     let mut caught_up = false;
-    let mut died: HashSet<ContainerId> = HashSet::new();
-    let mut killed: HashSet<(ContainerId, u32)> = HashSet::new();
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let write =
-        |out: &mut BufWriter<_>, line: &crate::cli::render::PlegLine| -> std::io::Result<()> {
-            match format {
-                Format::Json => serde_json::to_writer(&mut *out, line)
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| out.write_all(b"\n")),
-                Format::Text => write_pleg_text(out, line),
-            }
-        };
     tracing::info!("watching pods; Ctrl-C to stop");
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
@@ -299,45 +391,35 @@ async fn watch_pods_reconciled(
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 e = agent.failed() => return Err(e.into()),
-                ev = events.recv() => match ev {
-                    Ok(ev) => {
-                        if let Some(id) = ev.container_id() {
-                            match ev.kind() {
-                                PlegEventType::ContainerDied => { died.insert(id); }
-                                PlegEventType::OomKill => {
-                                    if let Some(o) = ev.oom() { killed.insert((id, o.victim.tgid)); }
-                                }
-                                _ => {}
-                            }
-                        }
-                        write(&mut out, &pleg_line(&ev, clock.to_system_time(ev.at)))?;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(lost = n, "the printer fell behind; lifecycle events not printed");
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
-                },
+                e = printer.failed() => return Err(e.into()),
                 _ = &mut settled, if !caught_up => {
                     caught_up = true;
-                    for pod in reconcile.pods() {
-                        for c in &pod.containers {
-                            if let Some(o) = &c.last_oom {
-                                if o.source != crate::reconcile::Source::Kernel && killed.insert((c.id, o.pid)) {
-                                    write(&mut out, &super::render::view_oom_line(&pod, c, o))?;
+                    let mut lines = Vec::new();
+                    {
+                        let mut p = crate::sync::lock(&printer.0);
+                        for pod in reconcile.pods() {
+                            for c in &pod.containers {
+                                if let Some(o) = &c.last_oom {
+                                    if o.source != crate::reconcile::Source::Kernel && p.killed.insert((c.id, o.pid)) {
+                                        lines.push(super::render::view_oom_line(&pod, c, o));
+                                    }
                                 }
-                            }
-                            if c.phase == crate::reconcile::ContainerPhase::Exited && died.insert(c.id) {
-                                write(&mut out, &super::render::view_died_line(&pod, c))?;
+                                if c.phase == crate::reconcile::ContainerPhase::Exited && p.died.insert(c.id) {
+                                    lines.push(super::render::view_died_line(&pod, c));
+                                }
                             }
                         }
                     }
+                    for line in &lines {
+                        printer.write(line, false);
+                    }
+                    printer.flush();
                 }
             }
-            out.flush()?;
         }
     }
     .await;
-    drop(out);
+    printer.flush();
     finish(result)
 }
 

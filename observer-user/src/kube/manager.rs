@@ -186,6 +186,8 @@ pub struct StatusManager {
     unlisted: HashMap<PodUid, Instant>,
     /// Said for the pods unlisted now; said again once all were found and some go missing again.
     node_warned: bool,
+    /// Shared with the fast path (`conditions` mode): who writes ContainersAlive's False.
+    ledger: Option<Arc<super::fast::AliveLedger>>,
 }
 
 impl StatusManager {
@@ -237,8 +239,14 @@ impl StatusManager {
             listed: false,
             unlisted: HashMap::new(),
             node_warned: false,
+            ledger: None,
         };
         (me, handle)
+    }
+
+    /// Shares ContainersAlive's truth with the fast path (see [`super::fast`]).
+    pub fn set_alive_ledger(&mut self, ledger: Arc<super::fast::AliveLedger>) {
+        self.ledger = Some(ledger);
     }
 
     /// The Events' publishing, to run beside [`Self::run`] (the agent supervises it); left
@@ -327,6 +335,9 @@ impl StatusManager {
         self.unlisted.remove(uid);
         self.node_warned &= !self.unlisted.is_empty();
         self.state.remove(uid);
+        if let Some(l) = &self.ledger {
+            l.forget(uid);
+        }
         self.rechecks.remove(uid);
         self.writer.forget(uid);
         self.events.forget(uid.as_str());

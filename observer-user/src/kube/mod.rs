@@ -31,6 +31,7 @@ pub mod audit;
 pub mod compute;
 pub mod conditions;
 pub mod events;
+pub mod fast;
 pub mod manager;
 pub mod patch;
 pub mod pods;

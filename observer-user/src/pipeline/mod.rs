@@ -26,8 +26,12 @@ use crate::{
         BootClock, EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions,
         Probes, Wait, Watch, WatchRoot,
     },
-    pleg::{self, InitChange, Pleg, PlegReceiver, PlegStats},
+    pleg::{self, FastPath, FastPathSlot, InitChange, Pleg, PlegReceiver, PlegStats},
 };
+
+/// Makes the [`FastPath`] once the pipeline's clock exists, before the start-up walk (whose
+/// events it sees too).
+pub type FastPathFactory = Box<dyn FnOnce(&BootClock) -> Box<dyn FastPath> + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -165,6 +169,7 @@ pub struct KernelPipeline {
     init_failures: u64,
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
+    fast: FastPathSlot,
 }
 
 impl KernelPipeline {
@@ -172,11 +177,23 @@ impl KernelPipeline {
     /// roots so that containers started before us are known with their init. Returns the
     /// pipeline and the PLEG stream it feeds.
     pub fn start(cfg: PipelineConfig) -> Result<(Self, PlegReceiver), PipelineError> {
+        Self::start_with(cfg, None)
+    }
+
+    /// [`Self::start`] with a fast path on the loop's thread (see [`pleg::FastPath`]).
+    pub fn start_with(
+        cfg: PipelineConfig,
+        fast: Option<FastPathFactory>,
+    ) -> Result<(Self, PlegReceiver), PipelineError> {
         let mut probes = Probes::load(&cfg.probes)?;
         let reader = probes.events()?;
         let inits = probes.known_inits()?;
         let (tx, events) = pleg::channel(cfg.queue);
         let lagged = tx.lag_counter();
+        let slot = tx.fast_path_slot();
+        if let Some(make) = fast {
+            slot.set(make(&reader.clock()));
+        }
         let mut index = CgroupIndex::new(cfg.unified.clone());
         index.scan();
         let mut pleg = Pleg::new(index, tx);
@@ -191,6 +208,7 @@ impl KernelPipeline {
             init_failures: 0,
             scan_roots: cfg.scan_roots,
             lagged,
+            fast: slot,
         };
         me.rescan();
         me.sync_inits();
@@ -243,6 +261,7 @@ impl KernelPipeline {
             self.rescan();
             batch.resynced = true;
         }
+        self.fast.batch_end();
         self.sync_inits();
         batch
     }

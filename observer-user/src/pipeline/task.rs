@@ -174,7 +174,7 @@ impl KernelPipeline {
                                 priority,
                                 "the kernel reader thread",
                             );
-                            guard.0.realtime.store(rt, Ordering::Relaxed);
+                            guard.0.realtime.store(rt.is_realtime(), Ordering::Relaxed);
                         }
                         let run = std::panic::AssertUnwindSafe(|| {
                             self.run_thread(&stop_rx, &mut tap, &on_resync, &guard.0)

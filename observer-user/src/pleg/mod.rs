@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 pub use event::{ContainerExit, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
 pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
-pub use stream::{channel, LagCounter, PlegReceiver, PlegSender, Stamped};
+pub use stream::{channel, FastPath, FastPathSlot, LagCounter, PlegReceiver, PlegSender, Stamped};
 
 use crate::{
     cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},

@@ -4,6 +4,11 @@
 //! the consumer receives after the pod's events that did fit (so per-container order holds).
 //! Each event carries the wall time the PLEG sent it ([`Stamped`]): what the detection bench and
 //! the agent's queueing figures start from.
+//!
+//! A [`FastPath`] set on the stream sees every event on the PLEG's own thread (real-time with
+//! `--realtime-priority`) as it is sent, before any consumer task could: `watch --pods` writes
+//! its lines there and `observer run` hands deaths to its fast status writer, so that neither
+//! waits behind the node's workloads for a normal-priority task's turn.
 use std::{
     collections::{HashSet, VecDeque},
     sync::{
@@ -34,8 +39,19 @@ struct Inner {
     closed: bool,
 }
 
+/// Work done on the PLEG's thread for every event it sends: it must never block (a write to a
+/// pipe, a hand-over to another thread).
+pub trait FastPath: Send {
+    /// `sent`: the wall time the PLEG sent it (as [`Stamped::sent`]).
+    fn event(&mut self, ev: &PodLifecycleEvent, sent: SystemTime);
+    /// The end of a batch of kernel records (a flush point).
+    fn batch_end(&mut self) {}
+}
+
 struct Shared {
     inner: Mutex<Inner>,
+    /// Only the PLEG's thread takes it (and whoever sets it, once).
+    fast: Mutex<Option<Box<dyn FastPath>>>,
     notify: Notify,
     capacity: usize,
     /// Events folded into a PodSync because the consumer lagged.
@@ -62,6 +78,7 @@ pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
             coalesced_set: HashSet::new(),
             closed: false,
         }),
+        fast: Mutex::new(None),
         notify: Notify::new(),
         capacity: capacity.max(1),
         lagged: AtomicU64::new(0),
@@ -74,6 +91,10 @@ impl PlegSender {
     /// Never blocks.
     pub fn send(&self, ev: PodLifecycleEvent) {
         let sent = SystemTime::now();
+        // First, and whether or not the consumer lags: the fast path never waits for it.
+        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
+            f.event(&ev, sent);
+        }
         let mut inner = crate::sync::lock(&self.0.inner);
         if inner.coalesced_set.contains(&ev.pod_uid) {
             // Already behind for this pod: later events must not overtake the pending sync.
@@ -100,9 +121,32 @@ impl PlegSender {
         self.0.lagged.load(Ordering::Relaxed)
     }
 
+    /// The fast-path slot, which neither sends nor keeps the stream open.
+    pub fn fast_path_slot(&self) -> FastPathSlot {
+        FastPathSlot(Arc::clone(&self.0))
+    }
+
     /// A handle on the lag count that neither sends nor keeps the stream open.
     pub fn lag_counter(&self) -> LagCounter {
         LagCounter(Arc::clone(&self.0))
+    }
+}
+
+/// The stream's fast-path slot, for the PLEG's loop: sets the [`FastPath`] and marks batch ends.
+#[derive(Clone)]
+pub struct FastPathSlot(Arc<Shared>);
+
+impl FastPathSlot {
+    /// Sets (or replaces) the fast path; it sees the events sent from now on.
+    pub fn set(&self, fast: Box<dyn FastPath>) {
+        *crate::sync::lock(&self.0.fast) = Some(fast);
+    }
+
+    /// Called by the loop after each batch of kernel records.
+    pub fn batch_end(&self) {
+        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
+            f.batch_end();
+        }
     }
 }
 
@@ -260,6 +304,43 @@ mod tests {
             ]
         );
         assert_eq!(rx.lagged(), 4);
+    }
+
+    /// The fast path sees every event on the sender's side, those folded for a lagging consumer
+    /// included, and the batch ends.
+    #[test]
+    fn the_fast_path_sees_every_event_even_when_the_consumer_lags() {
+        struct Seen(Arc<Mutex<Vec<(PlegEventType, u64)>>>, Arc<AtomicU64>);
+        impl FastPath for Seen {
+            fn event(&mut self, ev: &PodLifecycleEvent, _: SystemTime) {
+                self.0.lock().unwrap().push((ev.kind(), ev.at.0));
+            }
+            fn batch_end(&mut self) {
+                self.1.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let ends = Arc::new(AtomicU64::new(0));
+        let (tx, mut rx) = channel(1);
+        let slot = tx.fast_path_slot();
+        slot.set(Box::new(Seen(Arc::clone(&seen), Arc::clone(&ends))));
+        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
+        tx.send(ev(1, PlegEventType::ContainerDied, 2));
+        slot.batch_end();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                (PlegEventType::ContainerStarted, 1),
+                (PlegEventType::ContainerDied, 2)
+            ]
+        );
+        assert_eq!(ends.load(Ordering::Relaxed), 1);
+        // The consumer got the first and a sync for the folded death.
+        assert_eq!(
+            rx.try_recv().unwrap().kind(),
+            PlegEventType::ContainerStarted
+        );
+        assert_eq!(rx.try_recv().unwrap().kind(), PlegEventType::PodSync);
     }
 
     #[tokio::test]

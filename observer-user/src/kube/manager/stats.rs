@@ -26,6 +26,8 @@ pub struct StatusStats {
     pub rejected: AtomicU64,
     /// Computations put off because the reflector did not have the pod yet.
     pub waiting_for_pod: AtomicU64,
+    /// Computations put off because the fast path wrote a death the view did not show yet.
+    pub fast_waits: AtomicU64,
     /// Events handed to the publisher (it counts what it published, dropped and failed).
     pub events: AtomicU64,
     /// Audit findings by [`FindingKind`] (index [`FindingKind::index`]).
@@ -103,6 +105,12 @@ impl super::StatusHandle {
             "status_unchanged",
             "Computed statuses that needed no write",
             g(&s.unchanged),
+        )?;
+        counter(
+            e,
+            "status_fast_path_waits",
+            "Status computations put off until the agent's view showed a death the fast path wrote",
+            g(&s.fast_waits),
         )?;
         counter(
             e,

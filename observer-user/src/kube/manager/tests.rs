@@ -621,3 +621,87 @@ async fn listed_pods_raise_no_doubt() {
     assert_eq!(log.lines(), Vec::<String>::new());
     assert_eq!(server::patches(&log_api).len(), 1);
 }
+
+/// With the fast path: a death it wrote (and the API accepted) is not written again, a view that
+/// has not caught up with it is not written (it would say True), and the transition time is the
+/// fast path's.
+#[tokio::test(start_paused = true)]
+async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
+    use crate::kube::fast::AliveLedger;
+    let (client, handle) = api::client();
+    let log = server::serve(handle, vec![app_pod()], vec![]);
+    let mut cfg = StatusConfig::new("node-1", StatusMode::Conditions);
+    cfg.backoff_seed = Some(1);
+    let reconcile = ReconcileHandle::detached();
+    let (mut m, h) = StatusManager::new(client, cfg, reconcile.clone());
+    let ledger = Arc::new(AliveLedger::default());
+    m.set_alive_ledger(Arc::clone(&ledger));
+    tokio::spawn(m.run());
+    tokio::time::timeout(Duration::from_secs(5), h.pods().ready())
+        .await
+        .expect("the reflector listed");
+    let h = Handles {
+        status: h,
+        reconcile,
+    };
+    let up = view(vec![cv("app", 0, Running)]);
+    h.observe(&up);
+    settle().await;
+    assert_eq!(server::patches(&log).len(), 1, "True written");
+
+    // The fast path claims the death and the API accepts its patch.
+    let dead = view(vec![died_now("app", 0, 1, "Error")]);
+    let uid = up.uid;
+    let id = up.containers[0].id;
+    let written_at = SystemTime::now();
+    let types = ConditionTypes::default();
+    let (_, claimed) = ledger
+        .claim(uid, id, |last| {
+            let old: Vec<PodCondition> = last.cloned().into_iter().collect();
+            observer_conditions(app_pod().spec.as_ref(), &dead, &old, &types, written_at)
+                .into_iter()
+                .find(|c| c.type_ == types.alive && c.status == "False")
+        })
+        .expect("a transition from True");
+    ledger.confirm(&uid, id);
+
+    // A change of the view that does not show the death yet: not written.
+    h.observe(&up);
+    settle().await;
+    assert_eq!(
+        server::patches(&log).len(),
+        1,
+        "nothing written over the fast path's False"
+    );
+    assert_eq!(h.stats().fast_waits.load(Ordering::Relaxed), 1);
+
+    // The view shows it, later: the same condition, its transition time kept, not sent again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.observe(&dead);
+    settle().await;
+    assert_eq!(
+        server::patches(&log).len(),
+        1,
+        "{:#?}",
+        server::patches(&log)
+    );
+    match ledger.manager_turn(&uid, |_| true) {
+        crate::kube::fast::ManagerTurn::Free { alive: Some(a) } => {
+            assert_eq!(a.status, "False");
+            assert_eq!(a.last_transition_time, claimed.last_transition_time);
+        }
+        other => panic!("the claim is settled by the manager: {other:?}"),
+    }
+
+    // Back up: True is the manager's to write.
+    let mut again = cv("app", 1, Running);
+    again.id = crate::cgroup::ContainerId::parse(&format!("{:064x}", 99)).unwrap();
+    h.observe(&view(vec![again]));
+    settle().await;
+    let p = server::patches(&log);
+    assert_eq!(p.len(), 2);
+    assert_eq!(
+        condition(&p[1].body, "observer.dev/ContainersAlive").unwrap()["status"],
+        "True"
+    );
+}

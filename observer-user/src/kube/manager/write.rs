@@ -10,6 +10,7 @@ use crate::{
     kube::{
         compute::{compute_status, StatusInputs},
         conditions::observer_conditions,
+        fast::{caught_up, ManagerTurn},
         patch::{conditions_patch, normalize, status_patch},
         writer::{WriteDone, WriteJob, WriteOutcome},
         StatusMode,
@@ -95,8 +96,25 @@ impl StatusManager {
         let api = pod.status.clone().unwrap_or_default();
         let api_conditions = api.conditions.as_deref().unwrap_or(&[]);
         let result = if self.cfg.mode == StatusMode::Conditions {
-            // Transition times from what this agent last computed, else from the API.
-            let mut old: Vec<PodCondition> = st.conditions.clone();
+            // The fast path's claim on ContainersAlive: wait for the view to show the death it
+            // wrote (writing now would say True again), then keep its transition time.
+            let turn = self
+                .ledger
+                .as_ref()
+                .map(|l| l.manager_turn(&view.uid, |c| caught_up(view, c)));
+            let (fast, confirmed) = match turn {
+                Some(ManagerTurn::Wait) => {
+                    bump(&stats.fast_waits);
+                    return;
+                }
+                Some(ManagerTurn::Take { alive, confirmed }) => (Some(alive), confirmed),
+                Some(ManagerTurn::Free { alive }) => (alive, false),
+                None => (None, false),
+            };
+            // Transition times from the last ContainersAlive submitted (either path), what this
+            // agent last computed, else the API's.
+            let mut old: Vec<PodCondition> = fast.iter().cloned().collect();
+            old.extend(st.conditions.iter().cloned());
             old.extend(
                 api_conditions
                     .iter()
@@ -105,7 +123,24 @@ impl StatusManager {
             );
             let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
             let normal = serde_json::to_value(&desired).map_err(crate::kube::KubeError::from);
-            let patch = conditions_patch(&api_uid, api_conditions, &desired);
+            // What the fast path wrote and the API accepted is what the API has, even before the
+            // reflector shows it: not sent again.
+            let base: Vec<PodCondition> = match fast.as_ref().filter(|_| confirmed) {
+                Some(f) => api_conditions
+                    .iter()
+                    .filter(|c| c.type_ != f.type_)
+                    .cloned()
+                    .chain(std::iter::once(f.clone()))
+                    .collect(),
+                None => api_conditions.to_vec(),
+            };
+            let patch = conditions_patch(&api_uid, &base, &desired);
+            if let (Some(l), Some(a)) = (
+                &self.ledger,
+                desired.iter().find(|c| c.type_ == self.types.alive),
+            ) {
+                l.record(view.uid, a.clone());
+            }
             st.conditions = desired;
             normal.and_then(|n| patch.map(|p| (n, p)))
         } else {
