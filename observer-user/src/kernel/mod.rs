@@ -5,6 +5,7 @@ pub mod clock;
 pub mod decode;
 pub mod event;
 pub mod kmsg;
+pub mod oom_report;
 mod known_inits;
 mod loader;
 mod reader;
