@@ -88,11 +88,13 @@ pub struct Breakdown {
     pub shmem: Option<u64>,
     pub slab: Option<u64>,
     pub percpu: Option<u64>,
+    /// v1's figures: its cache (`file`) holds shmem.
+    pub v1: bool,
 }
 
 impl Breakdown {
     /// Takes one `key value` stat line; false when it is not one.
-    fn take(&mut self, v1: &mut bool, line: &str) -> bool {
+    fn take(&mut self, line: &str) -> bool {
         let Some((k, v)) = line.trim().split_once(' ') else {
             return false;
         };
@@ -114,11 +116,11 @@ impl Breakdown {
             "percpu" => &mut self.percpu,
             // v1's names for the cgroup's own pages (the `total_` ones include descendants).
             "rss" | "total_rss" => {
-                *v1 = true;
+                self.v1 = true;
                 &mut self.anon
             }
             "cache" | "total_cache" => {
-                *v1 = true;
+                self.v1 = true;
                 &mut self.file
             }
             "total_shmem" => &mut self.shmem,
@@ -132,9 +134,13 @@ impl Breakdown {
     /// The named parts, largest first, without the ones contained in another (`kernel` holds
     /// the stack, page tables, slab and percpu; v1's cache holds shmem).
     pub fn parts(&self) -> Vec<(&'static str, u64)> {
+        let file = match (self.v1, self.file, self.shmem) {
+            (true, Some(f), Some(s)) => Some(f.saturating_sub(s)),
+            (_, f, _) => f,
+        };
         let mut p: Vec<(&'static str, u64)> = [
             ("anon", self.anon),
-            ("file", self.file),
+            ("file", file),
             ("kernel", self.kernel),
             ("shmem", self.shmem),
             ("sock", self.sock),
@@ -191,6 +197,8 @@ pub struct OomReport {
     pub at_us: u64,
     /// The first record's sequence number (a report is its kill's key in the log).
     pub seq: u64,
+    /// The log's time of the kill itself (the `oom-kill:` line, else the victim's line).
+    pub kill_at_us: u64,
     pub trigger: Option<Trigger>,
     pub constraint: Option<Constraint>,
     /// The cgroup whose limit was hit (`oom_memcg`; empty on a global OOM) and the victim's.
@@ -286,7 +294,6 @@ struct Pending {
     section: Section,
     /// Column names of the task dump's header line.
     columns: Vec<String>,
-    v1: bool,
     /// The log's time of the victim's `Killed process` line.
     killed_at: Option<u64>,
 }
@@ -302,7 +309,6 @@ impl Pending {
             caller: caller.map(cap),
             section: Section::Header,
             columns: Vec::new(),
-            v1: false,
             killed_at: None,
         }
     }
@@ -580,7 +586,7 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
             t.cpuset = cap(get("cpuset"));
         }
         let pid = get("pid").parse().unwrap_or(0);
-        r.victim = None;
+        r.kill_at_us = at_us;
         p.section = Section::Killing;
         // The victim's name and pid, completed by its `Killed process` line.
         r.victim = Some(Killed {
@@ -589,11 +595,6 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
             ..Default::default()
         })
         .filter(|_| pid != 0);
-        if r.victim.is_some() {
-            // Not yet killed: the `Killed process` line completes it.
-            p.killed_at = None;
-        }
-        p.section = Section::Killing;
     } else if let Some(k) = killed(msg) {
         match (&mut r.victim, p.killed_at) {
             (Some(v), None) if v.pid == k.pid => {
@@ -606,6 +607,7 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
             (None, None) => {
                 // The `oom-kill:` line is gone: the victim from its own line.
                 r.victim = Some(k);
+                r.kill_at_us = at_us;
                 p.killed_at = Some(at_us);
             }
             _ if r.group_cgroup.is_some() => {
@@ -625,7 +627,7 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
             // One record per line, or (v2 before 6.2) one record holding them all, its
             // newlines escaped by /dev/kmsg as `\x0a`.
             for line in msg.split("\\x0a") {
-                b.take(&mut p.v1, line);
+                b.take(line);
             }
         }
     }

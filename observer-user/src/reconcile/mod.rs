@@ -42,7 +42,9 @@ pub use history::OomHistory;
 pub use kills::ContainerLabels;
 pub use runtime::RuntimeService;
 use snapshot::{PodPlan, SandboxPlan};
-pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
+pub use view::{
+    ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, Source,
+};
 
 use crate::{
     cgroup::{ContainerId, PodUid},
