@@ -26,7 +26,7 @@ use crate::{
     reconcile::ReconcileHandle,
 };
 
-pub use crate::reconcile::ContainerLabels;
+pub use crate::reconcile::{ContainerLabels, OomKillLabels};
 
 /// The agent's registry and the metrics recorded as things happen.
 pub struct Metrics {
@@ -35,7 +35,7 @@ pub struct Metrics {
     pub detection_latency: Histogram,
     /// Seconds from the reconciled view's change to its status patch leaving the process.
     pub status_write_latency: Histogram,
-    pub oom_kills: Family<ContainerLabels, Counter>,
+    pub oom_kills: Family<OomKillLabels, Counter>,
 }
 
 /// What the collector reads at scrape time.
@@ -73,10 +73,10 @@ impl Metrics {
             Unit::Seconds,
             status_write_latency.clone(),
         );
-        let oom_kills = Family::<ContainerLabels, Counter>::default();
+        let oom_kills = Family::<OomKillLabels, Counter>::default();
         registry.register(
             "oom_kills",
-            "Processes killed by the kernel's OOM killer, by the container they ran in",
+            "Processes killed by the kernel's OOM killer, by the container they ran in and the limit that was hit (scope: container, pod, cgroup, node, unknown)",
             oom_kills.clone(),
         );
         Self {
