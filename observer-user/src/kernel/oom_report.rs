@@ -442,7 +442,8 @@ fn is_report_line(msg: &str) -> bool {
         || msg.starts_with("oom-kill:")
         || msg.contains("Killed process ")
         || msg.starts_with("Tasks in ")
-        || stat_line(msg)
+        // One stat a record, or (v2 before 6.2) all of them in one, escaped newlines between.
+        || stat_line(msg.split("\\x0a").next().unwrap_or(""))
 }
 
 fn stat_line(msg: &str) -> bool {
@@ -610,6 +611,8 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
                 r.kill_at_us = at_us;
                 p.killed_at = Some(at_us);
             }
+            // The group's list names the victim again.
+            (Some(v), Some(_)) if v.pid == k.pid && r.group_cgroup.is_some() => {}
             _ if r.group_cgroup.is_some() => {
                 if r.members.len() < MAX_MEMBERS {
                     r.members.push(k);
