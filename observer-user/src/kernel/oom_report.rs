@@ -88,7 +88,7 @@ pub struct Breakdown {
     pub shmem: Option<u64>,
     pub slab: Option<u64>,
     pub percpu: Option<u64>,
-    /// v1's figures: its cache (`file`) holds shmem.
+    /// The figures came in v1's names (Linux 6.1 logs v2's names even on a v1 hierarchy).
     pub v1: bool,
 }
 
@@ -132,11 +132,12 @@ impl Breakdown {
     }
 
     /// The named parts, largest first, without the ones contained in another (`kernel` holds
-    /// the stack, page tables, slab and percpu; v1's cache holds shmem).
+    /// the stack, page tables, slab and percpu; `file` is given without shmem, which it holds).
     pub fn parts(&self) -> Vec<(&'static str, u64)> {
-        let file = match (self.v1, self.file, self.shmem) {
-            (true, Some(f), Some(s)) => Some(f.saturating_sub(s)),
-            (_, f, _) => f,
+        // Both v2's `file` and v1's cache count shmem (tmpfs) pages: told apart here.
+        let file = match (self.file, self.shmem) {
+            (Some(f), Some(s)) => Some(f.saturating_sub(s)),
+            (f, _) => f,
         };
         let mut p: Vec<(&'static str, u64)> = [
             ("anon", self.anon),

@@ -623,4 +623,103 @@ mod tests {
         }
         assert!(check_prefix(&"a".repeat(254)).is_err());
     }
+
+    /// The kills of a real capture (kernel/testdata), as the reconciler makes their evidence.
+    fn logged(file: &str) -> Vec<OomEvidence> {
+        use crate::{cgroup::classify, kernel::kmsg, reconcile::merge::logged_oom};
+        let path = format!("{}/src/kernel/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        kmsg::parse(text.lines())
+            .iter()
+            .map(|k| {
+                let id = classify(&k.task_memcg)
+                    .container()
+                    .map(|c| c.id)
+                    .unwrap_or(cv("other", 0, ContainerPhase::Running).id);
+                logged_oom(k, id, Some(false))
+            })
+            .collect()
+    }
+
+    fn sentence(o: &OomEvidence, limit: Option<&str>) -> String {
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        app.id = o.container_id;
+        describe_kill(o, Some(&app), limit)
+    }
+
+    #[test]
+    fn each_scope_is_named_in_words_from_the_kernel_report() {
+        for file in ["6.1-debian-v2.kmsg", "6.12-debian-v2.kmsg", "6.1-debian-v1.kmsg"] {
+            let k = logged(file);
+            let container = &k[0];
+            assert_eq!(container.scope, OomScope::Container, "{file}");
+            let s = sentence(container, None);
+            assert!(
+                s.starts_with("container app hit its 32.0 MiB limit: anon 3"),
+                "{file}: {s}"
+            );
+            assert!(s.contains("dd "), "{file}: the top consumer is named: {s}");
+            // The pod's limit, hit by a sibling's allocation.
+            let pod = k.iter().find(|o| o.scope == OomScope::Pod).unwrap();
+            let s = sentence(pod, Some("32Mi"));
+            assert!(
+                s.starts_with("the pod hit its pod-level 48.0 MiB limit (all its containers together): "),
+                "{file}: {s}"
+            );
+            assert!(s.contains("shmem 15."), "{file}: {s}");
+            let node = k.last().unwrap();
+            assert_eq!(node.scope, OomScope::Node, "{file}");
+            let s = sentence(node, Some("64Mi"));
+            assert!(
+                s.starts_with("the node ran out of memory (no cgroup limit was hit): the largest processes: dd "),
+                "{file}: {s}"
+            );
+            for o in &k {
+                let s = sentence(o, None);
+                assert!(!s.contains("no container memory limit"), "{s}");
+            }
+        }
+        // A trigger that was not the victim is named, with its name.
+        let k = logged("6.12-debian-v2.kmsg");
+        let s = sentence(&k[1], None);
+        assert!(
+            s.contains("process hold.sh (pid 151)") && s.contains("the allocation that hit the limit was dd (pid 286)"),
+            "{s}"
+        );
+        // The group kill says so.
+        let group = k.iter().find(|o| o.group).unwrap();
+        assert!(sentence(group, None).contains("memory.oom.group"));
+    }
+
+    #[test]
+    fn what_is_not_known_is_said_to_be_unknown() {
+        let app = cv("app", 0, ContainerPhase::Running);
+        // The probes saw it; the log's report has not been read: never a guess at the scope.
+        let probe = oom(&app, 4242, "hog", false);
+        let s = describe_kill(&probe, Some(&app), None);
+        assert!(
+            s.starts_with("which limit was hit is unknown (the kernel log's report of this kill has not been read)"),
+            "{s}"
+        );
+        let s = describe_kill(&probe, Some(&app), Some("32Mi"));
+        assert!(s.contains("the container's spec sets limit 32Mi)"), "{s}");
+        assert!(!s.contains("hit its"), "{s}");
+        // The log kept only part of the report.
+        let mut partial = probe.clone();
+        partial.scope = OomScope::Unknown(ScopeUnknown::ReportIncomplete);
+        let s = describe_kill(&partial, Some(&app), None);
+        assert!(s.contains("no longer holds the whole report"), "{s}");
+        // vm.oom_dump_tasks=0: the breakdown, and that the processes are not known.
+        let mut k = logged("6.12-debian-v2.kmsg").remove(0);
+        let mut r = (**k.report.as_ref().unwrap()).clone();
+        r.tasks.clear();
+        r.tasks_listed = false;
+        k.report = Some(std::sync::Arc::new(r));
+        let s = sentence(&k, None);
+        assert!(s.contains("the processes are not known (vm.oom_dump_tasks=0)"), "{s}");
+        // A cgroup above the pod.
+        let mut above = logged("6.12-debian-v2.kmsg").remove(0);
+        above.scope = OomScope::Cgroup("/kubepods/burstable".into());
+        assert!(sentence(&above, None).starts_with("cgroup /kubepods/burstable, above the pod, hit its 32.0 MiB limit"));
+    }
 }

@@ -337,3 +337,32 @@ fn streaming_gives_each_report_once_when_the_log_is_drained() {
         );
     }
 }
+
+/// Debian's 6.1 on cgroup v1: the pod-level kill's trigger (head, writing tmpfs in one container)
+/// killed dd in the other. 6.1 logs v1's counters (memory+swap, kmem) but v2's stat names.
+#[test]
+fn debian_guest_6_1_v1() {
+    let r = reports("6.1-debian-v1.kmsg");
+    let victims: Vec<_> = r.iter().map(|r| r.victim.as_ref().unwrap().pid).collect();
+    assert_eq!(victims, [102, 106, 111, 323, 327]);
+    let p = &r[3];
+    assert_eq!(p.trigger.as_ref().unwrap().comm, "head");
+    assert_eq!(p.trigger.as_ref().unwrap().pid, Some(263));
+    assert_ne!(p.oom_memcg, p.task_memcg);
+    assert!(p.oom_memcg.ends_with("pod33333333-3333-4333-8333-333333333333"));
+    assert_eq!(p.limit_kb(), Some(49152));
+    assert!(p.counter("memory+swap").is_some() && p.counter("kmem").is_some());
+    let b = p.breakdown.as_ref().unwrap();
+    assert!(!b.v1, "{b:?}");
+    let parts = b.parts();
+    let shmem = parts.iter().find(|(k, _)| *k == "shmem").unwrap().1;
+    assert!(shmem >= 15 << 20, "{parts:?}");
+    // The cache figure without its shmem: no page counted twice.
+    let file = parts.iter().find(|(k, _)| *k == "file").map_or(0, |p| p.1);
+    assert!(file < 2 << 20, "{parts:?}");
+    assert_eq!(r[4].constraint, Some(Constraint::None));
+    // 6.18 on v1 logs v1's names, the hierarchy's `total_` figures winning.
+    let host = reports("6.18-host-v1-pod.kmsg");
+    let b = host[0].breakdown.as_ref().unwrap();
+    assert!(b.v1 && b.anon == Some(66707456), "{b:?}");
+}
