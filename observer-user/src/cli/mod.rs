@@ -1,6 +1,7 @@
 //! The `observer` subcommands. This is the binary's edge: errors here are `anyhow`, everything
 //! below works with the library's typed errors.
 mod check;
+mod explain;
 mod render;
 mod run;
 mod status;
@@ -47,6 +48,9 @@ pub enum Command {
     /// This node's pods like `kubectl get pods`, from the runtime corrected by the kernel, with
     /// each pod's last OOM kill. No Kubernetes API needed.
     Status(status::StatusArgs),
+    /// One pod's lifecycle and OOM kills in full (which limit, what filled it, who held it, who
+    /// triggered it), from the agent's own record. No Kubernetes API needed.
+    Explain(explain::ExplainArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -55,6 +59,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => watch::run(args).await,
         Command::Check(args) => check::run(args),
         Command::Status(args) => status::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
     }
 }
 

@@ -398,6 +398,11 @@ impl Parser {
         }
     }
 
+    /// Reports under way (at most [`MAX_PENDING`]).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Reports finished so far.
     pub fn pop(&mut self) -> Vec<OomReport> {
         std::mem::take(&mut self.done)
