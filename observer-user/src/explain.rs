@@ -202,7 +202,10 @@ pub fn render_text(e: &Explanation) -> String {
                 .map(|f| format!(", finished {f}"))
                 .unwrap_or_default(),
             exit,
-            i.reason.as_deref().map(|r| format!(" {r}")).unwrap_or_default(),
+            i.reason
+                .as_deref()
+                .map(|r| format!(" {r}"))
+                .unwrap_or_default(),
             i.exit_source
                 .map(|src| format!(" (known from {src})"))
                 .unwrap_or_default(),
@@ -217,7 +220,11 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(s, "OOM kills:  none");
     }
     for k in &e.kills {
-        let _ = writeln!(s, "OOM kill in {} at {} (scope: {}):", k.container, k.time, k.scope);
+        let _ = writeln!(
+            s,
+            "OOM kill in {} at {} (scope: {}):",
+            k.container, k.time, k.scope
+        );
         let _ = writeln!(s, "  {}", k.sentence);
         let Some(r) = &k.report else {
             let _ = writeln!(
@@ -375,7 +382,9 @@ mod tests {
         assert_eq!(e.kills[0].scope, "unknown");
         let text = render_text(&e);
         assert!(
-            text.contains("Report:   none (the kernel log's report of this kill has not been read)"),
+            text.contains(
+                "Report:   none (the kernel log's report of this kill has not been read)"
+            ),
             "{text}"
         );
     }

@@ -299,7 +299,10 @@ mod tests {
         assert_eq!(json["kills"][0]["scope"], "unknown");
         assert_eq!(get("/explain/default/web/app", &health).await.0, 200);
         let (code, body) = get("/explain/default/nope", &health).await;
-        assert_eq!((code, body.as_str()), (404, "no pod default/nope on this node\n"));
+        assert_eq!(
+            (code, body.as_str()),
+            (404, "no pod default/nope on this node\n")
+        );
         assert_eq!(get("/explain/default", &health).await.0, 400);
     }
 }

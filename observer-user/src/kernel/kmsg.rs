@@ -276,7 +276,9 @@ pub fn kills(r: OomReport) -> Vec<LoggedOomKill> {
         .chain(r.members.iter().map(|m| {
             (
                 m.clone(),
-                r.group_cgroup.clone().unwrap_or_else(|| r.task_memcg.clone()),
+                r.group_cgroup
+                    .clone()
+                    .unwrap_or_else(|| r.task_memcg.clone()),
             )
         }))
         .filter(|(k, _)| k.pid != 0)

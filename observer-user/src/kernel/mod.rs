@@ -5,9 +5,9 @@ pub mod clock;
 pub mod decode;
 pub mod event;
 pub mod kmsg;
-pub mod oom_report;
 mod known_inits;
 mod loader;
+pub mod oom_report;
 mod reader;
 pub mod tracefs;
 

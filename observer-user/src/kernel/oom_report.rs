@@ -347,7 +347,11 @@ impl Parser {
         let msg = r.msg;
         if let Some((comm, rest)) = msg.split_once(" invoked oom-killer: ") {
             // A new kill: a report of the same caller (or with no caller) is over.
-            if let Some(i) = self.pending.iter().position(|p| p.caller.as_deref() == r.caller) {
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|p| p.caller.as_deref() == r.caller)
+            {
                 let p = self.pending.remove(i);
                 self.done.push(p.report);
             }
@@ -375,7 +379,10 @@ impl Parser {
         let idx = match idx {
             Some(i) => i,
             // A report whose start the ring overwrote: kept from its `oom-kill:` line on.
-            None if msg.starts_with("oom-kill:") || msg.starts_with("Memory cgroup stats for ") || msg.starts_with("Tasks state") => {
+            None if msg.starts_with("oom-kill:")
+                || msg.starts_with("Memory cgroup stats for ")
+                || msg.starts_with("Tasks state") =>
+            {
                 if self.pending.len() == MAX_PENDING {
                     let p = self.pending.remove(0);
                     self.done.push(p.report);
@@ -509,7 +516,9 @@ fn killed(msg: &str) -> Option<Killed> {
     let pid = pid.parse().ok()?;
     let rest = rest.strip_prefix('(')?;
     // The comm may hold ") ": the figures follow the last one.
-    let (comm, figures) = rest.rsplit_once(") ").unwrap_or((rest.trim_end_matches(')'), ""));
+    let (comm, figures) = rest
+        .rsplit_once(") ")
+        .unwrap_or((rest.trim_end_matches(')'), ""));
     let kb = |k: &str| {
         figures
             .split(k)
@@ -606,7 +615,11 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
         match (&mut r.victim, p.killed_at) {
             (Some(v), None) if v.pid == k.pid => {
                 *v = Killed {
-                    comm: if k.comm.is_empty() { std::mem::take(&mut v.comm) } else { k.comm },
+                    comm: if k.comm.is_empty() {
+                        std::mem::take(&mut v.comm)
+                    } else {
+                        k.comm
+                    },
                     ..k
                 };
                 p.killed_at = Some(at_us);
@@ -702,5 +715,7 @@ fn keep_largest(tasks: &mut Vec<Task>, t: Task) {
 /// A finished report, shared by every kill it names (a group kill's members).
 pub type SharedReport = Arc<OomReport>;
 
+// An explicit path: the fuzz target includes this file by its path, from another directory.
 #[cfg(test)]
+#[path = "oom_report/tests.rs"]
 mod tests;

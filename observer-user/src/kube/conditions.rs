@@ -382,7 +382,9 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
         OomScope::Node => "the node ran out of memory (no cgroup limit was hit)".into(),
         OomScope::Unknown(why) => {
             let why = match why {
-                ScopeUnknown::LogNotRead => "the kernel log's report of this kill has not been read",
+                ScopeUnknown::LogNotRead => {
+                    "the kernel log's report of this kill has not been read"
+                }
                 ScopeUnknown::ReportIncomplete => {
                     "the kernel log no longer holds the whole report of this kill"
                 }
@@ -649,7 +651,11 @@ mod tests {
 
     #[test]
     fn each_scope_is_named_in_words_from_the_kernel_report() {
-        for file in ["6.1-debian-v2.kmsg", "6.12-debian-v2.kmsg", "6.1-debian-v1.kmsg"] {
+        for file in [
+            "6.1-debian-v2.kmsg",
+            "6.12-debian-v2.kmsg",
+            "6.1-debian-v1.kmsg",
+        ] {
             let k = logged(file);
             let container = &k[0];
             assert_eq!(container.scope, OomScope::Container, "{file}");
@@ -663,7 +669,9 @@ mod tests {
             let pod = k.iter().find(|o| o.scope == OomScope::Pod).unwrap();
             let s = sentence(pod, Some("32Mi"));
             assert!(
-                s.starts_with("the pod hit its pod-level 48.0 MiB limit (all its containers together): "),
+                s.starts_with(
+                    "the pod hit its pod-level 48.0 MiB limit (all its containers together): "
+                ),
                 "{file}: {s}"
             );
             assert!(s.contains("shmem 15."), "{file}: {s}");
@@ -683,7 +691,8 @@ mod tests {
         let k = logged("6.12-debian-v2.kmsg");
         let s = sentence(&k[1], None);
         assert!(
-            s.contains("process hold.sh (pid 151)") && s.contains("the allocation that hit the limit was dd (pid 286)"),
+            s.contains("process hold.sh (pid 151)")
+                && s.contains("the allocation that hit the limit was dd (pid 286)"),
             "{s}"
         );
         // The group kill says so.
@@ -716,10 +725,14 @@ mod tests {
         r.tasks_listed = false;
         k.report = Some(std::sync::Arc::new(r));
         let s = sentence(&k, None);
-        assert!(s.contains("the processes are not known (vm.oom_dump_tasks=0)"), "{s}");
+        assert!(
+            s.contains("the processes are not known (vm.oom_dump_tasks=0)"),
+            "{s}"
+        );
         // A cgroup above the pod.
         let mut above = logged("6.12-debian-v2.kmsg").remove(0);
         above.scope = OomScope::Cgroup("/kubepods/burstable".into());
-        assert!(sentence(&above, None).starts_with("cgroup /kubepods/burstable, above the pod, hit its 32.0 MiB limit"));
+        assert!(sentence(&above, None)
+            .starts_with("cgroup /kubepods/burstable, above the pod, hit its 32.0 MiB limit"));
     }
 }

@@ -76,7 +76,12 @@ impl KillCounter {
 
     fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
         let Some(view) = view else {
-            for seen in self.seen.remove(&uid).into_iter().flat_map(|m| m.into_values()) {
+            for seen in self
+                .seen
+                .remove(&uid)
+                .into_iter()
+                .flat_map(|m| m.into_values())
+            {
                 for labels in seen.series() {
                     self.family.remove(&labels);
                 }
@@ -169,7 +174,11 @@ mod tests {
         let early = killed(OomScope::Unknown(ScopeUnknown::LogNotRead));
         k.update_at(uid, Some(&early), t(10) + Duration::from_millis(20));
         assert_eq!(count(&family, "unknown"), 0);
-        k.update_at(uid, Some(&killed(OomScope::Pod)), t(10) + Duration::from_millis(40));
+        k.update_at(
+            uid,
+            Some(&killed(OomScope::Pod)),
+            t(10) + Duration::from_millis(40),
+        );
         assert_eq!(count(&family, "pod"), 1);
         // The same kill seen again is not counted again.
         k.update_at(uid, Some(&killed(OomScope::Pod)), t(11));
@@ -182,7 +191,11 @@ mod tests {
         let family = Family::<OomKillLabels, Counter>::default();
         let mut k = KillCounter::new(family.clone());
         let v = killed(OomScope::Unknown(ScopeUnknown::LogNotRead));
-        k.update_at(v.uid, Some(&v), t(10) + SCOPE_GRACE + Duration::from_millis(1));
+        k.update_at(
+            v.uid,
+            Some(&v),
+            t(10) + SCOPE_GRACE + Duration::from_millis(1),
+        );
         assert_eq!(count(&family, "unknown"), 1);
         // The pod leaves: its series go.
         k.update_at(v.uid, None, t(20));

@@ -42,7 +42,12 @@ fn host_6_18_v1_container_limit() {
     assert_eq!(r.task_count, 1);
     let task = &r.tasks[0];
     assert_eq!(
-        (task.pid, task.rss_pages, task.rss_anon_pages, task.name.as_str()),
+        (
+            task.pid,
+            task.rss_pages,
+            task.rss_anon_pages,
+            task.name.as_str()
+        ),
         (12591, 9799, Some(8128), "python3")
     );
     let v = r.victim.as_ref().unwrap();
@@ -215,8 +220,14 @@ fn a_long_task_dump_keeps_the_largest() {
     assert_eq!(r[0].task_count, 100);
     assert_eq!(r[0].tasks.len(), MAX_TASKS);
     assert_eq!(r[0].tasks[0].rss_pages, 100);
-    assert!(r[0].tasks.windows(2).all(|w| w[0].rss_pages >= w[1].rss_pages));
-    assert_eq!(r[0].tasks[0].rss_anon_pages, None, "no split on this format");
+    assert!(r[0]
+        .tasks
+        .windows(2)
+        .all(|w| w[0].rss_pages >= w[1].rss_pages));
+    assert_eq!(
+        r[0].tasks[0].rss_anon_pages, None,
+        "no split on this format"
+    );
     assert!(r[0].tasks[0].name.starts_with("my task "));
 }
 
@@ -261,9 +272,16 @@ fn debian_guests_v2_every_kind_of_kill() {
             assert_eq!(rep.trigger.as_ref().unwrap().pid, Some(trigger), "{f}");
             assert_eq!(rep.victim.as_ref().unwrap().pid, victim, "{f}");
             assert!(rep.tasks_listed, "{f}");
-            assert!(rep.tasks.iter().all(|t| t.rss_anon_pages.is_some() == g.split), "{f}");
+            assert!(
+                rep.tasks
+                    .iter()
+                    .all(|t| t.rss_anon_pages.is_some() == g.split),
+                "{f}"
+            );
         }
-        let pod = |n: u32| format!("/kubepods/burstable/pod{n}{n}{n}{n}{n}{n}{n}{n}-{n}{n}{n}{n}-4{n}{n}{n}-8{n}{n}{n}-{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}");
+        let pod = |n: u32| {
+            format!("/kubepods/burstable/pod{n}{n}{n}{n}{n}{n}{n}{n}-{n}{n}{n}{n}-4{n}{n}{n}-8{n}{n}{n}-{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}{n}")
+        };
 
         // A container's own 32 MiB limit.
         let c = &r[0];
@@ -273,7 +291,10 @@ fn debian_guests_v2_every_kind_of_kill() {
         assert_eq!(c.limit_kb(), Some(32768), "{f}");
         assert_eq!(c.stats_cgroup, c.oom_memcg, "{f}");
         let b = c.breakdown.as_ref().unwrap();
-        assert!(b.anon.unwrap() > 30 << 20 && b.file == Some(0), "{f}: {b:?}");
+        assert!(
+            b.anon.unwrap() > 30 << 20 && b.file == Some(0),
+            "{f}: {b:?}"
+        );
         assert!(b.kernel.is_some() && b.pagetables.is_some(), "{f}: {b:?}");
         assert_eq!(c.trigger.as_ref().unwrap().cpuset, id("c0ffee01"), "{f}");
 
@@ -286,7 +307,11 @@ fn debian_guests_v2_every_kind_of_kill() {
         // The pod's 48 MiB limit, hit from its second container; the first holds tmpfs.
         let p = &r[2];
         assert_eq!(p.oom_memcg, pod(3), "{f}");
-        assert_eq!(p.task_memcg, format!("{}/{}", pod(3), id("c0ffee03b")), "{f}");
+        assert_eq!(
+            p.task_memcg,
+            format!("{}/{}", pod(3), id("c0ffee03b")),
+            "{f}"
+        );
         assert_eq!(p.limit_kb(), Some(49152), "{f}");
         assert_eq!(p.stats_cgroup, pod(3), "{f}");
         let b = p.breakdown.as_ref().unwrap();
@@ -306,9 +331,16 @@ fn debian_guests_v2_every_kind_of_kill() {
         // The node's memory: no cgroup, no counters, no breakdown.
         let n = &r[4];
         assert_eq!(n.constraint, Some(Constraint::None), "{f}");
-        assert_eq!((n.oom_memcg.as_str(), n.task_memcg.as_str()), ("", "/global"), "{f}");
+        assert_eq!(
+            (n.oom_memcg.as_str(), n.task_memcg.as_str()),
+            ("", "/global"),
+            "{f}"
+        );
         assert!(n.counters.is_empty() && n.breakdown.is_none(), "{f}");
-        assert!(n.victim.as_ref().unwrap().anon_rss_kb.unwrap() > 100 << 10, "{f}");
+        assert!(
+            n.victim.as_ref().unwrap().anon_rss_kb.unwrap() > 100 << 10,
+            "{f}"
+        );
     }
 }
 
@@ -330,7 +362,9 @@ fn streaming_gives_each_report_once_when_the_log_is_drained() {
         }
         got.extend(p.finish());
         assert_eq!(
-            got.iter().map(|r| r.victim.as_ref().unwrap().pid).collect::<Vec<_>>(),
+            got.iter()
+                .map(|r| r.victim.as_ref().unwrap().pid)
+                .collect::<Vec<_>>(),
             g.kills.map(|k| k.1),
             "{}",
             g.file
@@ -349,7 +383,9 @@ fn debian_guest_6_1_v1() {
     assert_eq!(p.trigger.as_ref().unwrap().comm, "head");
     assert_eq!(p.trigger.as_ref().unwrap().pid, Some(263));
     assert_ne!(p.oom_memcg, p.task_memcg);
-    assert!(p.oom_memcg.ends_with("pod33333333-3333-4333-8333-333333333333"));
+    assert!(p
+        .oom_memcg
+        .ends_with("pod33333333-3333-4333-8333-333333333333"));
     assert_eq!(p.limit_kb(), Some(49152));
     assert!(p.counter("memory+swap").is_some() && p.counter("kmem").is_some());
     let b = p.breakdown.as_ref().unwrap();
