@@ -272,6 +272,7 @@ pub fn render_text(e: &Explanation) -> String {
             let parts: Vec<String> = b
                 .parts()
                 .iter()
+                .filter(|(_, v)| *v > 0)
                 .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
                 .collect();
             let _ = writeln!(s, "  Filled:   {}", parts.join(", "));

@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use observer::{
+    kube::conditions::describe_kill,
     pleg::{ExitReason, PlegEventType},
-    reconcile::{ContainerPhase, ReconcileStats, Source},
+    reconcile::{ContainerPhase, OomScope, ReconcileStats, ScopeUnknown, Source},
 };
 use observer_tests::{
     agent::{has, kinds, AgentEnv, WAIT},
@@ -191,6 +192,26 @@ async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
         assert!(rss > 16 << 10, "anon rss {rss} kB at the kill");
     }
     assert_eq!(env.pod(&uid).unwrap().status(), "OOMKilled");
+    // The kernel log's report comes milliseconds after the probes: then the scope is the
+    // container's own limit, and the sentence says what filled it and who held it.
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.last_oom
+                .as_ref()
+                .is_some_and(|o| o.scope != OomScope::Unknown(ScopeUnknown::LogNotRead))
+        })
+        .await;
+    let ev = v.last_oom.as_ref().unwrap();
+    assert_eq!(ev.scope, OomScope::Container, "{ev:?}");
+    let sentence = describe_kill(ev, Some(&v), None);
+    assert!(
+        sentence.starts_with("container hog hit its 32.0 MiB limit: anon "),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains("(sh "),
+        "the top consumer is named: {sentence}"
+    );
     env.assert_no_misses();
     Ok(())
 }

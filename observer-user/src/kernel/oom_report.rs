@@ -158,7 +158,7 @@ impl Breakdown {
                 p.push(("kernel", k));
             }
         }
-        p.sort_by(|a, b| b.1.cmp(&a.1));
+        p.sort_by_key(|b| std::cmp::Reverse(b.1));
         p
     }
 }

@@ -376,8 +376,8 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
             None => "the pod hit its pod-level limit (all its containers together)".into(),
         },
         OomScope::Cgroup(cg) => match limit {
-            Some(l) => format!("cgroup {cg}, above the pod, hit its {l} limit"),
-            None => format!("cgroup {cg}, above the pod, hit its limit"),
+            Some(l) => format!("cgroup {cg}, above the container's, hit its {l} limit"),
+            None => format!("cgroup {cg}, above the container's, hit its limit"),
         },
         OomScope::Node => "the node ran out of memory (no cgroup limit was hit)".into(),
         OomScope::Unknown(why) => {
@@ -419,7 +419,7 @@ pub fn filled_with(r: &OomReport) -> Option<String> {
         })
         .filter(|(_, kb)| *kb > 0)
         .collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|b| std::cmp::Reverse(b.1));
     top.truncate(TOP);
     let who = (!top.is_empty()).then(|| {
         top.iter()
@@ -733,6 +733,6 @@ mod tests {
         let mut above = logged("6.12-debian-v2.kmsg").remove(0);
         above.scope = OomScope::Cgroup("/kubepods/burstable".into());
         assert!(sentence(&above, None)
-            .starts_with("cgroup /kubepods/burstable, above the pod, hit its 32.0 MiB limit"));
+            .starts_with("cgroup /kubepods/burstable, above the container's, hit its 32.0 MiB limit"));
     }
 }

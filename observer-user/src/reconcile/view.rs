@@ -43,7 +43,8 @@ pub enum OomScope {
     Container,
     /// The pod's limit (its cgroup above the containers): a sibling's memory counts too.
     Pod,
-    /// Another cgroup above the pod ran out (a QoS class, kubepods: the node's allocatable).
+    /// Another cgroup above the container's ran out: a QoS class or kubepods (the node's
+    /// allocatable), or a cgroup outside kubelet's layout.
     Cgroup(String),
     /// The node's memory: a global OOM, no cgroup limit was hit.
     Node,
