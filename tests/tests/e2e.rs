@@ -574,6 +574,13 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
         "{o:#}"
     );
     assert_eq!(oom["source"], "kernel-log", "the kill predates the command");
+    // The report was read again from the kernel log by the command, as by a restarted agent.
+    assert_eq!(oom["scope"], "container", "{oom:#}");
+    let message = oom["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("container worker hit its 32.0 MiB limit: anon "),
+        "{message}"
+    );
     assert!(oom["anon_rss_kb"].is_u64(), "{oom:#}");
 
     let table = tokio::process::Command::new(&bin)
