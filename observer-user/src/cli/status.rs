@@ -250,13 +250,10 @@ impl Row {
             last_restart: columns.last_restart,
             created: p.created_at,
             created_at: p.created_at.map(rfc3339),
-            last_oom: p
-                .last_oom
-                .as_ref()
-                .map(|o| {
-                    let c = p.containers.iter().find(|c| c.id == o.container_id);
-                    oom_row(o, &name_of(&o.container_id), c)
-                }),
+            last_oom: p.last_oom.as_ref().map(|o| {
+                let c = p.containers.iter().find(|c| c.id == o.container_id);
+                oom_row(o, &name_of(&o.container_id), c)
+            }),
             containers: p.containers.iter().map(container_row).collect(),
         }
     }

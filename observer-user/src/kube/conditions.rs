@@ -732,7 +732,8 @@ mod tests {
         // A cgroup above the pod.
         let mut above = logged("6.12-debian-v2.kmsg").remove(0);
         above.scope = OomScope::Cgroup("/kubepods/burstable".into());
-        assert!(sentence(&above, None)
-            .starts_with("cgroup /kubepods/burstable, above the container's, hit its 32.0 MiB limit"));
+        assert!(sentence(&above, None).starts_with(
+            "cgroup /kubepods/burstable, above the container's, hit its 32.0 MiB limit"
+        ));
     }
 }
