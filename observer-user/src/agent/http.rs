@@ -89,7 +89,9 @@ fn reply(code: StatusCode, content_type: &'static str, body: String) -> Response
     r
 }
 
-fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+/// `target`: the request's path and query.
+fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     const TEXT: &str = "text/plain; charset=utf-8";
     let check = |r: Result<(), String>| match r {
         Ok(()) => reply(StatusCode::OK, TEXT, "ok\n".into()),
@@ -110,7 +112,11 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
         },
         "/healthz" | "/livez" => check(health.live()),
         "/readyz" => check(health.ready()),
-        p if p.starts_with("/explain/") => explain(&p["/explain/".len()..], &health.reconcile),
+        p if p.starts_with("/explain/") => explain(
+            &p["/explain/".len()..],
+            query.split('&').any(|q| q == "output=text"),
+            &health.reconcile,
+        ),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
@@ -120,8 +126,9 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
     }
 }
 
-/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::explain`]).
-fn explain(rest: &str, reconcile: &ReconcileHandle) -> Response<Full<Bytes>> {
+/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::explain`]);
+/// with `?output=text`, as `observer explain` prints it.
+fn explain(rest: &str, text: bool, reconcile: &ReconcileHandle) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, pod, container) = match parts.as_slice() {
@@ -143,7 +150,11 @@ fn explain(rest: &str, reconcile: &ReconcileHandle) -> Response<Full<Bytes>> {
             format!("no pod {ns}/{pod} on this node\n"),
         );
     };
-    match serde_json::to_string_pretty(&crate::explain::explain(view, container)) {
+    let e = crate::explain::explain(view, container);
+    if text {
+        return reply(StatusCode::OK, TEXT, crate::explain::render_text(&e));
+    }
+    match serde_json::to_string_pretty(&e) {
         Ok(body) => reply(StatusCode::OK, "application/json", body + "\n"),
         Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
     }
@@ -169,7 +180,8 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health)
         let (metrics, health) = (Arc::clone(&metrics), health.clone());
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = route(req.uri().path(), &metrics, &health);
+                let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                let resp = route(target, &metrics, &health);
                 async move { Ok::<_, Infallible>(resp) }
             });
             // A scraper that stalls is dropped rather than held for ever.
@@ -298,6 +310,9 @@ mod tests {
         assert_eq!(json["kills"][0]["victim"]["comm"], "hog");
         assert_eq!(json["kills"][0]["scope"], "unknown");
         assert_eq!(get("/explain/default/web/app", &health).await.0, 200);
+        let (code, text) = get("/explain/default/web?output=text", &health).await;
+        assert_eq!(code, 200);
+        assert!(text.starts_with("Pod:        default/web\n"), "{text}");
         let (code, body) = get("/explain/default/nope", &health).await;
         assert_eq!(
             (code, body.as_str()),

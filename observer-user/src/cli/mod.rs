@@ -2,6 +2,7 @@
 //! below works with the library's typed errors.
 mod check;
 mod explain;
+mod kubectl;
 mod render;
 mod run;
 mod status;
@@ -12,6 +13,8 @@ use std::process::ExitCode;
 use crate::{agent::Agent, cri::CriEndpoint};
 
 use clap::{Parser, Subcommand};
+
+pub use kubectl::plugin_args;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,6 +54,9 @@ pub enum Command {
     /// One pod's lifecycle and OOM kills in full (which limit, what filled it, who held it, who
     /// triggered it), from the agent's own record. No Kubernetes API needed.
     Explain(explain::ExplainArgs),
+    /// The kubectl plugin (`kubectl observer explain POD`, installed as `kubectl-observer`): asks
+    /// the agent on the pod's node through the API server's pod proxy.
+    Kubectl(kubectl::KubectlArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -60,6 +66,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args),
         Command::Status(args) => status::run(args).await,
         Command::Explain(args) => explain::run(args).await,
+        Command::Kubectl(args) => kubectl::run(args).await,
     }
 }
 

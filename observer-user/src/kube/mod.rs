@@ -34,6 +34,7 @@ pub mod events;
 pub mod manager;
 pub mod patch;
 pub mod pods;
+pub mod remote;
 pub mod writer;
 
 #[cfg(test)]
