@@ -458,7 +458,7 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
                 && c.last_oom.as_ref().is_some_and(|o| o.oom_cgroup.is_some())
         })
         .await;
-    let o = v.last_oom.unwrap();
+    let o = v.last_oom.clone().unwrap();
     assert_eq!(o.oom_cgroup.as_deref(), Some(pod.cgroup_parent.as_str()));
     assert_eq!(o.limit_bytes, Some(128 << 20));
     assert_eq!(
