@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod cri;
 pub mod error;
+pub mod explain;
 mod exposition;
 pub mod kernel;
 pub mod kube;

@@ -2,10 +2,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use observer::cli::{init_logging, run, runtime, Cli};
+use observer::cli::{init_logging, plugin_args, run, runtime, Cli};
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    // Installed as `kubectl-observer`, it is kubectl's plugin (`kubectl observer explain POD`).
+    let cli = Cli::parse_from(plugin_args(std::env::args_os()));
     init_logging(&cli.log, cli.log_format)?;
     runtime()?.block_on(run(cli))
 }

@@ -1287,7 +1287,7 @@ async fn the_agent_runs_as_the_daemonset_says() {
     assert_eq!(code, 200);
     assert!(
         metrics.contains(
-            r#"observer_oom_kills_total{namespace="default",pod="victim",container="app"} 1"#
+            r#"observer_oom_kills_total{namespace="default",pod="victim",container="app",scope="container"} 1"#
         ),
         "{metrics}"
     );

@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use observer::{
+    kube::conditions::describe_kill,
     pleg::{ExitReason, PlegEventType},
-    reconcile::{ContainerPhase, ReconcileStats, Source},
+    reconcile::{ContainerPhase, OomScope, ReconcileStats, ScopeUnknown, Source},
 };
 use observer_tests::{
     agent::{has, kinds, AgentEnv, WAIT},
@@ -191,6 +192,26 @@ async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
         assert!(rss > 16 << 10, "anon rss {rss} kB at the kill");
     }
     assert_eq!(env.pod(&uid).unwrap().status(), "OOMKilled");
+    // The kernel log's report comes milliseconds after the probes: then the scope is the
+    // container's own limit, and the sentence says what filled it and who held it.
+    let v = env
+        .container(&uid, &cid, |c| {
+            c.last_oom
+                .as_ref()
+                .is_some_and(|o| o.scope != OomScope::Unknown(ScopeUnknown::LogNotRead))
+        })
+        .await;
+    let ev = v.last_oom.as_ref().unwrap();
+    assert_eq!(ev.scope, OomScope::Container, "{ev:?}");
+    let sentence = describe_kill(ev, Some(&v), None);
+    assert!(
+        sentence.starts_with("container hog hit its 32.0 MiB limit: anon "),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains("(sh "),
+        "the top consumer is named: {sentence}"
+    );
     env.assert_no_misses();
     Ok(())
 }
@@ -553,6 +574,13 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
         "{o:#}"
     );
     assert_eq!(oom["source"], "kernel-log", "the kill predates the command");
+    // The report was read again from the kernel log by the command, as by a restarted agent.
+    assert_eq!(oom["scope"], "container", "{oom:#}");
+    let message = oom["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("container worker hit its 32.0 MiB limit: anon "),
+        "{message}"
+    );
     assert!(oom["anon_rss_kb"].is_u64(), "{oom:#}");
 
     let table = tokio::process::Command::new(&bin)

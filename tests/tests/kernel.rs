@@ -1,10 +1,15 @@
 //! The kernel side against the real kernel: real processes in real cgroups, real tracepoints.
 //! Each test watches only its own cgroup, so tests can run in parallel.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
-use std::time::Duration;
+use std::{os::unix::process::ExitStatusExt, time::Duration};
 
-use observer::kernel::{Exit, GroupDeadSource, KernelEvent, OomKill, ProbeOptions, Watch};
-use observer_tests::kernel::{require_kernel, workload, KernelWatch, TestCgroup};
+use observer::kernel::{
+    kmsg, oom_report::Constraint, Exit, GroupDeadSource, KernelEvent, OomKill, ProbeOptions, Watch,
+};
+use observer_tests::{
+    kernel::{require_kernel, workload, KernelWatch, TestCgroup},
+    poll_until_async,
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -221,6 +226,74 @@ async fn oom_kill_names_the_child_and_the_parent_survives() {
     let parent_exit = group_exit(events, parent).unwrap();
     assert_eq!(parent_exit.status.code(), Some(0));
     assert!(parent_exit.at > oom.at);
+}
+
+/// The kernel log's whole report of a kill in this test's cgroup, read back as the agent reads it:
+/// the limit hit and its counters, the trigger, the task dump, the victim; where the memory
+/// controller is on cgroup2 (`memory.oom.group` exists), a group kill: every process of the
+/// cgroup, the surviving parent of the other test included, killed with the victim.
+#[tokio::test]
+async fn the_kernel_log_reports_the_whole_kill() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("oomreport").unwrap();
+    cg.limit_memory(32 << 20).unwrap();
+    let group_file = cg.dir.join("memory.oom.group");
+    let group = group_file.exists();
+    if group {
+        std::fs::write(&group_file, "1").unwrap();
+    }
+    let child = cg.spawn(&workload(), &["oom-child", "64"]).unwrap();
+    let parent = child.id();
+    let out = child.wait_with_output().unwrap();
+    let report = poll_until_async(WAIT, || {
+        let h = kmsg::read_history().expect("read the kernel log");
+        h.kills
+            .iter()
+            .filter_map(|k| k.report.clone())
+            .find(|r| r.oom_memcg == cg.rel)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no report of a kill in {} in the kernel log", cg.rel));
+    assert_eq!(report.constraint, Some(Constraint::Memcg));
+    assert_eq!(report.task_memcg, cg.rel);
+    assert_eq!(report.limit_kb(), Some(32 << 10), "{report:#?}");
+    let memory = report.counter("memory").unwrap();
+    assert!(memory.usage_kb > 30 << 10, "{memory:?}");
+    let victim = report.victim.as_ref().unwrap();
+    assert_eq!(victim.comm, "oom-victim");
+    // The victim allocated itself: it is the trigger.
+    let trigger = report.trigger.as_ref().unwrap();
+    assert_eq!(
+        (trigger.pid, trigger.comm.as_str()),
+        (Some(victim.pid), "oom-victim")
+    );
+    assert!(report.tasks_listed);
+    assert!(
+        report.tasks.iter().any(|t| t.pid == victim.pid),
+        "{report:#?}"
+    );
+    assert!(report.tasks.iter().any(|t| t.pid == parent), "{report:#?}");
+    assert_eq!(report.stats_cgroup, cg.rel);
+    let anon = report.breakdown.as_ref().and_then(|b| b.anon).unwrap();
+    assert!(anon > 24 << 20, "anon {anon} under a 32 MiB limit");
+    if group {
+        assert_eq!(report.group_cgroup.as_deref(), Some(cg.rel.as_str()));
+        assert_eq!(
+            report.members.iter().map(|m| m.pid).collect::<Vec<_>>(),
+            [parent],
+            "the parent was killed with its child"
+        );
+        assert_eq!(out.status.signal(), Some(9), "{:?}", out.status);
+    } else {
+        assert!(report.group_cgroup.is_none() && report.members.is_empty());
+        assert!(
+            out.status.success(),
+            "the parent survives: {:?}",
+            out.status
+        );
+    }
 }
 
 #[tokio::test]

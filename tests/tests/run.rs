@@ -168,7 +168,7 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
     assert_eq!(code, 200);
     assert!(
         metrics.contains(
-            r#"observer_oom_kills_total{namespace="default",pod="oomer",container="app"} 1"#
+            r#"observer_oom_kills_total{namespace="default",pod="oomer",container="app",scope="container"} 1"#
         ),
         "{metrics}"
     );

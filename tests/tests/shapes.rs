@@ -6,8 +6,9 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use anyhow::Result;
 use observer::{
+    kube::conditions::describe_kill,
     pleg::{ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent},
-    reconcile::{ContainerPhase, ReconcileStats, Source},
+    reconcile::{ContainerPhase, OomScope, ReconcileStats, Source},
 };
 use observer_tests::{
     agent::{cid, has, kinds, AgentEnv, WAIT},
@@ -457,7 +458,7 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
                 && c.last_oom.as_ref().is_some_and(|o| o.oom_cgroup.is_some())
         })
         .await;
-    let o = v.last_oom.unwrap();
+    let o = v.last_oom.clone().unwrap();
     assert_eq!(o.oom_cgroup.as_deref(), Some(pod.cgroup_parent.as_str()));
     assert_eq!(o.limit_bytes, Some(128 << 20));
     assert_eq!(
@@ -465,6 +466,24 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
         (Some(true), Some(cid(&grower)))
     );
     assert_eq!(v.reason.as_deref(), Some("OOMKilled"));
+    // The kernel's report names the pod's limit as the scope, and the sentence of the Event and
+    // the OOMKilled condition says so: the limit, what filled it, the victim and the trigger.
+    assert_eq!(o.scope, OomScope::Pod, "{o:?}");
+    let report = o.report.as_deref().expect("the kill's report");
+    assert_eq!(report.limit_kb(), Some(128 << 10));
+    assert!(report.tasks.iter().any(|t| t.pid == ph), "{report:?}");
+    let sentence = describe_kill(&o, Some(&v), None);
+    assert!(
+        sentence.starts_with(
+            "the pod hit its pod-level 128.0 MiB limit (all its containers together): anon "
+        ),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains("in container holder was OOM-killed")
+            && sentence.contains(&format!("in container {}", &cid(&grower).as_str()[..12])),
+        "{sentence}"
+    );
     // No other process of the pod was killed, and the grower runs on.
     let grower_view = env
         .container(&pod.uid, &grower, |c| c.phase == ContainerPhase::Running)

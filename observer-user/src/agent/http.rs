@@ -89,7 +89,9 @@ fn reply(code: StatusCode, content_type: &'static str, body: String) -> Response
     r
 }
 
-fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+/// `target`: the request's path and query.
+fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     const TEXT: &str = "text/plain; charset=utf-8";
     let check = |r: Result<(), String>| match r {
         Ok(()) => reply(StatusCode::OK, TEXT, "ok\n".into()),
@@ -110,11 +112,51 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
         },
         "/healthz" | "/livez" => check(health.live()),
         "/readyz" => check(health.ready()),
+        p if p.starts_with("/explain/") => explain(
+            &p["/explain/".len()..],
+            query.split('&').any(|q| q == "output=text"),
+            &health.reconcile,
+        ),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found: /metrics, /healthz, /readyz\n".into(),
+            "not found: /metrics, /healthz, /readyz, /explain/<namespace>/<pod>[/<container>]\n"
+                .into(),
         ),
+    }
+}
+
+/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::explain`]);
+/// with `?output=text`, as `observer explain` prints it.
+fn explain(rest: &str, text: bool, reconcile: &ReconcileHandle) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (ns, pod, container) = match parts.as_slice() {
+        [ns, pod] => (*ns, *pod, None),
+        [ns, pod, c] => (*ns, *pod, Some(*c)),
+        _ => {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                TEXT,
+                "want /explain/<namespace>/<pod>[/<container>]\n".into(),
+            )
+        }
+    };
+    let pods = reconcile.pods();
+    let Some(view) = pods.iter().find(|v| v.namespace == ns && v.name == pod) else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            format!("no pod {ns}/{pod} on this node\n"),
+        );
+    };
+    let e = crate::explain::explain(view, container);
+    if text {
+        return reply(StatusCode::OK, TEXT, crate::explain::render_text(&e));
+    }
+    match serde_json::to_string_pretty(&e) {
+        Ok(body) => reply(StatusCode::OK, "application/json", body + "\n"),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
     }
 }
 
@@ -138,7 +180,8 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health)
         let (metrics, health) = (Arc::clone(&metrics), health.clone());
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = route(req.uri().path(), &metrics, &health);
+                let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                let resp = route(target, &metrics, &health);
                 async move { Ok::<_, Infallible>(resp) }
             });
             // A scraper that stalls is dropped rather than held for ever.
@@ -238,5 +281,43 @@ mod tests {
             get("/readyz", &health).await,
             (503, "the Events worker ended\n".into())
         );
+    }
+
+    #[tokio::test]
+    async fn explain_serves_a_pod_by_namespace_and_name() {
+        use crate::{kube::testkit, reconcile::ContainerPhase};
+        let reconcile = ReconcileHandle::detached();
+        let mut app = testkit::cv("app", 0, ContainerPhase::Running);
+        app.last_oom = Some(testkit::oom(&app, 7, "hog", false));
+        let mut v = testkit::view(vec![app]);
+        v.namespace = "default".into();
+        v.name = "web".into();
+        reconcile.publish(v);
+        let dir = tempfile::tempdir().unwrap();
+        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(dir.path().join("x"))));
+        let health = Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile,
+            cri,
+            tasks: Tasks::default().health(),
+            api: None,
+            stale_after: Duration::from_secs(60),
+        };
+        let (code, body) = get("/explain/default/web", &health).await;
+        assert_eq!(code, 200, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["name"], "web");
+        assert_eq!(json["kills"][0]["victim"]["comm"], "hog");
+        assert_eq!(json["kills"][0]["scope"], "unknown");
+        assert_eq!(get("/explain/default/web/app", &health).await.0, 200);
+        let (code, text) = get("/explain/default/web?output=text", &health).await;
+        assert_eq!(code, 200);
+        assert!(text.starts_with("Pod:        default/web\n"), "{text}");
+        let (code, body) = get("/explain/default/nope", &health).await;
+        assert_eq!(
+            (code, body.as_str()),
+            (404, "no pod default/nope on this node\n")
+        );
+        assert_eq!(get("/explain/default", &health).await.0, 400);
     }
 }

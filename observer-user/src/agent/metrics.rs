@@ -26,7 +26,7 @@ use crate::{
     reconcile::ReconcileHandle,
 };
 
-pub use crate::reconcile::ContainerLabels;
+pub use crate::reconcile::{ContainerLabels, OomKillLabels};
 
 /// The agent's registry and the metrics recorded as things happen.
 pub struct Metrics {
@@ -38,7 +38,7 @@ pub struct Metrics {
     /// Seconds from a container init's exit in the kernel to the fast path's ContainersAlive
     /// patch handed to its HTTP client.
     pub fast_write_latency: Histogram,
-    pub oom_kills: Family<ContainerLabels, Counter>,
+    pub oom_kills: Family<OomKillLabels, Counter>,
 }
 
 /// What the collector reads at scrape time.
@@ -85,10 +85,10 @@ impl Metrics {
             Unit::Seconds,
             fast_write_latency.clone(),
         );
-        let oom_kills = Family::<ContainerLabels, Counter>::default();
+        let oom_kills = Family::<OomKillLabels, Counter>::default();
         registry.register(
             "oom_kills",
-            "Processes killed by the kernel's OOM killer, by the container they ran in",
+            "Processes killed by the kernel's OOM killer, by the container they ran in and the limit that was hit (scope: container, pod, cgroup, node, unknown)",
             oom_kills.clone(),
         );
         Self {

@@ -209,9 +209,12 @@ async fn reread_kernel_log(
         let after = seen_up_to;
         for mut kill in history.kills.into_iter().filter(|k| k.at_us > after) {
             seen_up_to = seen_up_to.max(kill.at_us);
-            kill.limit_bytes = mounts
-                .as_ref()
-                .and_then(|m| m.memory_limit(&kill.oom_memcg));
+            // The report's own figure (the limit at the kill) wins over one read now.
+            kill.limit_bytes = kill.limit_bytes.or_else(|| {
+                mounts
+                    .as_ref()
+                    .and_then(|m| m.memory_limit(&kill.oom_memcg))
+            });
             if tx.send(kill).await.is_err() {
                 return;
             }
@@ -229,9 +232,11 @@ async fn follow_kernel_log(
     loop {
         match log.next().await {
             Ok(mut kill) => {
-                kill.limit_bytes = mounts
-                    .as_ref()
-                    .and_then(|m| m.memory_limit(&kill.oom_memcg));
+                kill.limit_bytes = kill.limit_bytes.or_else(|| {
+                    mounts
+                        .as_ref()
+                        .and_then(|m| m.memory_limit(&kill.oom_memcg))
+                });
                 if tx.send(kill).await.is_err() {
                     return;
                 }

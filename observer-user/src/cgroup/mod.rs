@@ -19,9 +19,9 @@ pub use id::{cgroup_id, cgroup_id_and_version};
 pub use index::{CgroupEntry, CgroupIndex};
 pub use mounts::{CgroupMode, CgroupMounts, CgroupVersion, HierarchyMount, V1Hierarchy};
 pub use path::{
-    classify, classify_bytes, conmon_cgroup_path, container_cgroup_path, kubepods_root_path,
-    pod_cgroup_path, qos_cgroup_path, CgroupDriver, CgroupKind, ConmonRef, ContainerId,
-    ContainerRef, PodCgroup, PodUid, Qos, Runtime,
+    classify, classify_bytes, conmon_cgroup_path, container_cgroup_path, container_of_name,
+    kubepods_root_path, pod_cgroup_path, qos_cgroup_path, CgroupDriver, CgroupKind, ConmonRef,
+    ContainerId, ContainerRef, PodCgroup, PodUid, Qos, Runtime,
 };
 pub use scan::{
     find_kubepods_roots, scan, scan_kubepods, Scan, ScanOptions, ScanStats, ScannedCgroup,

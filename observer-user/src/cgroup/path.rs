@@ -449,6 +449,16 @@ fn parse_container_component(c: &[u8]) -> Option<Child> {
     ContainerId::parse_bytes(id).map(|id| Child::Container(Some(runtime), id))
 }
 
+/// The container a cgroup's name alone names (`<id>`, `cri-containerd-<id>.scope`, `crio-<id>`,
+/// ...): what the kernel log gives where it prints a cgroup's name rather than its path (the
+/// `cpuset=` of an OOM kill).
+pub fn container_of_name(name: &str) -> Option<ContainerId> {
+    match parse_container_component(name.as_bytes())? {
+        Child::Container(_, id) => Some(id),
+        Child::Conmon(_) => None,
+    }
+}
+
 /// The kubepods root kubelet creates (with the default `--cgroup-root=/`).
 pub fn kubepods_root_path(driver: CgroupDriver) -> &'static str {
     match driver {

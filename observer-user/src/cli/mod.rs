@@ -1,6 +1,8 @@
 //! The `observer` subcommands. This is the binary's edge: errors here are `anyhow`, everything
 //! below works with the library's typed errors.
 mod check;
+mod explain;
+mod kubectl;
 pub mod render;
 mod run;
 mod status;
@@ -11,6 +13,8 @@ use std::process::ExitCode;
 use crate::{agent::Agent, cri::CriEndpoint};
 
 use clap::{Parser, Subcommand};
+
+pub use kubectl::plugin_args;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,6 +51,12 @@ pub enum Command {
     /// This node's pods like `kubectl get pods`, from the runtime corrected by the kernel, with
     /// each pod's last OOM kill. No Kubernetes API needed.
     Status(status::StatusArgs),
+    /// One pod's lifecycle and OOM kills in full (which limit, what filled it, who held it, who
+    /// triggered it), from the agent's own record. No Kubernetes API needed.
+    Explain(explain::ExplainArgs),
+    /// The kubectl plugin (`kubectl observer explain POD`, installed as `kubectl-observer`): asks
+    /// the agent on the pod's node through the API server's pod proxy.
+    Kubectl(kubectl::KubectlArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -55,6 +65,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => watch::run(args).await,
         Command::Check(args) => check::run(args),
         Command::Status(args) => status::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
+        Command::Kubectl(args) => kubectl::run(args).await,
     }
 }
 

@@ -249,6 +249,10 @@ struct OomRow {
     oom_cgroup: Option<String>,
     /// `probe` for kills the agent saw, `kernel-log` for kills from before it started.
     source: &'static str,
+    /// Which limit was hit: `container`, `pod`, `cgroup`, `node`, `unknown`.
+    scope: &'static str,
+    /// The sentence of the Event and the OOMKilled condition.
+    message: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -291,16 +295,16 @@ impl Row {
             last_restart: columns.last_restart,
             created: p.created_at,
             created_at: p.created_at.map(rfc3339),
-            last_oom: p
-                .last_oom
-                .as_ref()
-                .map(|o| oom_row(o, &name_of(&o.container_id))),
+            last_oom: p.last_oom.as_ref().map(|o| {
+                let c = p.containers.iter().find(|c| c.id == o.container_id);
+                oom_row(o, &name_of(&o.container_id), c)
+            }),
             containers: p.containers.iter().map(container_row).collect(),
         }
     }
 }
 
-fn oom_row(o: &OomEvidence, container: &str) -> OomRow {
+fn oom_row(o: &OomEvidence, container: &str, c: Option<&ContainerView>) -> OomRow {
     OomRow {
         time: rfc3339(o.time),
         at: o.time,
@@ -316,6 +320,8 @@ fn oom_row(o: &OomEvidence, container: &str) -> OomRow {
             crate::reconcile::Source::Kernel => "probe",
             s => s.as_str(),
         },
+        scope: o.scope.label(),
+        message: crate::kube::conditions::describe_kill(o, c, None),
     }
 }
 
@@ -340,7 +346,7 @@ fn container_row(c: &ContainerView) -> ContainerRow {
         finished_at: c.finished_at.map(rfc3339),
         init_pid: c.init_pid,
         oom_kills: c.oom_kills,
-        last_oom: c.last_oom.as_ref().map(|o| oom_row(o, &c.name)),
+        last_oom: c.last_oom.as_ref().map(|o| oom_row(o, &c.name, Some(c))),
     }
 }
 

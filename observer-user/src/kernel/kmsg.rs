@@ -8,11 +8,14 @@
 //! the victim, its memory cgroup (so its container) and its memory. The log is a ring: old kills
 //! may be gone, which is why it is evidence beside the probes, never their replacement.
 use std::{
+    collections::VecDeque,
     fs::File,
     io::{ErrorKind, Read},
     os::unix::fs::OpenOptionsExt,
     time::{Duration, SystemTime},
 };
+
+use super::oom_report::{self, OomReport, SharedReport};
 
 /// One OOM kill from the kernel log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +40,9 @@ pub struct LoggedOomKill {
     /// Killed with the rest of its cgroup (`memory.oom.group`, which kubelet sets on cgroup v2):
     /// every process of `task_memcg`, the container's init included, was killed.
     pub group: bool,
+    /// The kill's whole report as the log held it ([`oom_report`]), shared by every process
+    /// one group kill took. Dropped from older kills to bound memory (see `reconcile::history`).
+    pub report: Option<SharedReport>,
 }
 
 impl Default for LoggedOomKill {
@@ -55,6 +61,7 @@ impl Default for LoggedOomKill {
             oom_score_adj: None,
             limit_bytes: None,
             group: false,
+            report: None,
         }
     }
 }
@@ -197,8 +204,10 @@ fn syslog_line_to_record(line: &str) -> Option<String> {
 pub struct Follower {
     fd: tokio::io::unix::AsyncFd<File>,
     buf: Vec<u8>,
-    /// Records since the last complete kill: an `oom-kill:` line waits for its `Killed process`.
-    pending: Vec<String>,
+    /// The reports under way (bounded: see [`oom_report::Parser`]).
+    parser: oom_report::Parser,
+    /// Kills of finished reports not handed out yet.
+    ready: VecDeque<LoggedOomKill>,
 }
 
 impl Follower {
@@ -217,36 +226,32 @@ impl Follower {
         Ok(Self {
             fd,
             buf: vec![0u8; 8192],
-            pending: Vec::new(),
+            parser: oom_report::Parser::new(),
+            ready: VecDeque::new(),
         })
     }
 
-    /// The next complete kill.
+    /// The next complete kill. A report is finished when the log has been read to its end after
+    /// its victim (a group kill's members are logged right after), or a later kill began.
     pub async fn next(&mut self) -> std::io::Result<LoggedOomKill> {
         loop {
+            if let Some(k) = self.ready.pop_front() {
+                return Ok(k);
+            }
             let mut guard = self.fd.readable_mut().await?;
             loop {
                 match guard.get_inner_mut().read(&mut self.buf) {
                     Ok(0) => break,
                     Ok(n) => {
-                        let rec = String::from_utf8_lossy(&self.buf[..n]).into_owned();
-                        let completes = rec.contains("Killed process ");
-                        if rec.contains("oom-kill:") || completes {
-                            self.pending.push(rec);
-                        }
-                        if completes {
-                            let kills = parse(self.pending.iter().map(String::as_str));
-                            self.pending.clear();
-                            if let Some(k) = kills.into_iter().last() {
-                                return Ok(k);
-                            }
-                        } else if self.pending.len() > 8 {
-                            // An `oom-kill:` line whose second line never came.
-                            self.pending.remove(0);
-                        }
+                        let rec = String::from_utf8_lossy(&self.buf[..n]);
+                        self.parser.push(&rec);
+                        let done = self.parser.pop();
+                        self.ready.extend(done.into_iter().flat_map(kills));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         guard.clear_ready();
+                        let done = self.parser.flush_killed();
+                        self.ready.extend(done.into_iter().flat_map(kills));
                         break;
                     }
                     // Records were overwritten before we read them: go on with the oldest left.
@@ -258,113 +263,55 @@ impl Follower {
     }
 }
 
-/// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`).
+/// The kills one report names: its victim, and with `memory.oom.group` every other member.
+pub fn kills(r: OomReport) -> Vec<LoggedOomKill> {
+    let Some(victim) = r.victim.clone() else {
+        return Vec::new();
+    };
+    let group = r.group_cgroup.is_some();
+    let at_us = r.kill_at_us;
+    let time = mono_to_wall(at_us);
+    let r = std::sync::Arc::new(r);
+    std::iter::once((victim, r.task_memcg.clone()))
+        .chain(r.members.iter().map(|m| {
+            (
+                m.clone(),
+                r.group_cgroup
+                    .clone()
+                    .unwrap_or_else(|| r.task_memcg.clone()),
+            )
+        }))
+        .filter(|(k, _)| k.pid != 0)
+        .map(|(k, task_memcg)| LoggedOomKill {
+            at_us,
+            time,
+            pid: k.pid,
+            comm: k.comm,
+            task_memcg,
+            oom_memcg: r.oom_memcg.clone(),
+            total_vm_kb: k.total_vm_kb,
+            anon_rss_kb: k.anon_rss_kb,
+            file_rss_kb: k.file_rss_kb,
+            shmem_rss_kb: k.shmem_rss_kb,
+            oom_score_adj: k.oom_score_adj,
+            limit_bytes: r.limit_kb().map(|kb| kb * 1024),
+            group,
+            report: Some(r.clone()),
+        })
+        .collect()
+}
+
+/// Parses `/dev/kmsg` records (`prio,seq,usec,flags;message`) into kills, each with its report.
 ///
 /// With `memory.oom.group`, the kernel logs the first victim with its `oom-kill:` line, then
 /// `Tasks in <cgroup> are going to be killed due to memory.oom.group set`, then one `Killed
 /// process` line per other member, with no `oom-kill:` line of their own: those are kills of that
 /// cgroup too.
 pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKill> {
-    let mut out: Vec<LoggedOomKill> = Vec::new();
-    // The cgroup of the group kill under way, and the kill that started it.
-    let mut group: Option<(String, usize)> = None;
-    for rec in records {
-        let Some((head, msg)) = rec.split_once(';') else {
-            continue;
-        };
-        let msg = msg.lines().next().unwrap_or("");
-        let at_us = head
-            .split(',')
-            .nth(2)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
-        if let Some(cg) = msg
-            .strip_prefix("Tasks in ")
-            .and_then(|r| r.strip_suffix(" are going to be killed due to memory.oom.group set"))
-        {
-            if let Some(first) = out.last_mut() {
-                first.group = true;
-                group = Some((cg.to_string(), out.len() - 1));
-            }
-        } else if let Some(fields) = msg.strip_prefix("oom-kill:") {
-            group = None;
-            let get = |k: &str| {
-                fields
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-                    .unwrap_or("")
-                    .to_string()
-            };
-            out.push(LoggedOomKill {
-                at_us,
-                time: mono_to_wall(at_us),
-                pid: get("pid").parse().unwrap_or(0),
-                comm: get("task"),
-                task_memcg: get("task_memcg"),
-                oom_memcg: get("oom_memcg"),
-                ..Default::default()
-            });
-        } else if let Some(rest) = msg.split_once("Killed process ").map(|(_, r)| r) {
-            let pid: u32 = rest
-                .split_whitespace()
-                .next()
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
-            let kb = |k: &str| {
-                rest.split(k)
-                    .nth(1)
-                    .and_then(|v| v.split("kB").next())
-                    .and_then(|v| v.trim().parse().ok())
-            };
-            let adj = rest
-                .split("oom_score_adj:")
-                .nth(1)
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok());
-            let comm = rest
-                .split_once('(')
-                .and_then(|(_, r)| r.split_once(')'))
-                .map(|(c, _)| c.to_string())
-                .unwrap_or_default();
-            let completes = out
-                .last()
-                .is_some_and(|l| l.pid == pid && l.total_vm_kb.is_none());
-            let target = if completes {
-                // Completes the oom-kill line just before it: the same victim.
-                out.last_mut()
-            } else if let Some((cg, first)) = group
-                .as_ref()
-                .filter(|(_, first)| at_us.saturating_sub(out[*first].at_us) < 1_000_000)
-            {
-                // Another member of a group kill (logged within the same kill, so within
-                // milliseconds of the first).
-                let head = &out[*first];
-                let member = LoggedOomKill {
-                    at_us,
-                    time: mono_to_wall(at_us),
-                    pid,
-                    comm,
-                    task_memcg: cg.clone(),
-                    oom_memcg: head.oom_memcg.clone(),
-                    group: true,
-                    ..Default::default()
-                };
-                out.push(member);
-                out.last_mut()
-            } else {
-                None
-            };
-            if let Some(k) = target {
-                k.total_vm_kb = kb("total-vm:");
-                k.anon_rss_kb = kb("anon-rss:");
-                k.file_rss_kb = kb("file-rss:");
-                k.shmem_rss_kb = kb("shmem-rss:");
-                k.oom_score_adj = adj;
-            }
-        }
-    }
-    out.retain(|k| k.pid != 0);
-    out
+    oom_report::parse_all(records)
+        .into_iter()
+        .flat_map(kills)
+        .collect()
 }
 
 #[cfg(test)]

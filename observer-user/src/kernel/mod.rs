@@ -7,6 +7,7 @@ pub mod event;
 pub mod kmsg;
 mod known_inits;
 mod loader;
+pub mod oom_report;
 mod reader;
 pub mod tracefs;
 

@@ -30,7 +30,10 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec};
 
 use super::compute::{rfc3339, to_time, RestartPolicy};
-use crate::reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView};
+use crate::{
+    kernel::oom_report::OomReport,
+    reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
+};
 
 /// The observer-owned condition types for one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -310,10 +313,20 @@ pub fn kib(kb: u64) -> String {
     }
 }
 
-/// One sentence naming the victim: "process hog (pid 4242) in container app was OOM-killed at
-/// …: anon-rss 63.5 MiB, total-vm 78.1 MiB, limit 64Mi; the container survived".
+/// One sentence for a kill, the same in the Event and the OOMKilled condition: which limit was
+/// hit, what filled it and who held it, then the victim, the trigger and the container's fate.
+/// What is not known is said to be unknown, never guessed:
+///
+/// "container app hit its 32.0 MiB limit: anon 31.2 MiB (hog 30.1 MiB, sh 0.4 MiB), file 0.2 MiB;
+/// process hog (pid 4242) in container app was OOM-killed at …: anon-rss 31.0 MiB, ...; the
+/// container survived (a child process was killed)".
 pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&str>) -> String {
     let container = c.map(|c| c.name.as_str()).unwrap_or("an unknown container");
+    let mut out = scope_clause(o, container, limit);
+    if let Some(filled) = o.report.as_deref().and_then(filled_with) {
+        out.push_str(": ");
+        out.push_str(&filled);
+    }
     let mut mem = Vec::new();
     if let Some(kb) = o.anon_rss_kb {
         mem.push(format!("anon-rss {}", kib(kb)));
@@ -321,26 +334,33 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
     if let Some(kb) = o.total_vm_kb {
         mem.push(format!("total-vm {}", kib(kb)));
     }
-    // The limit that was hit, as the kernel log names it; else the spec's.
-    mem.push(match (o.limit_bytes, o.oom_cgroup.as_deref(), limit) {
-        (Some(b), Some(cg), _) => format!("limit {} of {cg}", kib(b / 1024)),
-        (Some(b), None, _) => format!("limit {}", kib(b / 1024)),
-        (None, Some(cg), _) => format!("the limit of {cg} was hit"),
-        (None, None, Some(l)) => format!("limit {l}"),
-        (None, None, None) => {
-            "no container memory limit (the pod's or the node's was hit)".to_string()
-        }
-    });
+    out.push_str(&format!(
+        "; process {} (pid {}) in container {container} was OOM-killed at {}",
+        o.comm,
+        o.pid,
+        rfc3339(o.time)
+    ));
+    if !mem.is_empty() {
+        out.push_str(&format!(": {}", mem.join(", ")));
+    }
     if let Some(t) = o.trigger_pid {
-        mem.push(match &o.trigger_container {
-            Some(tc) if *tc != o.container_id => {
-                format!(
-                    "the allocation that hit it was pid {t} in container {}",
-                    &tc.as_str()[..12]
-                )
-            }
-            _ => format!("the allocation that hit it was pid {t}"),
+        let comm = o
+            .report
+            .as_deref()
+            .and_then(|r| r.trigger.as_ref())
+            .filter(|tr| tr.pid == Some(t))
+            .map(|tr| format!("{} ", tr.comm))
+            .unwrap_or_default();
+        out.push_str(&match &o.trigger_container {
+            Some(tc) if *tc != o.container_id => format!(
+                "; the allocation that hit the limit was {comm}(pid {t}) in container {}",
+                &tc.as_str()[..12]
+            ),
+            _ => format!("; the allocation that hit the limit was {comm}(pid {t})"),
         });
+    }
+    if o.group {
+        out.push_str("; every process of the container was killed with it (memory.oom.group)");
     }
     let fate = match survived(o, c) {
         Some(true) => "the container survived (a child process was killed)",
@@ -348,13 +368,103 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
         Some(false) => "the container is no longer running",
         None => "whether the container survived is unknown",
     };
-    format!(
-        "process {} (pid {}) in container {container} was OOM-killed at {}: {}; {fate}",
-        o.comm,
-        o.pid,
-        rfc3339(o.time),
-        mem.join(", ")
-    )
+    out.push_str("; ");
+    out.push_str(fate);
+    out
+}
+
+/// Which limit was hit, in words.
+fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> String {
+    let limit = o.limit_bytes.map(|b| kib(b / 1024));
+    match &o.scope {
+        OomScope::Container => match (limit, spec_limit) {
+            (Some(l), _) => format!("container {container} hit its {l} limit"),
+            (None, Some(l)) => format!("container {container} hit its limit {l}"),
+            (None, None) => format!("container {container} hit its memory limit"),
+        },
+        OomScope::Pod => match limit {
+            Some(l) => format!("the pod hit its pod-level {l} limit (all its containers together)"),
+            None => "the pod hit its pod-level limit (all its containers together)".into(),
+        },
+        OomScope::Cgroup(cg) => match limit {
+            Some(l) => format!("cgroup {cg}, above the container's, hit its {l} limit"),
+            None => format!("cgroup {cg}, above the container's, hit its limit"),
+        },
+        OomScope::Node => "the node ran out of memory (no cgroup limit was hit)".into(),
+        OomScope::Unknown(why) => {
+            let why = match why {
+                ScopeUnknown::LogNotRead => {
+                    "the kernel log's report of this kill has not been read"
+                }
+                ScopeUnknown::ReportIncomplete => {
+                    "the kernel log no longer holds the whole report of this kill"
+                }
+            };
+            match spec_limit {
+                Some(l) => format!(
+                    "which limit was hit is unknown ({why}; the container's spec sets limit {l})"
+                ),
+                None => format!("which limit was hit is unknown ({why})"),
+            }
+        }
+    }
+}
+
+/// What filled the cgroup that ran out, and the processes that held the most:
+/// "anon 251.0 MiB (java 240.0 MiB, sh 2.0 MiB), file 3.0 MiB". A global OOM has no breakdown:
+/// the largest processes of the node then.
+pub fn filled_with(r: &OomReport) -> Option<String> {
+    const TOP: usize = 3;
+    const PAGE_KB: u64 = 4;
+    let split = r.tasks.iter().any(|t| t.rss_anon_pages.is_some());
+    let mut top: Vec<(&str, u64)> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            let pages = if split {
+                t.rss_anon_pages.unwrap_or(0)
+            } else {
+                t.rss_pages
+            };
+            (t.name.as_str(), pages * PAGE_KB)
+        })
+        .filter(|(_, kb)| *kb > 0)
+        .collect();
+    top.sort_by_key(|b| std::cmp::Reverse(b.1));
+    top.truncate(TOP);
+    let who = (!top.is_empty()).then(|| {
+        top.iter()
+            .map(|(n, kb)| format!("{n} {}", kib(*kb)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let not_listed = (!r.tasks_listed && r.has_start)
+        .then_some("the processes are not known (vm.oom_dump_tasks=0)");
+    let parts = r.breakdown.as_ref().map(|b| b.parts()).unwrap_or_default();
+    if parts.is_empty() {
+        return match (who, not_listed) {
+            (Some(w), _) => Some(format!("the largest processes: {w}")),
+            (None, Some(n)) => Some(n.into()),
+            (None, None) => None,
+        };
+    }
+    let mut s: Vec<String> = parts
+        .iter()
+        .filter(|(_, bytes)| *bytes >= 1024 * 1024 || parts.len() == 1)
+        .map(|(k, bytes)| match (k, &who) {
+            (&"anon", Some(w)) if split => format!("anon {} ({w})", kib(bytes / 1024)),
+            _ => format!("{k} {}", kib(bytes / 1024)),
+        })
+        .collect();
+    if !split {
+        if let Some(w) = who {
+            s.push(format!("largest processes {w}"));
+        }
+    }
+    if let Some(n) = not_listed {
+        s.push(n.into());
+    }
+    Some(s.join(", "))
 }
 
 fn oom_killed(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> Option<PodCondition> {
@@ -550,5 +660,116 @@ mod tests {
             assert!(e.starts_with(&format!("condition prefix {bad:?} ")), "{e}");
         }
         assert!(check_prefix(&"a".repeat(254)).is_err());
+    }
+
+    /// The kills of a real capture (kernel/testdata), as the reconciler makes their evidence.
+    fn logged(file: &str) -> Vec<OomEvidence> {
+        use crate::{cgroup::classify, kernel::kmsg, reconcile::merge::logged_oom};
+        let path = format!("{}/src/kernel/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        kmsg::parse(text.lines())
+            .iter()
+            .map(|k| {
+                let id = classify(&k.task_memcg)
+                    .container()
+                    .map(|c| c.id)
+                    .unwrap_or(cv("other", 0, ContainerPhase::Running).id);
+                logged_oom(k, id, Some(false))
+            })
+            .collect()
+    }
+
+    fn sentence(o: &OomEvidence, limit: Option<&str>) -> String {
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        app.id = o.container_id;
+        describe_kill(o, Some(&app), limit)
+    }
+
+    #[test]
+    fn each_scope_is_named_in_words_from_the_kernel_report() {
+        for file in [
+            "6.1-debian-v2.kmsg",
+            "6.12-debian-v2.kmsg",
+            "6.1-debian-v1.kmsg",
+        ] {
+            let k = logged(file);
+            let container = &k[0];
+            assert_eq!(container.scope, OomScope::Container, "{file}");
+            let s = sentence(container, None);
+            assert!(
+                s.starts_with("container app hit its 32.0 MiB limit: anon 3"),
+                "{file}: {s}"
+            );
+            assert!(s.contains("dd "), "{file}: the top consumer is named: {s}");
+            // The pod's limit, hit by a sibling's allocation.
+            let pod = k.iter().find(|o| o.scope == OomScope::Pod).unwrap();
+            let s = sentence(pod, Some("32Mi"));
+            assert!(
+                s.starts_with(
+                    "the pod hit its pod-level 48.0 MiB limit (all its containers together): "
+                ),
+                "{file}: {s}"
+            );
+            assert!(s.contains("shmem 15."), "{file}: {s}");
+            let node = k.last().unwrap();
+            assert_eq!(node.scope, OomScope::Node, "{file}");
+            let s = sentence(node, Some("64Mi"));
+            assert!(
+                s.starts_with("the node ran out of memory (no cgroup limit was hit): the largest processes: dd "),
+                "{file}: {s}"
+            );
+            for o in &k {
+                let s = sentence(o, None);
+                assert!(!s.contains("no container memory limit"), "{s}");
+            }
+        }
+        // A trigger that was not the victim is named, with its name.
+        let k = logged("6.12-debian-v2.kmsg");
+        let s = sentence(&k[1], None);
+        assert!(
+            s.contains("process hold.sh (pid 151)")
+                && s.contains("the allocation that hit the limit was dd (pid 286)"),
+            "{s}"
+        );
+        // The group kill says so.
+        let group = k.iter().find(|o| o.group).unwrap();
+        assert!(sentence(group, None).contains("memory.oom.group"));
+    }
+
+    #[test]
+    fn what_is_not_known_is_said_to_be_unknown() {
+        let app = cv("app", 0, ContainerPhase::Running);
+        // The probes saw it; the log's report has not been read: never a guess at the scope.
+        let probe = oom(&app, 4242, "hog", false);
+        let s = describe_kill(&probe, Some(&app), None);
+        assert!(
+            s.starts_with("which limit was hit is unknown (the kernel log's report of this kill has not been read)"),
+            "{s}"
+        );
+        let s = describe_kill(&probe, Some(&app), Some("32Mi"));
+        assert!(s.contains("the container's spec sets limit 32Mi)"), "{s}");
+        assert!(!s.contains("hit its"), "{s}");
+        // The log kept only part of the report.
+        let mut partial = probe.clone();
+        partial.scope = OomScope::Unknown(ScopeUnknown::ReportIncomplete);
+        let s = describe_kill(&partial, Some(&app), None);
+        assert!(s.contains("no longer holds the whole report"), "{s}");
+        // vm.oom_dump_tasks=0: the breakdown, and that the processes are not known.
+        let mut k = logged("6.12-debian-v2.kmsg").remove(0);
+        let mut r = (**k.report.as_ref().unwrap()).clone();
+        r.tasks.clear();
+        r.tasks_listed = false;
+        k.report = Some(std::sync::Arc::new(r));
+        let s = sentence(&k, None);
+        assert!(
+            s.contains("the processes are not known (vm.oom_dump_tasks=0)"),
+            "{s}"
+        );
+        // A cgroup above the pod.
+        let mut above = logged("6.12-debian-v2.kmsg").remove(0);
+        above.scope = OomScope::Cgroup("/kubepods/burstable".into());
+        assert!(sentence(&above, None).starts_with(
+            "cgroup /kubepods/burstable, above the container's, hit its 32.0 MiB limit"
+        ));
     }
 }

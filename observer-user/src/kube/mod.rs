@@ -35,6 +35,7 @@ pub mod fast;
 pub mod manager;
 pub mod patch;
 pub mod pods;
+pub mod remote;
 pub mod writer;
 
 #[cfg(test)]

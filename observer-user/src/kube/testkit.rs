@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{
     cgroup::{ContainerId, PodUid},
-    reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, Source},
+    reconcile::{
+        ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, Source,
+    },
 };
 
 pub const NS: &str = "default";
@@ -80,6 +82,8 @@ pub fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
         trigger_pid: None,
         trigger_container: None,
         source: Source::Kernel,
+        scope: OomScope::Unknown(ScopeUnknown::LogNotRead),
+        report: None,
     }
 }
 

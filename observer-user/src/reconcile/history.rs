@@ -11,6 +11,9 @@ use crate::{
 /// Kills kept per container (the newest): bounded memory for a container that keeps losing
 /// children to the OOM killer.
 const KEPT_PER_CONTAINER: usize = 16;
+/// Of those, the newest keep their whole report (the task dump, the breakdown; about 1 KiB
+/// each); older ones keep the kill's own line.
+const REPORTS_PER_CONTAINER: usize = 2;
 
 #[derive(Debug, Default)]
 pub struct OomHistory {
@@ -58,6 +61,10 @@ impl OomHistory {
                     kills.remove(0);
                 }
                 kills.push(k);
+                let older = kills.len().saturating_sub(REPORTS_PER_CONTAINER);
+                for o in &mut kills[..older] {
+                    o.report = None;
+                }
                 Some(id)
             }
             None => {

@@ -1,14 +1,25 @@
-//! The OOM kills per container (`observer_oom_kills_total`), counted where the view changes: each
-//! new kill once, and a pod's series dropped when it leaves the node.
-use std::collections::HashMap;
+//! The OOM kills per container and scope (`observer_oom_kills_total`), counted where the view
+//! changes: each new kill once, and a pod's series dropped when it leaves the node.
+//!
+//! A kill the probes saw is counted once the kernel log's report names its scope (milliseconds
+//! later: the agent re-reads the log on each kill), or as `unknown` when the report has not come
+//! [`SCOPE_GRACE`] after the kill. Kills counted in one step (a group kill) take the scope of the
+//! newest: one report covers them all.
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family},
 };
 
-use super::view::PodView;
+use super::view::{OomScope, PodView, ScopeUnknown};
 use crate::cgroup::{ContainerId, PodUid};
+
+/// How long a kill waits for the kernel log's report before it is counted with scope `unknown`.
+pub const SCOPE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerLabels {
@@ -17,14 +28,41 @@ pub struct ContainerLabels {
     pub container: String,
 }
 
+/// [`ContainerLabels`] and the kill's scope (`container`, `pod`, `cgroup`, `node`, `unknown`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OomKillLabels {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub scope: &'static str,
+}
+
 /// The family, and the kills already counted per container.
 pub(super) struct KillCounter {
-    family: Family<ContainerLabels, Counter>,
-    seen: HashMap<PodUid, HashMap<ContainerId, (ContainerLabels, u32)>>,
+    family: Family<OomKillLabels, Counter>,
+    /// Per container: its labels, the kills counted, the scopes its series were counted under.
+    seen: HashMap<PodUid, HashMap<ContainerId, Seen>>,
+}
+
+struct Seen {
+    labels: ContainerLabels,
+    counted: u32,
+    scopes: Vec<&'static str>,
+}
+
+impl Seen {
+    fn series(&self) -> impl Iterator<Item = OomKillLabels> + '_ {
+        self.scopes.iter().map(|scope| OomKillLabels {
+            namespace: self.labels.namespace.clone(),
+            pod: self.labels.pod.clone(),
+            container: self.labels.container.clone(),
+            scope,
+        })
+    }
 }
 
 impl KillCounter {
-    pub fn new(family: Family<ContainerLabels, Counter>) -> Self {
+    pub fn new(family: Family<OomKillLabels, Counter>) -> Self {
         Self {
             family,
             seen: HashMap::new(),
@@ -33,14 +71,20 @@ impl KillCounter {
 
     /// The pod's view is now `view` (`None`: it left the node).
     pub fn update(&mut self, uid: PodUid, view: Option<&PodView>) {
+        self.update_at(uid, view, SystemTime::now());
+    }
+
+    fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
         let Some(view) = view else {
-            for (labels, _) in self
+            for seen in self
                 .seen
                 .remove(&uid)
                 .into_iter()
                 .flat_map(|m| m.into_values())
             {
-                self.family.remove(&labels);
+                for labels in seen.series() {
+                    self.family.remove(&labels);
+                }
             }
             return;
         };
@@ -55,13 +99,110 @@ impl KillCounter {
                 pod: view.name.clone(),
                 container: c.name.clone(),
             };
-            let entry = seen.entry(c.id).or_insert((labels.clone(), 0));
-            if c.oom_kills > entry.1 {
-                self.family
-                    .get_or_create(&labels)
-                    .inc_by(u64::from(c.oom_kills - entry.1));
-                entry.1 = c.oom_kills;
+            let entry = seen.entry(c.id).or_insert(Seen {
+                labels: labels.clone(),
+                counted: 0,
+                scopes: Vec::new(),
+            });
+            if c.oom_kills <= entry.counted {
+                continue;
+            }
+            let scope = match &c.last_oom {
+                Some(o) if o.scope == OomScope::Unknown(ScopeUnknown::LogNotRead) => {
+                    let waited = now.duration_since(o.time).unwrap_or_default();
+                    if waited < SCOPE_GRACE {
+                        // The report is on its way: counted when it comes (or the grace ends).
+                        continue;
+                    }
+                    o.scope.label()
+                }
+                Some(o) => o.scope.label(),
+                None => OomScope::Unknown(ScopeUnknown::LogNotRead).label(),
+            };
+            let series = OomKillLabels {
+                namespace: labels.namespace,
+                pod: labels.pod,
+                container: labels.container,
+                scope,
+            };
+            self.family
+                .get_or_create(&series)
+                .inc_by(u64::from(c.oom_kills - entry.counted));
+            entry.counted = c.oom_kills;
+            if !entry.scopes.contains(&scope) {
+                entry.scopes.push(scope);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::testkit::{cv, oom, t, view};
+    use crate::reconcile::ContainerPhase;
+
+    fn count(f: &Family<OomKillLabels, Counter>, scope: &'static str) -> u64 {
+        f.get_or_create(&OomKillLabels {
+            namespace: "default".into(),
+            pod: "pod".into(),
+            container: "app".into(),
+            scope,
+        })
+        .get()
+    }
+
+    fn killed(scope: OomScope) -> PodView {
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        let mut o = oom(&app, 42, "hog", false);
+        o.time = t(10);
+        o.scope = scope;
+        app.last_oom = Some(o);
+        app.oom_kills = 1;
+        let mut v = view(vec![app]);
+        v.namespace = "default".into();
+        v.name = "pod".into();
+        v
+    }
+
+    #[test]
+    fn a_kill_is_counted_once_under_the_scope_its_report_names() {
+        let family = Family::<OomKillLabels, Counter>::default();
+        let mut k = KillCounter::new(family.clone());
+        let uid = killed(OomScope::Pod).uid;
+        // The probes saw it; the log's report is on its way: not counted yet.
+        let early = killed(OomScope::Unknown(ScopeUnknown::LogNotRead));
+        k.update_at(uid, Some(&early), t(10) + Duration::from_millis(20));
+        assert_eq!(count(&family, "unknown"), 0);
+        k.update_at(
+            uid,
+            Some(&killed(OomScope::Pod)),
+            t(10) + Duration::from_millis(40),
+        );
+        assert_eq!(count(&family, "pod"), 1);
+        // The same kill seen again is not counted again.
+        k.update_at(uid, Some(&killed(OomScope::Pod)), t(11));
+        assert_eq!(count(&family, "pod"), 1);
+        assert_eq!(count(&family, "unknown"), 0);
+    }
+
+    #[test]
+    fn a_report_that_never_comes_is_counted_unknown_after_the_grace() {
+        let family = Family::<OomKillLabels, Counter>::default();
+        let mut k = KillCounter::new(family.clone());
+        let v = killed(OomScope::Unknown(ScopeUnknown::LogNotRead));
+        k.update_at(
+            v.uid,
+            Some(&v),
+            t(10) + SCOPE_GRACE + Duration::from_millis(1),
+        );
+        assert_eq!(count(&family, "unknown"), 1);
+        // The pod leaves: its series go.
+        k.update_at(v.uid, None, t(20));
+        let mut out = String::new();
+        let mut reg = prometheus_client::registry::Registry::default();
+        reg.register("oom_kills", "", family);
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        assert!(!out.contains("scope="), "{out}");
     }
 }

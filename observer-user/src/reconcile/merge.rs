@@ -19,12 +19,12 @@ use k8s_cri::v1 as api;
 
 use super::{
     evidence::KernelEvidence,
-    view::{ContainerPhase, ContainerView, OomEvidence, Source},
+    view::{ContainerPhase, ContainerView, OomEvidence, OomScope, ScopeUnknown, Source},
 };
 use crate::{
-    cgroup::ContainerId,
+    cgroup::{classify, container_of_name, CgroupKind, ContainerId},
     cri::KubeletLabels,
-    kernel::{kmsg::LoggedOomKill, BootClock, OomKill},
+    kernel::{kmsg::LoggedOomKill, oom_report::Constraint, BootClock, OomKill},
     pleg::ExitReason,
 };
 
@@ -96,6 +96,8 @@ pub fn probe_oom(
         trigger_pid: Some(o.trigger_tgid).filter(|&t| t != o.victim.tgid && t != 0),
         trigger_container: None,
         source: Source::Kernel,
+        scope: OomScope::Unknown(ScopeUnknown::LogNotRead),
+        report: None,
     }
 }
 
@@ -113,10 +115,46 @@ pub fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> Oom
         group: k.group,
         oom_cgroup: oom_cgroup(k),
         limit_bytes: k.limit_bytes,
-        trigger_pid: None,
-        trigger_container: None,
+        trigger_pid: k
+            .report
+            .as_ref()
+            .and_then(|r| r.trigger.as_ref()?.pid)
+            .filter(|&t| t != k.pid),
+        trigger_container: trigger_container(k).filter(|t| *t != id),
         source: Source::KernelLog,
+        scope: scope_of(k),
+        report: k.report.clone(),
     }
+}
+
+/// Which limit a logged kill hit: from the report's constraint and the cgroup that ran out.
+pub fn scope_of(k: &LoggedOomKill) -> OomScope {
+    let constraint = k.report.as_ref().map(|r| r.constraint);
+    match constraint {
+        Some(Some(Constraint::None | Constraint::Nodes)) => return OomScope::Node,
+        // The report lost its `oom-kill:` line: no constraint, no cgroup.
+        Some(None) => return OomScope::Unknown(ScopeUnknown::ReportIncomplete),
+        Some(Some(Constraint::Memcg)) | None => {}
+    }
+    if k.oom_memcg.is_empty() {
+        return OomScope::Unknown(ScopeUnknown::ReportIncomplete);
+    }
+    if k.oom_memcg == k.task_memcg {
+        return OomScope::Container;
+    }
+    match classify(&k.oom_memcg) {
+        // The victim sits in a cgroup nested in its container.
+        CgroupKind::Container(_) => OomScope::Container,
+        CgroupKind::Pod(_) => OomScope::Pod,
+        _ => OomScope::Cgroup(k.oom_memcg.clone()),
+    }
+}
+
+/// The trigger's container: its cpuset cgroup's name (`cpuset=` of the `oom-kill:` line), which
+/// is the container's cgroup where kubelet's layout gives containers a cpuset (cgroup v2, and
+/// v1's cpuset hierarchy).
+fn trigger_container(k: &LoggedOomKill) -> Option<ContainerId> {
+    container_of_name(&k.report.as_ref()?.trigger.as_ref()?.cpuset)
 }
 
 /// The cgroup whose limit was hit, where it is not the victim's own.
@@ -244,6 +282,8 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
         // the memory figures the tracepoint lacks before Linux 6.8.
         if let Some(l) = i.logged.iter().find(|l| same_kill(o.victim.tgid, o.at, l)) {
             e.group = l.group;
+            e.scope = scope_of(l);
+            e.report = l.report.clone();
             e.oom_cgroup = oom_cgroup(l);
             e.limit_bytes = l.limit_bytes;
             e.anon_rss_kb = e.anon_rss_kb.or(l.anon_rss_kb);

@@ -39,10 +39,12 @@ use fetch::{fetch_pod, PodSnapshot};
 use handle::{add, bump, Shared};
 pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
-pub use kills::ContainerLabels;
+pub use kills::{ContainerLabels, OomKillLabels};
 pub use runtime::RuntimeService;
 use snapshot::{PodPlan, SandboxPlan};
-pub use view::{ContainerPhase, ContainerView, OomEvidence, PodView, Source};
+pub use view::{
+    ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, Source,
+};
 
 use crate::{
     cgroup::{ContainerId, PodUid},
@@ -72,7 +74,7 @@ pub struct ReconcileConfig {
     /// Counts the OOM kills of each container.
     pub oom_kills: Option<
         prometheus_client::metrics::family::Family<
-            ContainerLabels,
+            OomKillLabels,
             prometheus_client::metrics::counter::Counter,
         >,
     >,

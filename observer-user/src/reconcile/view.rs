@@ -1,7 +1,10 @@
 //! The reconciled view of this node: what the runtime says, corrected by what the kernel saw.
 use std::time::SystemTime;
 
-use crate::cgroup::{ContainerId, PodUid};
+use crate::{
+    cgroup::{ContainerId, PodUid},
+    kernel::oom_report::SharedReport,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerPhase {
@@ -29,6 +32,45 @@ impl Source {
             Self::Kernel => "kernel",
             Self::KernelLog => "kernel-log",
             Self::Runtime => "runtime",
+        }
+    }
+}
+
+/// Which limit an OOM kill hit, as the kernel's report names it; never guessed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OomScope {
+    /// The container's own limit: its memory cgroup is the one that ran out.
+    Container,
+    /// The pod's limit (its cgroup above the containers): a sibling's memory counts too.
+    Pod,
+    /// Another cgroup above the container's ran out: a QoS class or kubepods (the node's
+    /// allocatable), or a cgroup outside kubelet's layout.
+    Cgroup(String),
+    /// The node's memory: a global OOM, no cgroup limit was hit.
+    Node,
+    /// Not known, and why.
+    Unknown(ScopeUnknown),
+}
+
+/// Why an OOM kill's scope is not known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScopeUnknown {
+    /// The probes saw the kill; the kernel log's report of it has not been read (it comes
+    /// milliseconds later, or the log cannot be read).
+    LogNotRead,
+    /// The kernel log kept only part of the report (the ring overwrote the rest).
+    ReportIncomplete,
+}
+
+impl OomScope {
+    /// The metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Container => "container",
+            Self::Pod => "pod",
+            Self::Cgroup(_) => "cgroup",
+            Self::Node => "node",
+            Self::Unknown(_) => "unknown",
         }
     }
 }
@@ -61,6 +103,10 @@ pub struct OomEvidence {
     pub trigger_container: Option<ContainerId>,
     /// The probes (`Kernel`) or the kernel log (`KernelLog`).
     pub source: Source,
+    /// Which limit was hit.
+    pub scope: OomScope,
+    /// The kernel log's whole report of the kill, where it was read.
+    pub report: Option<SharedReport>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

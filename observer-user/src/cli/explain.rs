@@ -1,0 +1,96 @@
+//! `observer explain POD [CONTAINER]`: one pod's lifecycle and OOM kills in full, from the agent's
+//! own record (the runtime over CRI corrected by the kernel and the kernel log), like `kubectl
+//! describe` would print them if it knew. Read-only: the state directory is read, never written.
+use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::bail;
+
+use crate::{
+    agent::{Agent, AgentConfig},
+    cri::CriEndpoint,
+    explain::{explain, render_text},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The pod's name.
+    pub pod: String,
+    /// Only this container.
+    pub container: Option<String>,
+    /// The pod's namespace. Default: any (a name in two namespaces is refused).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// `text` or `json` (what the agent serves at /explain/<namespace>/<pod>).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub cri_endpoint: Option<CriEndpoint>,
+    /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: super::StateDirArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+pub async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let endpoint = args
+        .cri_endpoint
+        .clone()
+        .unwrap_or_else(CriEndpoint::detect);
+    let mut cfg = AgentConfig::new(endpoint.clone());
+    cfg.cgroupfs = args.cgroupfs.clone();
+    cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
+    let agent = Agent::start(cfg).await?;
+    if !agent.wait_runtime(Duration::from_secs(5)).await {
+        bail!(
+            "the container runtime at {endpoint} does not answer: {}",
+            agent.cri.state().last_error.unwrap_or_else(|| {
+                "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?"
+                    .into()
+            })
+        );
+    }
+    if !agent.reconcile.settled(Duration::from_secs(10)).await {
+        tracing::warn!("the runtime is slow to answer; the pod may be missing");
+    }
+    let pods = agent.reconcile.pods();
+    let found: Vec<_> = pods
+        .iter()
+        .filter(|p| p.name == args.pod)
+        .filter(|p| args.namespace.as_ref().is_none_or(|n| *n == p.namespace))
+        .collect();
+    let view = match found.as_slice() {
+        [one] => *one,
+        [] => bail!("no pod {} on this node", args.pod),
+        many => bail!(
+            "pod {} is in several namespaces ({}): say which with -n",
+            args.pod,
+            many.iter()
+                .map(|p| p.namespace.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if let Some(c) = &args.container {
+        if !view.containers.iter().any(|v| v.name == *c) {
+            bail!("pod {}/{} has no container {c}", view.namespace, view.name);
+        }
+    }
+    let e = explain(view, args.container.as_deref());
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Text => out.write_all(render_text(&e).as_bytes())?,
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut out, &e)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

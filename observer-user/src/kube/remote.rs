@@ -1,0 +1,186 @@
+//! A node's agent asked from anywhere the API reaches (`kubectl observer explain POD`): the
+//! pod's node from the API, the agent's pod on that node (its DaemonSet's label and a field
+//! selector on the node), then the agent's `/explain/<namespace>/<pod>` through the API server's
+//! pod proxy (`pods/proxy`, which the caller's RBAC must allow).
+use k8s_openapi::api::core::v1::Pod;
+use kube::{api::ListParams, Api, Client};
+use thiserror::Error;
+
+/// Where the agents run: deploy/'s namespace, DaemonSet label and HTTP port.
+#[derive(Clone, Debug)]
+pub struct Agents {
+    pub namespace: String,
+    pub selector: String,
+    pub port: u16,
+}
+
+impl Default for Agents {
+    fn default() -> Self {
+        Self {
+            namespace: "observer-system".into(),
+            selector: "app.kubernetes.io/name=observer".into(),
+            port: 9891,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum RemoteError {
+    #[error("pod {0}/{1}: {2}")]
+    Pod(String, String, #[source] kube::Error),
+    #[error("pod {0}/{1} is not scheduled to a node yet")]
+    NotScheduled(String, String),
+    #[error("listing the agents in {0}: {1}")]
+    Agents(String, #[source] kube::Error),
+    #[error("no running observer agent on node {node} (pods labelled {selector} in {namespace})")]
+    NoAgent {
+        node: String,
+        selector: String,
+        namespace: String,
+    },
+    #[error("the agent {0} on node {1} answered: {2}")]
+    Agent(String, String, #[source] kube::Error),
+}
+
+/// The agent's explanation of `namespace/pod` (JSON; `text`: as `observer explain` prints it).
+pub async fn explain(
+    client: &Client,
+    agents: &Agents,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    text: bool,
+) -> Result<String, RemoteError> {
+    let target = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(pod)
+        .await
+        .map_err(|e| RemoteError::Pod(namespace.into(), pod.into(), e))?;
+    let node = target
+        .spec
+        .and_then(|s| s.node_name)
+        .ok_or_else(|| RemoteError::NotScheduled(namespace.into(), pod.into()))?;
+    let list = Api::<Pod>::namespaced(client.clone(), &agents.namespace)
+        .list(
+            &ListParams::default()
+                .labels(&agents.selector)
+                .fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        .map_err(|e| RemoteError::Agents(agents.namespace.clone(), e))?;
+    let agent = list
+        .items
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .find_map(|p| p.metadata.name)
+        .ok_or_else(|| RemoteError::NoAgent {
+            node: node.clone(),
+            selector: agents.selector.clone(),
+            namespace: agents.namespace.clone(),
+        })?;
+    let mut path = format!(
+        "/api/v1/namespaces/{}/pods/{agent}:{}/proxy/explain/{namespace}/{pod}",
+        agents.namespace, agents.port
+    );
+    if let Some(c) = container {
+        path.push('/');
+        path.push_str(c);
+    }
+    if text {
+        path.push_str("?output=text");
+    }
+    let req = http::Request::get(path)
+        .body(Vec::new())
+        .expect("a GET with a path is a valid request");
+    client
+        .request_text(req)
+        .await
+        .map_err(|e| RemoteError::Agent(agent, node, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::kube::testkit::api::{self, Reply};
+
+    fn pod(name: &str, node: Option<&str>, phase: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+               "spec": {"nodeName": node, "containers": []}, "status": {"phase": phase}})
+    }
+
+    #[tokio::test]
+    async fn asks_the_agent_on_the_pods_node_through_the_pod_proxy() {
+        let (client, mock) = api::client();
+        let log = api::serve(
+            mock,
+            vec![
+                Reply::Json(200, pod("web", Some("node-7"), "Running")),
+                Reply::Json(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                           "items": [pod("observer-old", Some("node-7"), "Failed"),
+                                     pod("observer-x1", Some("node-7"), "Running")]}),
+                ),
+                Reply::Json(200, json!({"name": "web", "kills": []})),
+            ],
+        );
+        let body = explain(
+            &client,
+            &Agents::default(),
+            "shop",
+            "web",
+            Some("app"),
+            true,
+        )
+        .await
+        .unwrap();
+        assert!(body.contains("\"kills\""), "{body}");
+        let seen = log.lock().unwrap().clone();
+        assert_eq!(seen[0].path, "/api/v1/namespaces/shop/pods/web");
+        assert_eq!(seen[1].path, "/api/v1/namespaces/observer-system/pods");
+        assert!(
+            seen[1]
+                .query
+                .contains("labelSelector=app.kubernetes.io%2Fname%3Dobserver")
+                && seen[1]
+                    .query
+                    .contains("fieldSelector=spec.nodeName%3Dnode-7"),
+            "{}",
+            seen[1].query
+        );
+        assert_eq!(
+            seen[2].path,
+            "/api/v1/namespaces/observer-system/pods/observer-x1:9891/proxy/explain/shop/web/app"
+        );
+        assert_eq!(seen[2].query, "output=text");
+    }
+
+    #[tokio::test]
+    async fn a_node_without_an_agent_is_said_so() {
+        let (client, mock) = api::client();
+        let _log = api::serve(
+            mock,
+            vec![
+                Reply::Json(200, pod("web", Some("node-7"), "Running")),
+                Reply::Json(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+                ),
+            ],
+        );
+        let e = explain(&client, &Agents::default(), "shop", "web", None, false)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no running observer agent on node node-7 (pods labelled app.kubernetes.io/name=observer in observer-system)"
+        );
+        let (client, mock) = api::client();
+        let _log = api::serve(mock, vec![Reply::Json(200, pod("web", None, "Pending"))]);
+        let e = explain(&client, &Agents::default(), "shop", "web", None, false)
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "pod shop/web is not scheduled to a node yet");
+    }
+}
