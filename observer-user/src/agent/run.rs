@@ -141,9 +141,16 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
                 realtime,
                 latency: Some(fast_latency),
             };
-            // Detached: it ends with the PLEG's stream. Should it fail, the manager still writes.
-            if let Err(e) = fast::spawn(fast_cfg, deaths) {
-                tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only");
+            // Its thread ends with the PLEG's stream; a panic there is the agent's failure, said
+            // by name and on /healthz like any task's.
+            match fast::spawn(fast_cfg, deaths) {
+                Ok(ended) => agent.tasks.spawn("fast status writer", async move {
+                    if let Ok(Err(why)) = ended.await {
+                        panic!("{why}");
+                    }
+                    std::future::pending::<()>().await
+                }),
+                Err(e) => tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only"),
             }
         }
         if let Some(worker) = manager.take_events_worker() {

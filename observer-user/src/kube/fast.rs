@@ -278,30 +278,41 @@ pub struct FastConfig {
 }
 
 /// Starts the writer's thread. It ends when the hook's end of `deaths` is dropped.
+/// Starts the writer's thread. The receiver resolves when the thread ends: `Ok` when the PLEG's
+/// stream ended (or the writer could not start, which it said), `Err(why)` when it panicked, for
+/// the agent's supervision to report (`/healthz`).
 pub fn spawn(
     cfg: FastConfig,
     deaths: mpsc::Receiver<Death>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<tokio::sync::oneshot::Receiver<Result<(), String>>> {
+    let (ended, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("observer-fast".into())
         .spawn(move || {
-            let granted = match cfg.realtime {
-                Some(p) => crate::sched::realtime_or_say_once(p, "the fast status writer"),
-                None => Granted::Normal,
-            };
-            tracing::debug!(?granted, "fast status writer started");
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only");
-                    return;
-                }
-            };
-            rt.block_on(run(cfg, deaths));
-        })
+            let run = std::panic::AssertUnwindSafe(move || writer_thread(cfg, deaths));
+            let r = std::panic::catch_unwind(run).map_err(crate::runner::panic_message);
+            let _ = ended.send(r);
+        })?;
+    Ok(rx)
+}
+
+fn writer_thread(cfg: FastConfig, deaths: mpsc::Receiver<Death>) {
+    let granted = match cfg.realtime {
+        Some(p) => crate::sched::realtime_or_say_once(p, "the fast status writer"),
+        None => Granted::Normal,
+    };
+    tracing::debug!(?granted, "fast status writer started");
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only");
+            return;
+        }
+    };
+    rt.block_on(run(cfg, deaths));
 }
 
 async fn run(cfg: FastConfig, mut deaths: mpsc::Receiver<Death>) {
