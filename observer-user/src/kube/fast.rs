@@ -128,6 +128,8 @@ pub struct Claim {
     pub container: ContainerId,
     /// The API accepted the fast path's patch.
     pub confirmed: bool,
+    /// The fast path's patch was not accepted (an error, a timeout): the manager writes it.
+    pub failed: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -148,6 +150,10 @@ pub enum ManagerTurn {
     Free { alive: Option<PodCondition> },
     /// The fast path claimed a death the view does not show yet: writing now would say True.
     Wait,
+    /// The view shows the claimed death and the fast path's patch is still in flight: writing
+    /// now would send the same condition twice. The fast path marks the pod changed when its
+    /// patch is answered, and the manager takes its turn then.
+    InFlight,
     /// The view caught up with the claimed death: `alive` is what the fast path wrote (its
     /// transition time to keep), `confirmed` whether the API has it.
     Take {
@@ -176,6 +182,7 @@ impl AliveLedger {
         e.claim = Some(Claim {
             container,
             confirmed: false,
+            failed: false,
         });
         Some((before, alive))
     }
@@ -191,6 +198,17 @@ impl AliveLedger {
         }
     }
 
+    /// The fast path's patch for `container` was not accepted: the manager is to write it.
+    pub fn fail(&self, pod: &PodUid, container: ContainerId) {
+        if let Some(c) = crate::sync::lock(&self.0)
+            .get_mut(pod)
+            .and_then(|e| e.claim.as_mut())
+            .filter(|c| c.container == container)
+        {
+            c.failed = true;
+        }
+    }
+
     /// The manager, before computing a pod: `caught_up` says whether the view shows a container's
     /// death (or no longer has it).
     pub fn manager_turn(
@@ -203,6 +221,9 @@ impl AliveLedger {
             return ManagerTurn::Free { alive: None };
         };
         match (&e.claim, &e.alive) {
+            (Some(c), Some(_)) if caught_up(c.container) && !c.confirmed && !c.failed => {
+                ManagerTurn::InFlight
+            }
             (Some(c), Some(alive)) if caught_up(c.container) => ManagerTurn::Take {
                 alive: alive.clone(),
                 confirmed: c.confirmed,
@@ -420,12 +441,15 @@ async fn write(cfg: &FastConfig, client: &Client, params: &PatchParams, d: &Deat
             cfg.ledger.confirm(&d.pod, d.container);
         }
         outcome => {
-            // The claim stays unconfirmed: the manager writes the same condition once its view
-            // caught up, through its retrying writer.
+            // The manager writes the same condition once its view caught up, through its
+            // retrying writer.
+            cfg.ledger.fail(&d.pod, d.container);
             bump(&cfg.stats.failed);
             tracing::debug!(pod = %job.name, ?outcome, "fast status write not accepted; the status manager writes it");
         }
     }
+    // The manager held the pod while the patch was in flight: its turn now.
+    cfg.reconcile.touch(d.pod);
 }
 
 #[cfg(test)]
@@ -471,6 +495,8 @@ mod tests {
         assert!(ledger.claim(pod, b, |_| Some(down.clone())).is_none());
         // The manager's view still says running: it waits rather than write True.
         assert_eq!(ledger.manager_turn(&pod, |_| false), ManagerTurn::Wait);
+        // It shows the death, but the fast path's patch is in flight: not sent twice.
+        assert_eq!(ledger.manager_turn(&pod, |c| c == a), ManagerTurn::InFlight);
         ledger.confirm(&pod, a);
         assert_eq!(
             ledger.manager_turn(&pod, |c| c == a),
@@ -503,6 +529,9 @@ mod tests {
         let down = cond("False", "2026-12-01T00:00:05Z");
         assert!(ledger.claim(pod, a, |_| Some(down.clone())).is_some());
         ledger.confirm(&pod, b);
+        assert_eq!(ledger.manager_turn(&pod, |_| true), ManagerTurn::InFlight);
+        // Not accepted: the manager writes it (not confirmed, so it is sent).
+        ledger.fail(&pod, a);
         assert_eq!(
             ledger.manager_turn(&pod, |_| true),
             ManagerTurn::Take {

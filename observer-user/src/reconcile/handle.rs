@@ -185,6 +185,12 @@ impl ReconcileHandle {
         crate::sync::lock(&self.0.dirty).drain().collect()
     }
 
+    /// Asks the status manager to take `uid` again though its view did not change (the fast
+    /// path's patch was answered).
+    pub fn touch(&self, uid: PodUid) {
+        self.0.changed(uid);
+    }
+
     /// Changes not taken yet.
     pub fn pending_changes(&self) -> usize {
         crate::sync::lock(&self.0.dirty).len()

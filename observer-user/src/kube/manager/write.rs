@@ -103,7 +103,7 @@ impl StatusManager {
                 .as_ref()
                 .map(|l| l.manager_turn(&view.uid, |c| caught_up(view, c)));
             let (fast, confirmed) = match turn {
-                Some(ManagerTurn::Wait) => {
+                Some(ManagerTurn::Wait | ManagerTurn::InFlight) => {
                     bump(&stats.fast_waits);
                     return;
                 }
