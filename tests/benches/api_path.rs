@@ -31,6 +31,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use nix::{sys::signal::Signal, unistd::Pid};
+use observer_tests::kernel::Hogs;
 use observer_tests::{
     apiserver::{ApiStandIn, Recorded},
     endpoint::{free_listen, histogram, metric, ok, quantile_bound},
@@ -65,33 +66,6 @@ struct Shared {
     deaths: Mutex<HashMap<String, Death>>,
     /// Kernel exits under /kubepods by pid, wall clock.
     exits: Mutex<HashMap<u32, SystemTime>>,
-}
-
-/// A CPU hog per core at normal priority, killed on drop.
-struct Hogs(Vec<std::process::Child>);
-
-impl Hogs {
-    fn start() -> Result<Self> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let hogs = (0..cores)
-            .map(|_| {
-                std::process::Command::new(observer_tests::kernel::workload())
-                    .arg("hog")
-                    .stdin(std::process::Stdio::null())
-                    .spawn()
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self(hogs))
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for h in &mut self.0 {
-            let _ = h.kill();
-            let _ = h.wait();
-        }
-    }
 }
 
 /// This process's own probes on /kubepods: the kernel's exit time of every process there.
@@ -274,7 +248,7 @@ async fn run_phase(
         agent.stderr()
     );
     let hogs = match load {
-        Load::Busy => Some(Hogs::start()?),
+        Load::Busy => Some(Hogs::per_core()?),
         Load::Idle => None,
     };
 

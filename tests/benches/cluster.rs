@@ -18,7 +18,6 @@
 //! suite does; `cargo xtask cluster down` stops it. `OBSERVER_BENCH_DEATHS` sets the deaths per
 //! kind of pod and load (default 20).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
@@ -26,6 +25,7 @@ use observer_tests::cluster::{
     agent_exclusive, apply, condition, container_pid, get_json, require_cluster, set_agent_mode,
     Cluster, Namespace, TestPod, Watch, POLL,
 };
+use observer_tests::kernel::Hogs;
 use observer_tests::wait::poll_every;
 use serde_json::Value;
 
@@ -63,34 +63,6 @@ struct Death {
     endpoint: f64,
 }
 
-/// One `observer-workload hog` per core, killed on drop.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start() -> Result<Self> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let hogs = (0..cores)
-            .map(|_| {
-                Command::new(observer_tests::kernel::workload())
-                    .arg("hog")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .spawn()
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self(hogs))
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for h in &mut self.0 {
-            let _ = h.kill();
-            let _ = h.wait();
-        }
-    }
-}
-
 fn main() -> Result<()> {
     let Some(c) = require_cluster() else {
         return Ok(());
@@ -117,7 +89,7 @@ fn main() -> Result<()> {
     for load in [Load::Idle, Load::Busy] {
         let names = start_pods(c, &ns.name, load, deaths)?;
         let hogs = match load {
-            Load::Busy => Some(Hogs::start()?),
+            Load::Busy => Some(Hogs::per_core()?),
             Load::Idle => None,
         };
         for (name, kind) in names {

@@ -25,7 +25,6 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     collections::HashMap,
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
@@ -41,10 +40,10 @@ use observer::{
     },
     pleg::{self, PlegEventType, PlegStats},
 };
+use observer_tests::kernel::Hogs;
 use observer_tests::{
-    kernel::{require_kernel, workload},
-    relist::relist_exited,
-    require_containerd, ContainerSpec, Containerd, Pod, PodSpec, Qos, TaskExit,
+    kernel::require_kernel, relist::relist_exited, require_containerd, ContainerSpec, Containerd,
+    Pod, PodSpec, Qos, TaskExit,
 };
 use tokio::sync::{watch, Notify};
 
@@ -294,34 +293,6 @@ impl Phase {
     }
 }
 
-/// One `observer-workload hog` per core, killed on drop.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start() -> Result<Self> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let hogs = (0..cores)
-            .map(|_| {
-                Command::new(workload())
-                    .arg("hog")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .spawn()
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self(hogs))
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for h in &mut self.0 {
-            let _ = h.kill();
-            let _ = h.wait();
-        }
-    }
-}
-
 async fn run(deaths: usize, phases: Vec<Phase>) -> Result<()> {
     let t0 = Instant::now();
     let ctrd = Arc::new(Containerd::start().await?);
@@ -438,7 +409,7 @@ async fn run_phase(
     };
 
     let hogs = match phase.load {
-        Load::Busy => Some(Hogs::start()?),
+        Load::Busy => Some(Hogs::per_core()?),
         Load::Idle => None,
     };
     let started = Instant::now();

@@ -19,7 +19,6 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     io::Write,
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
@@ -33,7 +32,7 @@ use observer::{
     pleg::{FastPath, PlegEventType, PodLifecycleEvent},
     sched,
 };
-use observer_tests::kernel::{read_procs, require_kernel, workload, TestCgroup};
+use observer_tests::kernel::{read_procs, require_kernel, Hogs, TestCgroup};
 
 const WINDOW: Duration = Duration::from_secs(3);
 const PODS: usize = 100;
@@ -59,40 +58,12 @@ fn main() -> Result<()> {
         .block_on(burst(cores, deaths))
 }
 
-/// A hog per core, killed on drop.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start(cores: usize) -> Result<Self> {
-        let mut v = Vec::new();
-        for _ in 0..cores {
-            v.push(
-                Command::new(workload())
-                    .arg("hog")
-                    .stdin(Stdio::null())
-                    .spawn()?,
-            );
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        Ok(Self(v))
-    }
-
-    /// Their CPU time so far, in clock ticks.
-    fn ticks(&self) -> u64 {
-        self.0
-            .iter()
-            .map(|c| proc_ticks(&format!("/proc/{}/stat", c.id())))
-            .sum()
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// The hogs' CPU time so far, in clock ticks.
+fn ticks(hogs: &Hogs) -> u64 {
+    hogs.pids()
+        .iter()
+        .map(|pid| proc_ticks(&format!("/proc/{pid}/stat")))
+        .sum()
 }
 
 /// utime + stime of a /proc stat file, in clock ticks.
@@ -114,7 +85,7 @@ fn ticks_per_sec() -> f64 {
 
 /// The hogs' share of all cores over `window` from `t0` ticks.
 fn share(hogs: &Hogs, t0: u64, window: Duration, cores: usize) -> f64 {
-    (hogs.ticks() - t0) as f64 / ticks_per_sec() / (window.as_secs_f64() * cores as f64)
+    (ticks(hogs) - t0) as f64 / ticks_per_sec() / (window.as_secs_f64() * cores as f64)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -134,8 +105,10 @@ fn bound(cores: usize) -> Result<()> {
     println!("|---|---|---:|---:|");
     for spin in [Spin::None, Spin::Deadline, Spin::Fifo] {
         let hogs = Hogs::start(cores)?;
+        // Let them reach full speed before anything is measured against them.
+        std::thread::sleep(Duration::from_millis(300));
         let stop = Arc::new(AtomicBool::new(false));
-        let t0 = hogs.ticks();
+        let t0 = ticks(&hogs);
         let start = Instant::now();
         let thread = match spin {
             Spin::None => None,
@@ -327,8 +300,10 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
             None
         };
         let hogs = Hogs::start(cores)?;
+        // Let them reach full speed before anything is measured against them.
+        std::thread::sleep(Duration::from_millis(300));
         let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
-        let t0 = hogs.ticks();
+        let t0 = ticks(&hogs);
         let start = Instant::now();
         kill_all(&cg, &rels);
         let mut last = None;

@@ -378,3 +378,40 @@ impl PlegWatch {
         Ok(&self.events)
     }
 }
+
+/// One `observer-workload hog` (a CPU-bound loop at normal priority) per core, or `n`; killed on
+/// drop. The benches' "every core busy".
+pub struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    /// One per core.
+    pub fn per_core() -> std::io::Result<Self> {
+        Self::start(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    pub fn start(n: usize) -> std::io::Result<Self> {
+        (0..n)
+            .map(|_| {
+                std::process::Command::new(workload())
+                    .arg("hog")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+            })
+            .collect::<std::io::Result<Vec<_>>>()
+            .map(Self)
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.0.iter().map(|c| c.id()).collect()
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
