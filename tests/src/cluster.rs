@@ -529,3 +529,23 @@ pub fn status_writes(
         })
         .collect())
 }
+
+/// A pod-level OOM whose victim is a sibling of the allocation: the holder's init (awk) keeps
+/// 70 MiB, then the grower reads 100 MiB into tail. Past the pod's 128 MiB the holder has the
+/// most memory (kubelet gives every container of the pod the same oom_score_adj, so size
+/// decides), and the OOM killer takes it for the grower's allocation; with the holder gone, the
+/// grower fits and runs `then`.
+pub fn pod_level_oom(name: &str, namespace: &str, then: &str) -> TestPod {
+    let held = format!("{SHARED_DIR}/held");
+    TestPod::new(name, namespace, "Never")
+        .pod_memory_limit("128Mi")
+        .shared_dir()
+        .container(
+            "holder",
+            &format!("exec awk 'BEGIN {{ s = sprintf(\"%70000000s\", \"\"); system(\"touch {held}; sleep 3600\") }}'"),
+        )
+        .container(
+            "grower",
+            &format!("while [ ! -e {held} ]; do sleep 0.1; done; head -c 100m /dev/zero | tail > /dev/null; {then}"),
+        )
+}

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_shared, apply, condition, get_json, require_cluster, wait_pod, Cluster, Namespace,
-    TestPod, NODE_NAME, POLL, SHARED_DIR,
+    agent_shared, apply, condition, get_json, pod_level_oom, require_cluster, wait_pod, Cluster,
+    Namespace, TestPod, NODE_NAME, POLL, SHARED_DIR,
 };
 use observer_tests::prereq;
 use serde_json::Value;
@@ -39,7 +39,6 @@ fn shapes(ns: &str) -> Vec<(TestPod, Settled)> {
             .flatten()
             .any(|s| s["name"] == "holder" && s["state"]["terminated"].is_object())
     };
-    let held = format!("{SHARED_DIR}/held");
     vec![
         (TestPod::new("running", ns, "Always").container("main", "exec sleep 3600"), running),
         (TestPod::new("completed", ns, "Never").container("main", "exit 0"), terminal),
@@ -82,17 +81,7 @@ fn shapes(ns: &str) -> Vec<(TestPod, Settled)> {
             running,
         ),
         (
-            TestPod::new("pod-limit", ns, "Never")
-                .pod_memory_limit("128Mi")
-                .shared_dir()
-                .container(
-                    "holder",
-                    &format!("exec awk 'BEGIN {{ s = sprintf(\"%70000000s\", \"\"); system(\"touch {held}; sleep 3600\") }}'"),
-                )
-                .container(
-                    "grower",
-                    &format!("while [ ! -e {held} ]; do sleep 0.1; done; head -c 100m /dev/zero | tail > /dev/null; exec sleep 3600"),
-                ),
+            pod_level_oom("pod-limit", ns, "exec sleep 3600"),
             holder_dead,
         ),
     ]

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_exclusive, apply, condition, container_pid, get_json, require_cluster, set_agent_mode,
-    wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
+    agent_exclusive, apply, condition, container_pid, get_json, pod_level_oom, require_cluster,
+    set_agent_mode, wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
 };
 use observer_tests::wait::poll_every;
 use serde_json::Value;
@@ -174,7 +174,6 @@ fn rows() -> Vec<Row> {
 }
 
 fn pods(ns: &str) -> Vec<TestPod> {
-    let held = format!("{SHARED_DIR}/held");
     vec![
         TestPod::new("child-oom", ns, "Never").limited(
             "main",
@@ -188,21 +187,7 @@ fn pods(ns: &str) -> Vec<TestPod> {
         TestPod::new("initc-oom", ns, "Never")
             .init_container("setup", &format!("exec {DD}"), Some("32Mi"))
             .container("main", "exit 0"),
-        // The holder's init (awk) keeps 70 MiB; the grower then reads 100 MiB into tail. Past the
-        // pod's 128 MiB the holder has the most memory (kubelet gives both the same
-        // oom_score_adj), so the OOM killer takes it for the grower's allocation; with the
-        // holder gone, the grower fits and exits 0.
-        TestPod::new("pod-limit", ns, "Never")
-            .pod_memory_limit("128Mi")
-            .shared_dir()
-            .container(
-                "holder",
-                &format!("exec awk 'BEGIN {{ s = sprintf(\"%70000000s\", \"\"); system(\"touch {held}; sleep 3600\") }}'"),
-            )
-            .container(
-                "grower",
-                &format!("while [ ! -e {held} ]; do sleep 0.1; done; head -c 100m /dev/zero | tail > /dev/null; sleep 2; exit 0"),
-            ),
+        pod_level_oom("pod-limit", ns, "sleep 2; exit 0"),
         // OOM-killed on its first run; the restart finds the mark and stays up.
         TestPod::new("restart-oom", ns, "Always")
             .shared_dir()
