@@ -1,12 +1,12 @@
 //! `observer explain POD [CONTAINER]`: one pod's lifecycle and OOM kills in full, from the agent's
 //! own record (the runtime over CRI corrected by the kernel and the kernel log), like `kubectl
 //! describe` would print them if it knew. Read-only: the state directory is read, never written.
-use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use anyhow::bail;
 
 use crate::{
-    agent::{Agent, AgentConfig},
+    agent::AgentConfig,
     cri::CriEndpoint,
     explain::{explain, render_text},
 };
@@ -47,19 +47,7 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
     cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
-    let agent = Agent::start(cfg).await?;
-    if !agent.wait_runtime(Duration::from_secs(5)).await {
-        bail!(
-            "the container runtime at {endpoint} does not answer: {}",
-            agent.cri.state().last_error.unwrap_or_else(|| {
-                "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?"
-                    .into()
-            })
-        );
-    }
-    if !agent.reconcile.settled(Duration::from_secs(10)).await {
-        tracing::warn!("the runtime is slow to answer; the pod may be missing");
-    }
+    let agent = super::start_reader(cfg, "the pod may be missing").await?;
     let pods = agent.reconcile.pods();
     let found: Vec<_> = pods
         .iter()

@@ -200,6 +200,30 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// The agent of a read-only command (`status`, `explain`): started, its runtime answering, its
+/// first relist in (a slow one is said, with `missing`: what may be absent from the output).
+pub(crate) async fn start_reader(
+    cfg: crate::agent::AgentConfig,
+    missing: &str,
+) -> anyhow::Result<Agent> {
+    use std::time::Duration;
+    let endpoint = cfg.cri.clone();
+    let agent = Agent::start(cfg).await?;
+    if !agent.wait_runtime(Duration::from_secs(5)).await {
+        anyhow::bail!(
+            "the container runtime at {endpoint} does not answer: {}",
+            agent.cri.state().last_error.unwrap_or_else(|| {
+                "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?"
+                    .into()
+            })
+        );
+    }
+    if !agent.reconcile.settled(Duration::from_secs(10)).await {
+        tracing::warn!("the runtime is slow to answer; {missing}");
+    }
+    Ok(agent)
+}
+
 /// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`).
 pub(crate) async fn runtime_name(agent: &Agent, _endpoint: &CriEndpoint) -> String {
     agent.runtime_name(std::time::Duration::from_secs(10)).await

@@ -8,13 +8,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use anyhow::bail;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::render::rfc3339;
 use crate::{
-    agent::{Agent, AgentConfig},
+    agent::AgentConfig,
     cri::CriEndpoint,
     kube::{
         compute::print::{columns, computed_pod, human_duration, restarts_cell, Columns},
@@ -102,20 +101,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     cfg.cgroupfs = args.cgroupfs.clone();
     cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
     cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
-    let mut agent = Agent::start(cfg).await?;
-    if !agent.wait_runtime(Duration::from_secs(5)).await {
-        bail!(
-            "the container runtime at {endpoint} does not answer: {}",
-            agent
-                .cri
-                .state()
-                .last_error
-                .unwrap_or_else(|| "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?".into())
-        );
-    }
-    if !agent.reconcile.settled(Duration::from_secs(10)).await {
-        tracing::warn!("the runtime is slow to answer; the list may be incomplete");
-    }
+    let mut agent = super::start_reader(cfg, "the list may be incomplete").await?;
     let types = ConditionTypes::new(&args.condition_prefix);
     let runtime = super::runtime_name(&agent, &endpoint).await;
     let api = match &args.kubeconfig {
