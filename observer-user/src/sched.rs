@@ -1,16 +1,17 @@
-//! Real-time scheduling for the fast path's threads (`--realtime-priority`): the one that reads
-//! the kernel and runs the PLEG (and writes `watch --pods`'s lines), and `observer run`'s fast
-//! status writer.
+//! Real-time scheduling for the fast path's thread (`--realtime-priority`): the one that reads
+//! the kernel and runs the PLEG, and writes `watch --pods`'s lines or sends `observer run`'s
+//! fast status patches.
 //!
-//! **The bound.** Each of them asks for SCHED_DEADLINE first: a reservation of [`RESERVATION`]
-//! (2 ms of CPU in every 10 ms, 20 % of one core per thread), which the kernel enforces (a thread
-//! that used its runtime is throttled until its next period) and admits only while the node's
-//! deadline bandwidth has room. A fork storm or a burst of deaths then slows the agent, never the
-//! node: two threads take at most 40 % of one core at real-time priority. Where the kernel
+//! **The bound.** It asks for SCHED_DEADLINE first: a reservation of [`RESERVATION`] (2 ms of
+//! CPU in every 10 ms, 20 % of one core), which the kernel enforces (a thread that used its
+//! runtime is throttled until its next period) and admits only while the node's deadline
+//! bandwidth has room. A fork storm or a burst of deaths then slows the agent, never the node. Where the kernel
 //! refuses the reservation (an affinity narrower than the CPUs of the root domain, a full
-//! admission), the thread falls back to SCHED_FIFO at `--realtime-priority`, bounded only by the
-//! kernel's global real-time throttle (`sched_rt_runtime_us`), and says so once; where that is
-//! refused too, to normal priority, as before.
+//! admission), the thread falls back to SCHED_FIFO at `--realtime-priority` and says so once;
+//! it then polices itself with the same bound ([`police`]): a thread that used more than the
+//! reservation's runtime in a period drops to normal priority for the rest of it (counted,
+//! said once), the kernel's global real-time throttle (`sched_rt_runtime_us`) standing behind
+//! for a batch that never ends. Where SCHED_FIFO is refused too, normal priority, as before.
 //!
 //! Only those threads are real-time, and with `SCHED_RESET_ON_FORK`: nothing they start inherits
 //! the policy. That matters beyond fairness: with RT group scheduling (`CONFIG_RT_GROUP_SCHED`) a
@@ -19,7 +20,11 @@
 //! writing cgroup.procs). The same rule makes the kernel refuse the policy to a thread whose own
 //! cpu cgroup has no budget, which is where an agent in a pod usually is on such kernels: then
 //! the thread runs at normal priority, and says so once.
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::{
+    cell::RefCell,
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 /// Linux's range of SCHED_FIFO priorities.
 pub const PRIORITIES: std::ops::RangeInclusive<u8> = 1..=99;
@@ -68,9 +73,9 @@ impl Reservation {
     }
 }
 
-/// The reservation of each fast-path thread: 2 ms every 10 ms. A death costs the PLEG a few µs and
-/// the fast writer about 100 µs, so a burst of 1000 deaths is well under a second of the threads'
-/// wall time, while the node keeps at least 80 % of every core from them.
+/// The reservation of the fast-path thread: 2 ms every 10 ms. A death costs the PLEG a few µs and
+/// its fast patch tens of µs of CPU, so a burst of 1000 deaths is well under a second of the
+/// thread's wall time, while the node keeps at least 80 % of a core from it.
 pub const RESERVATION: Reservation = Reservation {
     runtime: std::time::Duration::from_millis(2),
     period: std::time::Duration::from_millis(10),
@@ -215,7 +220,12 @@ pub fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
     }
     match set_realtime(priority) {
         Ok(()) => {
-            tracing::info!(priority, "{what}: real-time (SCHED_FIFO)");
+            tracing::info!(
+                priority,
+                "{what}: real-time (SCHED_FIFO, held to {:.0} % of a core by the thread itself)",
+                r.share() * 100.0
+            );
+            POLICE.with(|p| *p.borrow_mut() = Police::start(priority, what));
             Granted::Fifo(priority)
         }
         Err(e) => {
@@ -223,6 +233,105 @@ pub fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
             Granted::Normal
         }
     }
+}
+
+/// Times a SCHED_FIFO thread dropped itself to normal priority for overrunning [`RESERVATION`].
+static DEMOTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a SCHED_FIFO fast-path thread held itself to the bound ([`police`]).
+pub fn demotions() -> u64 {
+    DEMOTIONS.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static POLICE: RefCell<Option<Police>> = const { RefCell::new(None) };
+}
+
+/// The user-space bound of a SCHED_FIFO thread: [`RESERVATION`]'s runtime per period, measured
+/// on the thread's own CPU clock.
+struct Police {
+    priority: u8,
+    what: String,
+    period_start: Instant,
+    cpu_at_start: Duration,
+    demoted: bool,
+}
+
+/// What a check decides.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Within the period's runtime.
+    Keep,
+    /// The runtime is used up: normal priority for the rest of the period.
+    Demote,
+    /// A new period: real-time again (if it was demoted) with a fresh runtime.
+    NewPeriod,
+}
+
+fn verdict(used: Duration, elapsed: Duration, r: Reservation, demoted: bool) -> Verdict {
+    if elapsed >= r.period {
+        Verdict::NewPeriod
+    } else if !demoted && used > r.runtime {
+        Verdict::Demote
+    } else {
+        Verdict::Keep
+    }
+}
+
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
+impl Police {
+    fn start(priority: u8, what: &str) -> Option<Self> {
+        Some(Self {
+            priority,
+            what: what.to_string(),
+            period_start: Instant::now(),
+            cpu_at_start: thread_cpu(),
+            demoted: false,
+        })
+    }
+
+    fn check(&mut self) {
+        let (now, cpu) = (Instant::now(), thread_cpu());
+        let used = cpu.saturating_sub(self.cpu_at_start);
+        match verdict(used, now - self.period_start, RESERVATION, self.demoted) {
+            Verdict::Keep => {}
+            Verdict::Demote => {
+                self.demoted = true;
+                set_normal();
+                DEMOTIONS.fetch_add(1, Ordering::Relaxed);
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "{}: used {used:?} of CPU in {:?} at SCHED_FIFO: at normal priority for the rest of each such period (the bound SCHED_DEADLINE would enforce; counted in observer_realtime_demotions_total)",
+                        self.what,
+                        RESERVATION.period
+                    );
+                }
+            }
+            Verdict::NewPeriod => {
+                if self.demoted && set_realtime(self.priority).is_ok() {
+                    self.demoted = false;
+                }
+                self.period_start = now;
+                self.cpu_at_start = cpu;
+            }
+        }
+    }
+}
+
+/// Called by a fast-path thread at each turn and every few events of a batch: a SCHED_FIFO
+/// thread holds itself to [`RESERVATION`] (a no-op on any other thread).
+pub fn police() {
+    POLICE.with(|p| {
+        if let Some(p) = p.borrow_mut().as_mut() {
+            p.check();
+        }
+    });
 }
 
 /// CAP_SYS_NICE in this process's effective set.
@@ -248,6 +357,54 @@ fn rtprio_limit() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bound: demoted once the runtime is used within a period, real-time again at the next.
+    #[test]
+    fn a_fifo_thread_is_held_to_the_reservation() {
+        let r = RESERVATION;
+        let ms = Duration::from_millis;
+        assert_eq!(verdict(ms(1), ms(5), r, false), Verdict::Keep);
+        assert_eq!(verdict(ms(3), ms(5), r, false), Verdict::Demote);
+        assert_eq!(verdict(ms(3), ms(6), r, true), Verdict::Keep);
+        assert_eq!(verdict(ms(9), ms(10), r, true), Verdict::NewPeriod);
+        assert_eq!(verdict(ms(0), ms(10), r, false), Verdict::NewPeriod);
+    }
+
+    /// A SCHED_FIFO thread that spins (where this process may take SCHED_FIFO) drops itself to
+    /// normal priority within a period, and is real-time again in the next.
+    #[test]
+    fn a_spinning_fifo_thread_demotes_itself() {
+        std::thread::spawn(|| {
+            if let Err(e) = set_realtime(1) {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "CI runs as root, where SCHED_FIFO is allowed: {e}"
+                );
+                eprintln!("SKIP: SCHED_FIFO refused here ({e}); the bound's logic is tested above");
+                return;
+            }
+            POLICE.with(|p| *p.borrow_mut() = Police::start(1, "test"));
+            let before = demotions();
+            let spin_until = Instant::now() + Duration::from_millis(5);
+            while Instant::now() < spin_until {
+                police();
+            }
+            assert!(
+                !is_realtime(),
+                "demoted after 2 ms of CPU in a 10 ms period"
+            );
+            assert!(demotions() > before);
+            let next = Instant::now() + RESERVATION.period;
+            while Instant::now() < next {
+                std::hint::spin_loop();
+            }
+            police();
+            assert!(is_realtime(), "real-time again in the next period");
+            set_normal();
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn out_of_range_is_refused_before_the_kernel() {

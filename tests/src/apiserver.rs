@@ -35,6 +35,9 @@ pub struct Recorded {
     pub code: u16,
     /// When its headers had arrived.
     pub at: std::time::SystemTime,
+    /// When it went on the wire: the kernel's receive timestamp of its first bytes (see
+    /// [`crate::wire`]), `None` if the kernel gave none.
+    pub wire: Option<std::time::SystemTime>,
     pub method: String,
     /// Path and query.
     pub uri: String,
@@ -124,7 +127,11 @@ fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
-async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    state: Arc<Mutex<State>>,
+    wire: Option<std::time::SystemTime>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let at = std::time::SystemTime::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -147,6 +154,7 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         seq: 0,
         code,
         at,
+        wire,
         method: method.to_string(),
         uri: uri.clone(),
         content_type: content_type.clone(),
@@ -359,10 +367,14 @@ impl ApiStandIn {
                     continue;
                 };
                 let s = Arc::clone(&s);
+                let Ok((stream, clock)) = crate::wire::WireStamped::new(stream) else {
+                    continue;
+                };
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let s = Arc::clone(&s);
-                        async move { Ok::<_, Infallible>(handle(s, req).await) }
+                        let wire = clock.take();
+                        async move { Ok::<_, Infallible>(handle(s, wire, req).await) }
                     });
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)

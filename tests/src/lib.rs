@@ -44,6 +44,7 @@ pub mod process;
 pub mod relist;
 mod sys;
 pub mod wait;
+pub mod wire;
 
 pub use containerd::{Containerd, StopSignal};
 pub use events::{TaskExit, TaskExitStream};

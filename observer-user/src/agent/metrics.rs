@@ -154,6 +154,12 @@ impl Collector for Sources {
             self.cri.reconnects(),
         )?;
 
+        counter(
+            &mut e,
+            "realtime_demotions",
+            "Times a SCHED_FIFO fast-path thread dropped itself to normal priority for using more than 2 ms of CPU in 10 ms (where SCHED_DEADLINE was refused)",
+            crate::sched::demotions(),
+        )?;
         if let Some(h) = self.status.get() {
             h.encode_metrics(&mut e)?;
         }
@@ -161,10 +167,10 @@ impl Collector for Sources {
             use crate::kube::fast::FastStats;
             let g = FastStats::get;
             for (name, help, v) in [
-                ("fast_path_deaths", "Deaths handed to the fast status writer", g(&f.deaths)),
-                ("fast_path_dropped", "Deaths not handed to the fast status writer (its queue full; the status manager writes them)", g(&f.dropped)),
-                ("fast_path_skipped", "Deaths the fast status writer left to the status manager (no transition, or the pod or container not known yet)", g(&f.skipped)),
-                ("fast_path_writes", "ContainersAlive=False patches of the fast status writer the API accepted", g(&f.written)),
+                ("fast_path_deaths", "Deaths the fast path saw", g(&f.deaths)),
+                ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight", g(&f.dropped)),
+                ("fast_path_skipped", "Deaths the fast path left to the status manager (no transition, its client not up, or the pod or container not computed by the manager yet)", g(&f.skipped)),
+                ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&f.written)),
                 ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&f.failed)),
             ] {
                 counter(&mut e, name, help, v)?;

@@ -3,8 +3,8 @@
 //!
 //! The path of a death: the kernel → the PLEG → the reconciler's view, which marks the pod
 //! changed → the status manager takes it from there (one queue) → the writer's PATCH. In
-//! `conditions` mode the ContainersAlive=False transition also takes the fast path: from the
-//! PLEG's thread to a writer thread of its own, real-time with `--realtime-priority`
+//! `conditions` mode the ContainersAlive=False transition also takes the fast path: decided and
+//! sent on the kernel reader's own thread, real-time with `--realtime-priority`
 //! ([`crate::kube::fast`]), which neither the CRI nor the status manager can hold up.
 use std::{
     ffi::OsString,
@@ -58,27 +58,40 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         None => None,
     };
     let endpoint = cfg.agent.cri.clone();
-    // The fast path's hook is on the PLEG's thread from the start; its writer starts with the
-    // status manager (deaths before then wait in its queue).
+    // The fast path runs on the kernel reader's thread from the start (its requests from that
+    // thread's own runtime); it decides deaths from what the status manager last computed, so
+    // it writes nothing before the manager's first turn on a pod.
     let fast_stats = Arc::new(fast::FastStats::default());
     let conditions = cfg.fast_path
+        && cfg.agent.reader != ReaderThread::Task
         && cfg
             .status
             .as_ref()
             .is_some_and(|s| s.status.mode == kube::StatusMode::Conditions);
-    let realtime = match cfg.agent.reader {
-        ReaderThread::Realtime(p) => Some(p),
-        _ => None,
+    let ledger = Arc::new(fast::AliveLedger::default());
+    let fast_reconcile = Arc::new(OnceLock::new());
+    let hook = match cfg.status.as_ref().filter(|_| conditions) {
+        Some(s) => {
+            let decider = fast::Decider {
+                types: s.status.condition_types(),
+                ledger: Arc::clone(&ledger),
+                stats: Arc::clone(&fast_stats),
+            };
+            let writer = fast::WriterConfig {
+                kubeconfig: s.kubeconfig.clone(),
+                field_manager: s.status.reporter.clone(),
+                request_timeout: s.status.request_timeout,
+                reconcile: Arc::clone(&fast_reconcile),
+                latency: Some(metrics.fast_write_latency.clone()),
+            };
+            let make: crate::pipeline::FastPathFactory = Box::new(move |clock| {
+                Box::new(fast::FastDeaths::new(decider, clock.clone(), writer))
+                    as Box<dyn crate::pleg::FastPath>
+            });
+            Some(make)
+        }
+        None => None,
     };
-    let (hook, fast_deaths) = if conditions {
-        let (hook, rx) = fast::FastDeaths::new(Arc::clone(&fast_stats));
-        let make: crate::pipeline::FastPathFactory =
-            Box::new(move |_| Box::new(hook) as Box<dyn crate::pleg::FastPath>);
-        (Some(make), Some(rx))
-    } else {
-        (None, None)
-    };
-    let fast_latency = metrics.fast_write_latency.clone();
     let mut agent = Agent::start_with(cfg.agent, hook).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
@@ -122,36 +135,11 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
             _ => Duration::ZERO,
         };
         scfg.runtime_name = agent.runtime_name(wait).await;
-        let fast_types = scfg.condition_types();
-        let (field_manager, request_timeout) = (scfg.reporter.clone(), scfg.request_timeout);
         let (mut manager, handle) = StatusManager::new(api.client, scfg, agent.reconcile.clone());
-        if let Some(deaths) = fast_deaths {
-            let ledger = Arc::new(fast::AliveLedger::default());
+        if conditions {
+            // The fast path (on the kernel reader's thread) claims deaths once its client is up.
             manager.set_alive_ledger(Arc::clone(&ledger));
-            let fast_cfg = fast::FastConfig {
-                kubeconfig: setup.kubeconfig.clone(),
-                types: fast_types,
-                field_manager,
-                request_timeout,
-                reconcile: agent.reconcile.clone(),
-                pods: handle.pods().clone(),
-                ledger,
-                clock: agent.clock(),
-                stats: fast_stats,
-                realtime,
-                latency: Some(fast_latency),
-            };
-            // Its thread ends with the PLEG's stream; a panic there is the agent's failure, said
-            // by name and on /healthz like any task's.
-            match fast::spawn(fast_cfg, deaths) {
-                Ok(ended) => agent.tasks.spawn("fast status writer", async move {
-                    if let Ok(Err(why)) = ended.await {
-                        panic!("{why}");
-                    }
-                    std::future::pending::<()>().await
-                }),
-                Err(e) => tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only"),
-            }
+            let _ = fast_reconcile.set(agent.reconcile.clone());
         }
         if let Some(worker) = manager.take_events_worker() {
             agent.tasks.spawn("Events worker", worker);

@@ -1,18 +1,22 @@
-//! The fast path of `observer run` (`conditions` mode): a container's death from the PLEG's
-//! thread to the `ContainersAlive=False` PATCH, without waiting for the reconciler, the status
-//! manager or the CRI, and on a real-time thread of its own (`--realtime-priority`: see
-//! [`crate::sched`] for the bound), so that the request does not wait behind the node's workloads.
+//! The fast path of `observer run` (`conditions` mode): a container's death from the PLEG to the
+//! `ContainersAlive=False` PATCH on the wire, without waiting for the reconciler, the status
+//! manager or the CRI, and all on the kernel reader's thread (real-time with
+//! `--realtime-priority`: see [`crate::sched`] for the bound), so that the request waits neither
+//! behind the node's workloads nor for another thread's wake-up.
 //!
-//! - [`FastDeaths`] runs on the PLEG's thread: it only hands each death (the kernel saw the init
-//!   exit, with its status) to the writer's thread, never blocking (a full queue drops it: the
-//!   normal path writes it anyway, and the drop is counted).
-//! - The writer's thread has a current-thread tokio runtime and a client of its own (one
-//!   kept-alive connection). For each death it reads the pod's reconciled view (the container's
-//!   name and restart count, already known from its start) and the pod from the reflector,
-//!   applies the kernel's exit as the reconciler will, and computes the condition with the same
-//!   function as the manager ([`observer_conditions`]). Only a transition to False is written
-//!   here; every request runs in a task of its own with the request timeout, so a hung API server
-//!   never holds up the next death.
+//! - [`FastDeaths`] is the PLEG's hook. For each death (the kernel saw the init exit, with its
+//!   status) it takes the pod's [`Basis`] from the ledger (the reconciled view and the API's pod
+//!   as the status manager last computed them: the container's name and restart count are known
+//!   from its start), applies the kernel's exit as the reconciler will, computes the condition
+//!   with the manager's own function ([`observer_conditions`]) and claims the transition. It
+//!   takes no lock a normal-priority thread holds for longer than a map operation (not the
+//!   reconciler's view, not the reflector's store).
+//! - The patch goes out from a task on the reader thread's own current-thread runtime
+//!   ([`crate::pleg::FastPath::wants_runtime`]), with a client of its own (one kept-alive
+//!   connection): it runs as soon as the batch is done. Only a transition to False is written
+//!   here; every request runs in a task of its own with the request timeout, at most
+//!   [`MAX_IN_FLIGHT`] at once, so a hung API server never holds up the next death or the
+//!   reader.
 //! - One owner of the condition's truth: the [`AliveLedger`], shared with the status manager,
 //!   holds the last `ContainersAlive` either side submitted per pod. The fast path claims the
 //!   False transition there (and skips when the ledger already says False); the manager does not
@@ -24,20 +28,20 @@ use std::{
     collections::HashMap,
     ffi::OsString,
     sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, OnceLock,
     },
     time::{Duration, SystemTime},
 };
 
 use ::kube::{api::PatchParams, Client};
 use k8s_openapi::api::core::v1::PodCondition;
-use tokio::sync::mpsc;
+
+use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     conditions::{observer_conditions, ConditionTypes},
     patch::conditions_patch,
-    pods::NodePods,
     writer::{send, WriteJob, WriteOutcome},
 };
 use crate::{
@@ -45,14 +49,15 @@ use crate::{
     kernel::{BootClock, BootNs},
     pleg::{ContainerExit, FastPath, PlegEvent, PodLifecycleEvent},
     reconcile::{ContainerPhase, PodView, ReconcileHandle, Source},
-    sched::Granted,
 };
 
-/// Deaths waiting for the writer's thread; beyond it they are left to the normal path.
-pub const QUEUE: usize = 1024;
+/// Requests in flight at once; beyond, deaths are left to the status manager.
+pub const MAX_IN_FLIGHT: usize = 1024;
 
 /// How often the writer's idle connection is used (`GET /version`), so that it stays open.
 const KEEPALIVE: Duration = Duration::from_secs(30);
+/// How often the first request is tried while the API does not answer.
+const RETRY: Duration = Duration::from_secs(1);
 
 /// One death, as the PLEG sent it.
 #[derive(Clone, Debug)]
@@ -66,7 +71,7 @@ pub struct Death {
 /// Counters of the fast path.
 #[derive(Debug, Default)]
 pub struct FastStats {
-    /// Deaths handed to the writer's thread, and those dropped because its queue was full.
+    /// Deaths seen, and those left to the manager because too many requests were in flight.
     pub deaths: AtomicU64,
     pub dropped: AtomicU64,
     /// Deaths left to the normal path: the pod or container not known yet, not a transition,
@@ -87,27 +92,90 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// On the PLEG's thread: every death with a known exit to the writer's thread.
-pub struct FastDeaths {
-    tx: mpsc::Sender<Death>,
+/// A death's patch, decided on the PLEG's thread.
+pub struct FastJob {
+    pub death: Death,
+    pub job: WriteJob,
+}
+
+/// What the PLEG's thread needs to decide a death's patch.
+pub struct Decider {
+    pub types: ConditionTypes,
+    pub ledger: Arc<AliveLedger>,
+    pub stats: Arc<FastStats>,
+}
+
+/// What the fast path's requests need, known before the agent starts.
+pub struct WriterConfig {
+    pub kubeconfig: Option<OsString>,
+    pub field_manager: String,
+    pub request_timeout: Duration,
+    /// Set once the agent has its reconciler: a pod whose patch was answered is marked changed
+    /// there, for the status manager's turn.
+    pub reconcile: Arc<OnceLock<ReconcileHandle>>,
+    /// Observes the seconds from the kernel's exit to the patch handed to the HTTP client.
+    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
+}
+
+struct Writer {
+    cfg: WriterConfig,
+    params: PatchParams,
+    ledger: Arc<AliveLedger>,
     stats: Arc<FastStats>,
+    clock: BootClock,
+    /// Set when the first request through it was answered.
+    client: OnceLock<Client>,
+    in_flight: AtomicUsize,
+    panicked: Mutex<Option<String>>,
+}
+
+/// The fast path, on the PLEG's thread: every death with a known exit decided, claimed, and
+/// its patch sent from a task on that thread's runtime.
+pub struct FastDeaths {
+    decider: Decider,
+    clock: BootClock,
+    writer: Arc<Writer>,
 }
 
 impl FastDeaths {
-    /// The hook and the writer's end of its queue.
-    pub fn new(stats: Arc<FastStats>) -> (Self, mpsc::Receiver<Death>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        (Self { tx, stats }, rx)
+    pub fn new(decider: Decider, clock: BootClock, cfg: WriterConfig) -> Self {
+        let writer = Arc::new(Writer {
+            params: PatchParams {
+                field_manager: Some(cfg.field_manager.clone()),
+                ..Default::default()
+            },
+            cfg,
+            ledger: Arc::clone(&decider.ledger),
+            stats: Arc::clone(&decider.stats),
+            clock: clock.clone(),
+            client: OnceLock::new(),
+            in_flight: AtomicUsize::new(0),
+            panicked: Mutex::new(None),
+        });
+        Self {
+            decider,
+            clock,
+            writer,
+        }
     }
-}
 
-impl FastPath for FastDeaths {
-    fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
+    /// The patch for `ev` when it is a death the fast path is to write, claimed in the ledger.
+    pub fn claim(&mut self, ev: &PodLifecycleEvent) -> Option<FastJob> {
         let PlegEvent::ContainerDied { id, exit } = &ev.event else {
-            return;
+            return None;
         };
-        if exit.status.is_none() {
-            return;
+        exit.status?;
+        let d = &self.decider;
+        bump(&d.stats.deaths);
+        // Nothing is claimed while no request can be sent: the manager writes every death then.
+        if !d.ledger.writer.load(Ordering::Acquire) {
+            bump(&d.stats.skipped);
+            return None;
+        }
+        // A hung API server holds at most this many requests: beyond, the manager writes.
+        if self.writer.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            bump(&d.stats.dropped);
+            return None;
         }
         let death = Death {
             pod: ev.pod_uid,
@@ -115,10 +183,50 @@ impl FastPath for FastDeaths {
             at: ev.at,
             exit: exit.clone(),
         };
-        match self.tx.try_send(death) {
-            Ok(()) => bump(&self.stats.deaths),
-            Err(_) => bump(&self.stats.dropped),
-        }
+        let Some(job) = decide(d, &death, &self.clock) else {
+            bump(&d.stats.skipped);
+            return None;
+        };
+        Some(FastJob { death, job })
+    }
+}
+
+impl FastPath for FastDeaths {
+    fn wants_runtime(&self) -> bool {
+        true
+    }
+
+    fn start(&mut self) {
+        tokio::spawn(Arc::clone(&self.writer).connect());
+    }
+
+    fn failed(&mut self) -> Option<String> {
+        crate::sync::lock(&self.writer.panicked).take()
+    }
+
+    fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
+        let Some(FastJob { death, job }) = self.claim(ev) else {
+            return;
+        };
+        let w = Arc::clone(&self.writer);
+        let Some(client) = w.client.get().cloned() else {
+            w.ledger.fail(&death.pod, death.container);
+            return;
+        };
+        w.in_flight.fetch_add(1, Ordering::Relaxed);
+        // A task per request, on this thread's runtime: it runs as soon as the batch is done,
+        // and one that hangs never holds up the next death.
+        tokio::spawn(async move {
+            use futures::FutureExt;
+            let sent = std::panic::AssertUnwindSafe(w.write(&client, &death, job))
+                .catch_unwind()
+                .await;
+            w.in_flight.fetch_sub(1, Ordering::Relaxed);
+            if let Err(panic) = sent {
+                w.ledger.fail(&death.pod, death.container);
+                *crate::sync::lock(&w.panicked) = Some(crate::runner::panic_message(panic));
+            }
+        });
     }
 }
 
@@ -137,11 +245,26 @@ struct Entry {
     /// `ContainersAlive` as last submitted by either side.
     alive: Option<PodCondition>,
     claim: Option<Claim>,
+    basis: Option<Arc<Basis>>,
 }
 
-/// The last `ContainersAlive` submitted per pod, and the fast path's claims.
+/// What a death's patch is computed from: the pod's reconciled view and its API object as the
+/// status manager last computed the pod (set at each of its turns), so that the PLEG's thread
+/// never waits for the reconciler's or the reflector's locks.
+#[derive(Debug)]
+pub struct Basis {
+    pub view: PodView,
+    pub pod: Arc<Pod>,
+}
+
+/// The last `ContainersAlive` submitted per pod, the fast path's claims, and each pod's
+/// [`Basis`]. Its lock is held for map operations only, by either side.
 #[derive(Debug, Default)]
-pub struct AliveLedger(Mutex<HashMap<PodUid, Entry>>);
+pub struct AliveLedger {
+    pods: Mutex<HashMap<PodUid, Entry>>,
+    /// The fast path has its client (the API answered it): claims can be answered.
+    writer: std::sync::atomic::AtomicBool,
+}
 
 /// What the manager is to do with a pod, from the ledger.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,7 +295,7 @@ impl AliveLedger {
         container: ContainerId,
         decide: impl FnOnce(Option<&PodCondition>) -> Option<PodCondition>,
     ) -> Option<(Option<PodCondition>, PodCondition)> {
-        let mut map = crate::sync::lock(&self.0);
+        let mut map = crate::sync::lock(&self.pods);
         let e = map.entry(pod).or_default();
         if e.claim.is_some() || e.alive.as_ref().is_some_and(|a| a.status == "False") {
             return None;
@@ -187,9 +310,29 @@ impl AliveLedger {
         Some((before, alive))
     }
 
+    /// The manager's turn on a pod: what the next death's patch starts from.
+    pub fn prepare(&self, pod: PodUid, view: &PodView, api: &Arc<Pod>) {
+        let basis = Arc::new(Basis {
+            view: view.clone(),
+            pod: Arc::clone(api),
+        });
+        crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(basis);
+    }
+
+    /// The fast path has its client: only then are claims made.
+    pub fn writer_running(&self, on: bool) {
+        self.writer.store(on, Ordering::Release);
+    }
+
+    fn basis(&self, pod: &PodUid) -> Option<Arc<Basis>> {
+        crate::sync::lock(&self.pods)
+            .get(pod)
+            .and_then(|e| e.basis.clone())
+    }
+
     /// The fast path's patch for `container` was accepted.
     pub fn confirm(&self, pod: &PodUid, container: ContainerId) {
-        if let Some(c) = crate::sync::lock(&self.0)
+        if let Some(c) = crate::sync::lock(&self.pods)
             .get_mut(pod)
             .and_then(|e| e.claim.as_mut())
             .filter(|c| c.container == container)
@@ -200,7 +343,7 @@ impl AliveLedger {
 
     /// The fast path's patch for `container` was not accepted: the manager is to write it.
     pub fn fail(&self, pod: &PodUid, container: ContainerId) {
-        if let Some(c) = crate::sync::lock(&self.0)
+        if let Some(c) = crate::sync::lock(&self.pods)
             .get_mut(pod)
             .and_then(|e| e.claim.as_mut())
             .filter(|c| c.container == container)
@@ -216,7 +359,7 @@ impl AliveLedger {
         pod: &PodUid,
         caught_up: impl Fn(ContainerId) -> bool,
     ) -> ManagerTurn {
-        let map = crate::sync::lock(&self.0);
+        let map = crate::sync::lock(&self.pods);
         let Some(e) = map.get(pod) else {
             return ManagerTurn::Free { alive: None };
         };
@@ -237,18 +380,18 @@ impl AliveLedger {
 
     /// The manager submitted (or found the API holding) `alive`: the claim, if any, is settled.
     pub fn record(&self, pod: PodUid, alive: PodCondition) {
-        let mut map = crate::sync::lock(&self.0);
+        let mut map = crate::sync::lock(&self.pods);
         let e = map.entry(pod).or_default();
         e.alive = Some(alive);
         e.claim = None;
     }
 
     pub fn forget(&self, pod: &PodUid) {
-        crate::sync::lock(&self.0).remove(pod);
+        crate::sync::lock(&self.pods).remove(pod);
     }
 
     pub fn len(&self) -> usize {
-        crate::sync::lock(&self.0).len()
+        crate::sync::lock(&self.pods).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -281,110 +424,11 @@ pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodVie
     Some(v)
 }
 
-/// What the writer's thread needs.
-pub struct FastConfig {
-    pub kubeconfig: Option<OsString>,
-    pub types: ConditionTypes,
-    pub field_manager: String,
-    pub request_timeout: Duration,
-    pub reconcile: ReconcileHandle,
-    pub pods: NodePods,
-    pub ledger: Arc<AliveLedger>,
-    pub clock: BootClock,
-    pub stats: Arc<FastStats>,
-    /// `--realtime-priority`: the thread's policy as the kernel reader's.
-    pub realtime: Option<u8>,
-    /// Observes the seconds from the kernel's exit to the patch handed to the HTTP client.
-    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
-}
-
-/// Starts the writer's thread. It ends when the hook's end of `deaths` is dropped.
-/// Starts the writer's thread. The receiver resolves when the thread ends: `Ok` when the PLEG's
-/// stream ended (or the writer could not start, which it said), `Err(why)` when it panicked, for
-/// the agent's supervision to report (`/healthz`).
-pub fn spawn(
-    cfg: FastConfig,
-    deaths: mpsc::Receiver<Death>,
-) -> std::io::Result<tokio::sync::oneshot::Receiver<Result<(), String>>> {
-    let (ended, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("observer-fast".into())
-        .spawn(move || {
-            let run = std::panic::AssertUnwindSafe(move || writer_thread(cfg, deaths));
-            let r = std::panic::catch_unwind(run).map_err(crate::runner::panic_message);
-            let _ = ended.send(r);
-        })?;
-    Ok(rx)
-}
-
-fn writer_thread(cfg: FastConfig, deaths: mpsc::Receiver<Death>) {
-    let granted = match cfg.realtime {
-        Some(p) => crate::sched::realtime_or_say_once(p, "the fast status writer"),
-        None => Granted::Normal,
-    };
-    tracing::debug!(?granted, "fast status writer started");
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::warn!("the fast status writer did not start ({e}): deaths reach the API through the status manager only");
-            return;
-        }
-    };
-    rt.block_on(run(cfg, deaths));
-}
-
-async fn run(cfg: FastConfig, mut deaths: mpsc::Receiver<Death>) {
-    // A client of this runtime's own: its connection is kept alive here, off the main runtime.
-    let client = match super::client(cfg.kubeconfig.as_deref()).await {
-        Ok(c) => c.client,
-        Err(e) => {
-            tracing::warn!("the fast status writer has no API client ({e}): deaths reach the API through the status manager only");
-            return;
-        }
-    };
-    let cfg = Arc::new(cfg);
-    let params = PatchParams {
-        field_manager: Some(cfg.field_manager.clone()),
-        ..Default::default()
-    };
-    // The connection is opened now and kept open (the client's pool closes an idle one after
-    // 90 s): a death never pays for a TCP and TLS handshake.
-    let mut keepalive = tokio::time::interval(KEEPALIVE);
-    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let d = tokio::select! {
-            d = deaths.recv() => match d {
-                Some(d) => d,
-                None => return,
-            },
-            _ = keepalive.tick() => {
-                let client = client.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = client.apiserver_version().await {
-                        tracing::debug!("fast status writer's keep-alive: {e}");
-                    }
-                });
-                continue;
-            }
-        };
-        let Some(job) = decide(&cfg, &d) else {
-            bump(&cfg.stats.skipped);
-            continue;
-        };
-        let (cfg, client, params) = (Arc::clone(&cfg), client.clone(), params.clone());
-        // A task per request: one that hangs never holds up the next death.
-        tokio::spawn(async move { write(&cfg, &client, &params, &d, job).await });
-    }
-}
-
 /// The patch for a death, when it is a transition to False the fast path claimed.
-fn decide(cfg: &FastConfig, d: &Death) -> Option<WriteJob> {
-    let view = cfg.reconcile.pod(&d.pod)?;
-    let pod = cfg.pods.by_uid(d.pod.as_str())?;
-    let dead = with_death(&view, d, &cfg.clock)?;
+fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<WriteJob> {
+    let basis = cfg.ledger.basis(&d.pod)?;
+    let (view, pod) = (&basis.view, &basis.pod);
+    let dead = with_death(view, d, clock)?;
     let api_uid = pod.metadata.uid.clone()?;
     let api_conditions = pod
         .status
@@ -428,28 +472,59 @@ fn decide(cfg: &FastConfig, d: &Death) -> Option<WriteJob> {
     })
 }
 
-async fn write(cfg: &FastConfig, client: &Client, params: &PatchParams, d: &Death, job: WriteJob) {
-    if let Some(h) = &cfg.latency {
-        let after = SystemTime::now()
-            .duration_since(cfg.clock.to_system_time(d.at))
-            .unwrap_or_default();
-        h.observe(after.as_secs_f64());
-    }
-    match send(client, params, &job, cfg.request_timeout).await {
-        WriteOutcome::Written { .. } => {
-            bump(&cfg.stats.written);
-            cfg.ledger.confirm(&d.pod, d.container);
+impl Writer {
+    /// Opens the client (and its connection, kept open: a death never pays for a TCP and TLS
+    /// handshake), then claims may be made; keeps the idle connection alive.
+    async fn connect(self: Arc<Self>) {
+        let client = match super::client(self.cfg.kubeconfig.as_deref()).await {
+            Ok(c) => c.client,
+            Err(e) => {
+                tracing::warn!("the fast status path has no API client ({e}): deaths reach the API through the status manager only");
+                return;
+            }
+        };
+        // Until the API first answers, every second; then often enough that the pool (which
+        // closes a connection idle for 90 s) keeps it.
+        let mut ready = false;
+        loop {
+            match client.apiserver_version().await {
+                Ok(_) if !ready => {
+                    let _ = self.client.set(client.clone());
+                    self.ledger.writer_running(true);
+                    ready = true;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!("fast status path's keep-alive: {e}"),
+            }
+            tokio::time::sleep(if ready { KEEPALIVE } else { RETRY }).await;
         }
-        outcome => {
-            // The manager writes the same condition once its view caught up, through its
-            // retrying writer.
-            cfg.ledger.fail(&d.pod, d.container);
-            bump(&cfg.stats.failed);
-            tracing::debug!(pod = %job.name, ?outcome, "fast status write not accepted; the status manager writes it");
+    }
+
+    async fn write(&self, client: &Client, d: &Death, job: WriteJob) {
+        if let Some(h) = &self.cfg.latency {
+            let after = SystemTime::now()
+                .duration_since(self.clock.to_system_time(d.at))
+                .unwrap_or_default();
+            h.observe(after.as_secs_f64());
+        }
+        match send(client, &self.params, &job, self.cfg.request_timeout).await {
+            WriteOutcome::Written { .. } => {
+                bump(&self.stats.written);
+                self.ledger.confirm(&d.pod, d.container);
+            }
+            outcome => {
+                // The manager writes the same condition once its view caught up, through its
+                // retrying writer.
+                self.ledger.fail(&d.pod, d.container);
+                bump(&self.stats.failed);
+                tracing::debug!(pod = %job.name, ?outcome, "fast status write not accepted; the status manager writes it");
+            }
+        }
+        // The manager held the pod while the patch was in flight: its turn now.
+        if let Some(r) = self.cfg.reconcile.get() {
+            r.touch(d.pod);
         }
     }
-    // The manager held the pod while the patch was in flight: its turn now.
-    cfg.reconcile.touch(d.pod);
 }
 
 #[cfg(test)]

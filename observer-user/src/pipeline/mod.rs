@@ -249,12 +249,17 @@ impl KernelPipeline {
     fn batch(&mut self, first: KernelEvent, mut tap: impl FnMut(&KernelEvent)) -> Batch {
         // Keeps the wall clock of every consumer in step with NTP.
         self.reader.refresh_clock();
+        // A SCHED_FIFO reader holds itself to the reservation's bound, within a long batch too.
+        crate::sched::police();
         let mut batch = Batch::default();
         let mut next = Some(first);
         while let Some(ev) = next {
             tap(&ev);
             self.pleg.handle(ev);
             batch.events += 1;
+            if batch.events % 64 == 0 {
+                crate::sched::police();
+            }
             next = self.reader.try_next();
         }
         if self.pleg.needs_resync() {

@@ -7,7 +7,7 @@
 //!
 //! A [`FastPath`] set on the stream sees every event on the PLEG's own thread (real-time with
 //! `--realtime-priority`) as it is sent, before any consumer task could: `watch --pods` writes
-//! its lines there and `observer run` hands deaths to its fast status writer, so that neither
+//! its lines there and `observer run` sends its fast status patches from there, so that neither
 //! waits behind the node's workloads for a normal-priority task's turn.
 use std::{
     collections::{HashSet, VecDeque},
@@ -46,6 +46,21 @@ pub trait FastPath: Send {
     fn event(&mut self, ev: &PodLifecycleEvent, sent: SystemTime);
     /// The end of a batch of kernel records (a flush point).
     fn batch_end(&mut self) {}
+    /// The hook sends requests of its own: the loop's thread then runs a current-thread tokio
+    /// runtime (the reader waits through epoll), [`Self::start`] is called once inside it, and
+    /// [`Self::event`] may spawn tasks there. They run when the batch is done, on the same
+    /// real-time thread: no hand-over to another thread, whose wake-up would cost more than
+    /// the rest of the way to the wire.
+    fn wants_runtime(&self) -> bool {
+        false
+    }
+    /// Inside the loop's runtime, before the first event (see [`Self::wants_runtime`]).
+    fn start(&mut self) {}
+    /// A task the hook spawned panicked: the loop ends with it (a failure of the pipeline,
+    /// said on /healthz), rather than go on without the hook's work.
+    fn failed(&mut self) -> Option<String> {
+        None
+    }
 }
 
 struct Shared {
@@ -147,6 +162,25 @@ impl FastPathSlot {
         if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
             f.batch_end();
         }
+    }
+
+    /// See [`FastPath::wants_runtime`].
+    pub fn wants_runtime(&self) -> bool {
+        crate::sync::lock(&self.0.fast)
+            .as_ref()
+            .is_some_and(|f| f.wants_runtime())
+    }
+
+    /// See [`FastPath::start`].
+    pub fn start(&self) {
+        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
+            f.start();
+        }
+    }
+
+    /// See [`FastPath::failed`].
+    pub fn failed(&self) -> Option<String> {
+        crate::sync::lock(&self.0.fast).as_mut()?.failed()
     }
 }
 

@@ -627,7 +627,11 @@ async fn listed_pods_raise_no_doubt() {
 /// fast path's.
 #[tokio::test(start_paused = true)]
 async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
-    use crate::kube::fast::AliveLedger;
+    use crate::{
+        kernel::WaitStatus,
+        kube::fast::{AliveLedger, Decider, FastDeaths, FastStats, WriterConfig},
+        pleg::{ContainerExit, ExitReason, PlegEvent, PodLifecycleEvent},
+    };
     let (client, handle) = api::client();
     let log = server::serve(handle, vec![app_pod()], vec![]);
     let mut cfg = StatusConfig::new("node-1", StatusMode::Conditions);
@@ -649,20 +653,59 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     settle().await;
     assert_eq!(server::patches(&log).len(), 1, "True written");
 
-    // The fast path claims the death and the API accepts its patch.
+    // The PLEG's hook decides the death from what the manager last computed (no lock of the
+    // reconciler's or the reflector's), claims it, and hands the patch over; the API accepts it.
     let dead = view(vec![died_now("app", 0, 1, "Error")]);
     let uid = up.uid;
     let id = up.containers[0].id;
-    let written_at = SystemTime::now();
-    let types = ConditionTypes::default();
-    let (_, claimed) = ledger
-        .claim(uid, id, |last| {
-            let old: Vec<PodCondition> = last.cloned().into_iter().collect();
-            observer_conditions(app_pod().spec.as_ref(), &dead, &old, &types, written_at)
-                .into_iter()
-                .find(|c| c.type_ == types.alive && c.status == "False")
-        })
-        .expect("a transition from True");
+    let stats = Arc::new(FastStats::default());
+    let decider = |ledger: &Arc<AliveLedger>| Decider {
+        types: ConditionTypes::default(),
+        ledger: Arc::clone(ledger),
+        stats: Arc::clone(&stats),
+    };
+    let clock = crate::kernel::BootClock::default();
+    let writer = WriterConfig {
+        kubeconfig: None,
+        field_manager: "observer".into(),
+        request_timeout: Duration::from_secs(5),
+        reconcile: Default::default(),
+        latency: None,
+    };
+    let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer);
+    let death = PodLifecycleEvent {
+        pod_uid: uid,
+        runtime: None,
+        at: crate::kernel::BootClock::now(),
+        event: PlegEvent::ContainerDied {
+            id,
+            exit: ContainerExit {
+                status: Some(WaitStatus::exited(1)),
+                reason: ExitReason::Error,
+                pid: Some(4242),
+                comm: None,
+            },
+        },
+    };
+    assert!(
+        hook.claim(&death).is_none(),
+        "no client yet: left to the manager"
+    );
+    assert_eq!(FastStats::get(&stats.skipped), 1);
+    ledger.writer_running(true);
+    let job = hook.claim(&death).expect("the death's patch");
+    let claimed: Vec<PodCondition> = serde_json::from_value((*job.job.desired).clone()).unwrap();
+    let claimed = claimed
+        .into_iter()
+        .find(|c| c.type_ == "observer.dev/ContainersAlive")
+        .expect("ContainersAlive in the patch");
+    assert_eq!(claimed.status, "False");
+    assert!(
+        claimed.message.as_deref().unwrap_or("").contains("app"),
+        "{claimed:?}"
+    );
+    // The same death again (a resync): the ledger says False already, nothing more is sent.
+    assert!(hook.claim(&death).is_none());
     ledger.confirm(&uid, id);
 
     // A change of the view that does not show the death yet: not written.
@@ -688,7 +731,11 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     match ledger.manager_turn(&uid, |_| true) {
         crate::kube::fast::ManagerTurn::Free { alive: Some(a) } => {
             assert_eq!(a.status, "False");
-            assert_eq!(a.last_transition_time, claimed.last_transition_time);
+            // As the API has it: seconds.
+            assert_eq!(
+                serde_json::to_value(&a.last_transition_time).unwrap(),
+                serde_json::to_value(&claimed.last_transition_time).unwrap()
+            );
         }
         other => panic!("the claim is settled by the manager: {other:?}"),
     }

@@ -78,7 +78,7 @@ impl StatusManager {
     }
 
     /// Computes what the mode writes and hands it to the writer unless nothing changed.
-    pub(super) fn write(&mut self, view: &PodView, pod: &Pod, now: SystemTime) {
+    pub(super) fn write(&mut self, view: &PodView, pod: &Arc<Pod>, now: SystemTime) {
         let stats = &self.stats;
         let Some(st) = self.state.get_mut(&view.uid) else {
             return;
@@ -98,10 +98,11 @@ impl StatusManager {
         let result = if self.cfg.mode == StatusMode::Conditions {
             // The fast path's claim on ContainersAlive: wait for the view to show the death it
             // wrote (writing now would say True again), then keep its transition time.
-            let turn = self
-                .ledger
-                .as_ref()
-                .map(|l| l.manager_turn(&view.uid, |c| caught_up(view, c)));
+            let turn = self.ledger.as_ref().map(|l| {
+                // What the fast path decides the pod's next death from.
+                l.prepare(view.uid, view, pod);
+                l.manager_turn(&view.uid, |c| caught_up(view, c))
+            });
             let (fast, confirmed) = match turn {
                 Some(ManagerTurn::Wait | ManagerTurn::InFlight) => {
                     bump(&stats.fast_waits);
