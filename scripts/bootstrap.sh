@@ -15,10 +15,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # Debian packages: LLVM 22 for bpf-linker, protoc for the CRI client, containerd/runc/busybox for
 # the runtime tests, bpftool for inspecting programs, procps/iproute2 for the tests' helpers,
 # qemu-system-x86 for the VM tests (cargo xtask vm-test; busybox-static is their guest's shell too)
-# and cpio, which checks the initramfs writer. The kernels those VMs boot are Debian packages too,
-# installed by scripts/vm-kernels.sh into target/vm when a VM test needs them.
+# and cpio, which checks the initramfs writer; prometheus, the real scraper the Grafana dashboard's
+# queries are tested against (tests/tests/dashboard.rs). The kernels those VMs boot are Debian
+# packages too, installed by scripts/vm-kernels.sh into target/vm when a VM test needs them.
 PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev protobuf-compiler containerd runc busybox-static
-      bpftool pkg-config qemu-system-x86 cpio)
+      bpftool pkg-config qemu-system-x86 cpio prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -25,6 +25,10 @@ pub fn mounts_under(root: &Path) -> Vec<PathBuf> {
     let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return vec![];
     };
+    // The table names mount points by their resolved path: a `target/cluster` that is a symlink
+    // (a shared build cache) would otherwise match nothing and leave kubelet's mounts behind.
+    let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let root = resolved.as_path();
     let mut found: Vec<PathBuf> = table
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
@@ -154,6 +158,16 @@ mod tests {
     fn start_time_identifies_this_process() {
         let me = std::process::id();
         assert!(start_time(me).is_some_and(|t| t > 0));
+    }
+
+    #[test]
+    fn mounts_under_a_symlink_are_found_by_their_resolved_path() {
+        let link = std::env::temp_dir().join(format!("observer-proc-link-{}", std::process::id()));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/proc", &link).unwrap();
+        let found = mounts_under(&link);
+        let _ = std::fs::remove_file(&link);
+        assert!(found.contains(&PathBuf::from("/proc")), "{found:?}");
     }
 
     #[test]

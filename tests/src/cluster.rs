@@ -418,9 +418,15 @@ pub fn pod_volumes(c: &Cluster, uid: &str) -> PathBuf {
 /// Sets the deployed agent's `--status-mode` (through `OBSERVER_STATUS_MODE`; None: the
 /// manifest's default) and waits for the rollout and a Ready agent. A no-op when unchanged.
 pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
-    let env = match mode {
-        Some(m) => format!("OBSERVER_STATUS_MODE={m}"),
-        None => "OBSERVER_STATUS_MODE-".to_string(),
+    set_agent_env(c, "OBSERVER_STATUS_MODE", mode)
+}
+
+/// Sets the deployed agent's environment variable `name` (None: removed, the manifest's or the
+/// binary's default) and waits for the rollout and a Ready agent. A no-op when unchanged.
+pub fn set_agent_env(c: &Cluster, name: &str, value: Option<&str>) -> Result<()> {
+    let env = match value {
+        Some(v) => format!("{name}={v}"),
+        None => format!("{name}-"),
     };
     c.kubectl_ok(&[
         "-n",

@@ -41,6 +41,7 @@ pub mod manifests;
 pub mod pod;
 pub mod prereq;
 pub mod process;
+pub mod prometheus;
 pub mod relist;
 mod sys;
 pub mod wait;

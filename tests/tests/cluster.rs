@@ -12,6 +12,7 @@
 
 mod real_cluster {
     mod cycles;
+    mod plugin;
     mod status_diff;
     mod truth;
 

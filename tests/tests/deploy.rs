@@ -136,10 +136,11 @@ fn every_manifest_reads_strictly_into_its_api_type() {
             *kinds.entry(kind).or_default() += 1;
         }
     }
+    // The agent's ClusterRole and the kubectl plugin's (plugin-rbac.yaml).
+    assert_eq!(kinds.get("ClusterRole"), Some(&2), "{kinds:?}");
     for kind in [
         "Namespace",
         "ServiceAccount",
-        "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
@@ -669,6 +670,34 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
 }
 
 /// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace.
+/// The kubectl plugin's ClusterRole: exactly what `kube::remote::explain` asks (the pod, the
+/// agents' pods by selector, a GET through the pod proxy), and bound to nobody by deploy/.
+#[test]
+fn plugin_role_is_exactly_what_the_plugin_does() {
+    let role: ClusterRole = read_one(&deploy_dir().join("plugin-rbac.yaml")).unwrap();
+    assert_eq!(role.metadata.name.as_deref(), Some("observer-explain"));
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+        .rules
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.api_groups.unwrap(), r.resources.unwrap(), r.verbs))
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rules,
+        vec![
+            (s(&[""]), s(&["pods"]), s(&["get", "list"])),
+            (s(&[""]), s(&["pods/proxy"]), s(&["get"])),
+        ]
+    );
+    let binding: ClusterRoleBinding =
+        strict(&documents(&deploy_dir().join("rbac.yaml")).unwrap()[1]).unwrap();
+    assert_eq!(
+        binding.role_ref.name, "observer",
+        "deploy/ binds only the agent's role"
+    );
+}
+
 #[test]
 fn kustomization_renders() {
     let Some(kubectl) = prereq::which("kubectl") else {
@@ -689,7 +718,7 @@ fn kustomization_renders() {
     let rendered = dir.path().join("rendered.yaml");
     std::fs::write(&rendered, &out.stdout).unwrap();
     let docs = documents(&rendered).unwrap();
-    assert_eq!(docs.len(), 9, "every object of deploy/ but the example");
+    assert_eq!(docs.len(), 10, "every object of deploy/ but the example");
     let ns = namespace();
     for d in &docs {
         let cluster_scoped = matches!(

@@ -183,6 +183,11 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
         value("observer_detection_latency_seconds_count") >= 1.0,
         "{metrics}"
     );
+    // Each accepted patch is timed (the histogram was once left unwired).
+    assert!(
+        value("observer_status_write_latency_seconds_count") >= 2.0,
+        "{metrics}"
+    );
     assert_eq!(value("observer_kernel_ring_buffer_drops_total"), 0.0);
 
     // kubectl, a real client, reads the stand-in's answers as the API's.

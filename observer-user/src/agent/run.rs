@@ -92,6 +92,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         }
         None => None,
     };
+    let write_latency = metrics.status_write_latency.clone();
     let mut agent = Agent::start_with(cfg.agent, hook).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
@@ -128,6 +129,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
     if let (Some(setup), Some(api)) = (cfg.status, api) {
         let mut scfg = setup.status;
         scfg.api_url = api.url;
+        scfg.write_latency = Some(write_latency);
         // Only the full status names the runtime (container ids are `<runtime>://<id>`): only
         // then is its answer waited for, which holds the API's first list back meanwhile.
         let wait = match scfg.mode {

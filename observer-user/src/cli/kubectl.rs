@@ -42,7 +42,7 @@ pub struct ExplainArgs {
 
 pub async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
     let KubectlCommand::Explain(a) = args.command;
-    let api = crate::kube::client(a.kubeconfig.as_deref()).await?;
+    let api = crate::kube::client_once(a.kubeconfig.as_deref()).await?;
     let agents = Agents {
         namespace: a.agent_namespace,
         selector: a.agent_selector,

@@ -209,10 +209,21 @@ pub struct ApiClient {
 /// does (empty entries and files that do not exist skipped, the first to set a value wins).
 /// Without one (or with an empty list): `~/.kube/config`, else the in-cluster service account.
 pub async fn client(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
+    client_config(kubeconfig, true).await
+}
+
+/// [`client`] without kube's retries of 429, 503 and 504 (up to 15, backing off for minutes):
+/// for a one-shot command such as the kubectl plugin, where the pod proxy's 503 for an agent it
+/// cannot reach must be told at once, not after minutes of silence.
+pub async fn client_once(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
+    client_config(kubeconfig, false).await
+}
+
+async fn client_config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<ApiClient, KubeError> {
     use ::kube::config::{Config, KubeConfigOptions};
     let from_env = std::env::var_os("KUBECONFIG");
     let list = kubeconfig.or(from_env.as_deref());
-    let config = match list.map(read_kubeconfigs).transpose()?.flatten() {
+    let mut config = match list.map(read_kubeconfigs).transpose()?.flatten() {
         Some((kc, shown)) => Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| KubeError::Config(format!("{shown}: {e}")))?,
@@ -222,6 +233,7 @@ pub async fn client(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> 
             .await
             .map_err(|e| KubeError::Config(e.to_string()))?,
     };
+    config.default_retry = retry;
     let url = config.cluster_url.to_string();
     Ok(ApiClient {
         client: ::kube::Client::try_from(config)?,

@@ -38,8 +38,39 @@ pub enum RemoteError {
         selector: String,
         namespace: String,
     },
-    #[error("the agent {0} on node {1} answered: {2}")]
+    #[error("the agent {0} on node {1}, through the API server's pod proxy: {2}")]
     Agent(String, String, #[source] kube::Error),
+    /// The API server refused a step for the caller's RBAC: says which right is missing.
+    #[error(
+        "not allowed to {need} in namespace {namespace} ({message}); the plugin needs get and \
+         list on pods and get on pods/proxy: bind the ClusterRole observer-explain \
+         (deploy/plugin-rbac.yaml) to this user"
+    )]
+    Forbidden {
+        need: &'static str,
+        namespace: String,
+        message: String,
+    },
+}
+
+impl RemoteError {
+    /// `other` unless the API server answered 403, which becomes [`RemoteError::Forbidden`]
+    /// naming the right the step needs (the server's message names the user).
+    fn or_forbidden(
+        e: kube::Error,
+        need: &'static str,
+        namespace: &str,
+        other: impl FnOnce(kube::Error) -> Self,
+    ) -> Self {
+        match &e {
+            kube::Error::Api(s) if s.code == 403 => Self::Forbidden {
+                need,
+                namespace: namespace.into(),
+                message: s.message.clone(),
+            },
+            _ => other(e),
+        }
+    }
 }
 
 /// The agent's explanation of `namespace/pod` (JSON; `text`: as `observer explain` prints it).
@@ -54,7 +85,11 @@ pub async fn explain(
     let target = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(pod)
         .await
-        .map_err(|e| RemoteError::Pod(namespace.into(), pod.into(), e))?;
+        .map_err(|e| {
+            RemoteError::or_forbidden(e, "get pods", namespace, |e| {
+                RemoteError::Pod(namespace.into(), pod.into(), e)
+            })
+        })?;
     let node = target
         .spec
         .and_then(|s| s.node_name)
@@ -66,7 +101,11 @@ pub async fn explain(
                 .fields(&format!("spec.nodeName={node}")),
         )
         .await
-        .map_err(|e| RemoteError::Agents(agents.namespace.clone(), e))?;
+        .map_err(|e| {
+            RemoteError::or_forbidden(e, "list pods", &agents.namespace, |e| {
+                RemoteError::Agents(agents.namespace.clone(), e)
+            })
+        })?;
     let agent = list
         .items
         .into_iter()
@@ -91,10 +130,11 @@ pub async fn explain(
     let req = http::Request::get(path)
         .body(Vec::new())
         .expect("a GET with a path is a valid request");
-    client
-        .request_text(req)
-        .await
-        .map_err(|e| RemoteError::Agent(agent, node, e))
+    client.request_text(req).await.map_err(|e| {
+        RemoteError::or_forbidden(e, "get pods/proxy", &agents.namespace, |e| {
+            RemoteError::Agent(agent, node, e)
+        })
+    })
 }
 
 #[cfg(test)]
@@ -182,5 +222,37 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.to_string(), "pod shop/web is not scheduled to a node yet");
+    }
+
+    #[tokio::test]
+    async fn a_refused_proxy_names_the_missing_right() {
+        let (client, mock) = api::client();
+        let message = "pods \"observer-x1:9891\" is forbidden: User \"alice\" cannot get resource \"pods/proxy\" in API group \"\" in the namespace \"observer-system\"";
+        let _log = api::serve(
+            mock,
+            vec![
+                Reply::Json(200, pod("web", Some("node-7"), "Running")),
+                Reply::Json(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                           "items": [pod("observer-x1", Some("node-7"), "Running")]}),
+                ),
+                Reply::Json(
+                    403,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "message": message, "reason": "Forbidden", "code": 403}),
+                ),
+            ],
+        );
+        let e = explain(&client, &Agents::default(), "shop", "web", None, true)
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("not allowed to get pods/proxy in namespace observer-system (")
+                && text.contains(message)
+                && text.contains("ClusterRole observer-explain"),
+            "{text}"
+        );
     }
 }
