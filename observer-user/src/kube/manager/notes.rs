@@ -15,7 +15,7 @@ use crate::{
         conditions::{memory_limit, survived},
         events::PodEvent,
     },
-    reconcile::{ContainerPhase, PodView},
+    reconcile::{ContainerPhase, OomScope, PodView, ScopeUnknown, SCOPE_GRACE},
 };
 
 impl StatusManager {
@@ -30,6 +30,25 @@ impl StatusManager {
         for uid in due {
             self.rechecks.remove(&uid);
             self.process(&uid);
+        }
+    }
+
+    /// Kills whose report did not come within the grace: published now, scope unknown.
+    pub(super) fn release_held(&mut self) {
+        let now = Instant::now();
+        let due: Vec<PodUid> = self
+            .held
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(uid, _)| *uid)
+            .collect();
+        for uid in due {
+            self.held.remove(&uid);
+            let Some(view) = self.state.get(&uid).and_then(|s| s.view.clone()) else {
+                continue;
+            };
+            let pod = super::listing::resolve(&self.pods, &view);
+            self.kernel_events(&view, pod.as_deref());
         }
     }
 
@@ -73,7 +92,26 @@ impl StatusManager {
             }
             if let Some(o) = &c.last_oom {
                 let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                if st.kills.insert((c.id.to_string(), o.pid, secs)) && o.time >= started {
+                let key = (c.id.to_string(), o.pid, secs);
+                if st.kills.contains(&key) {
+                    continue;
+                }
+                if o.time >= started && o.scope == OomScope::Unknown(ScopeUnknown::LogNotRead) {
+                    // The probes saw the kill first; the log's report follows within
+                    // milliseconds and changes the view again. The grace runs on the loop's
+                    // clock from when the kill reached it (milliseconds after the kill: the
+                    // view hands it over at once), not on the kernel's wall time.
+                    let until = *st
+                        .held
+                        .entry(key.clone())
+                        .or_insert_with(|| Instant::now() + SCOPE_GRACE);
+                    if Instant::now() < until {
+                        continue;
+                    }
+                }
+                st.held.remove(&key);
+                st.kills.insert(key);
+                if o.time >= started {
                     out.push(PodEvent::OomKill {
                         container: c.name.clone(),
                         init_container: is_init(&c.name),
@@ -85,6 +123,10 @@ impl StatusManager {
                 }
             }
         }
+        match st.held.values().min() {
+            Some(at) => self.held.insert(view.uid, *at),
+            None => self.held.remove(&view.uid),
+        };
         let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
             bump(&self.stats.events);
