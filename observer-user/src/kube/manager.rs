@@ -48,7 +48,6 @@ use crate::{
     ratelimit::KeyedLimiter,
     reconcile::{PodView, ReconcileHandle},
 };
-use listing::resolve;
 use stats::bump;
 pub use stats::StatusStats;
 
@@ -414,7 +413,7 @@ impl StatusManager {
         let Some(view) = self.state.get(uid).and_then(|s| s.view.clone()) else {
             return;
         };
-        let pod = resolve(&self.pods, &view);
+        let pod = self.pods.of_view(&view);
         self.track_listing(uid, &view, pod.is_some());
         let now = self.now();
         self.kernel_events(&view, pod.as_deref());

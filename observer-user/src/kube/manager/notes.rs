@@ -47,7 +47,7 @@ impl StatusManager {
             let Some(view) = self.state.get(&uid).and_then(|s| s.view.clone()) else {
                 continue;
             };
-            let pod = super::listing::resolve(&self.pods, &view);
+            let pod = self.pods.of_view(&view);
             self.kernel_events(&view, pod.as_deref());
         }
     }
