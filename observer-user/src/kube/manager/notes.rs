@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::time::Instant;
 
-use super::{podlog::pod_log, stats::bump, StatusManager};
+use super::{podlog::pod_log, stats::bump, KillKey, StatusManager};
 use crate::{
     cgroup::PodUid,
     cri::PodRef,
@@ -15,7 +15,9 @@ use crate::{
         conditions::{memory_limit, survived},
         events::PodEvent,
     },
-    reconcile::{ContainerPhase, OomScope, PodView, ScopeUnknown, SCOPE_GRACE},
+    reconcile::{
+        ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, SCOPE_GRACE,
+    },
 };
 
 impl StatusManager {
@@ -76,6 +78,14 @@ impl StatusManager {
             return;
         };
         st.prune(view);
+        // A held kill the view no longer shows (a group kill's next member took its place as
+        // the container's last) is not waited for: the newer one is published.
+        let shown: Vec<KillKey> = view
+            .containers
+            .iter()
+            .filter_map(|c| Some(kill_key(c, c.last_oom.as_ref()?)))
+            .collect();
+        st.held.retain(|k, _| shown.contains(k));
         let mut out = Vec::new();
         for c in &view.containers {
             if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
@@ -91,8 +101,7 @@ impl StatusManager {
                 }
             }
             if let Some(o) = &c.last_oom {
-                let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                let key = (c.id.to_string(), o.pid, secs);
+                let key = kill_key(c, o);
                 if st.kills.contains(&key) {
                     continue;
                 }
@@ -182,6 +191,12 @@ impl StatusManager {
             self.events.publish(&pod_ref, &PodEvent::Audit(f));
         }
     }
+}
+
+/// What identifies a kill among those said of a pod.
+fn kill_key(c: &ContainerView, o: &OomEvidence) -> KillKey {
+    let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    (c.id.to_string(), o.pid, secs)
 }
 
 /// When a death the API still shows as Running passes the audit's grace, if one is pending.

@@ -422,6 +422,34 @@ async fn a_kill_whose_report_never_comes_is_published_unknown_after_the_grace() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_held_kill_superseded_by_the_next_of_a_group_is_one_event() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    // A group kill: the probes report the child, then the init, before the log's report.
+    h.observe(&view(vec![killed_now(
+        cv("app", 0, Running),
+        4100,
+        "hog",
+        false,
+    )]));
+    settle().await;
+    let init = killed_now(cv("app", 0, Running), 4000, "sh", true);
+    h.observe(&view(vec![init.clone()]));
+    settle().await;
+    assert!(notes(&log).is_empty());
+    h.observe(&view(vec![reported(init)]));
+    settle().await;
+    // The deadline of the superseded kill passes without a second Event (nor a busy loop:
+    // paused time would never advance).
+    tokio::time::sleep(SCOPE_GRACE * 2).await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert!(
+        n[0].contains("sh (pid 4000)") && n[0].starts_with("container app hit"),
+        "{n:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_flush_waits_for_a_held_kill() {
     let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
     h.observe(&view(vec![killed_now(
