@@ -42,6 +42,7 @@ pub mod pod;
 pub mod prereq;
 pub mod process;
 pub mod relist;
+pub mod stack;
 mod sys;
 pub mod wait;
 

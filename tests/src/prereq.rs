@@ -37,6 +37,29 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
+/// The guests of `cargo xtask vm-test` (xtask/src/vm/init.sh sets `OBSERVER_VM_GUEST=1`).
+pub fn in_vm_guest() -> bool {
+    std::env::var("OBSERVER_VM_GUEST").is_ok_and(|v| v == "1")
+}
+
+/// A test CI runs inside the VM guests only (a global OOM, a cgroup setup CI's host lacks):
+/// there the policy above applies (the guest runs with `CI=true`: a missing prerequisite fails);
+/// on a host it skips, saying why, even under `CI=true`, because CI runs it in the guest.
+/// `host_why`: why it does not run on a host at all (`None`: it runs on a host that has
+/// everything `missing` lists).
+pub fn require_in_guest(what: &str, host_why: Option<&str>, missing: &[String]) -> bool {
+    if in_vm_guest() {
+        return require(what, missing);
+    }
+    let why = match host_why {
+        Some(why) => vec![format!(
+            "the VM guest of `cargo xtask vm-test` (OBSERVER_VM_GUEST=1): {why}"
+        )],
+        None => missing.to_vec(),
+    };
+    apply(decide(what, &why, false))
+}
+
 fn apply(decision: Decision) -> bool {
     match decision {
         Decision::Run => true,

@@ -193,8 +193,18 @@ impl StatusManager {
     }
 }
 
-/// What identifies a kill among those said of a pod.
+/// What identifies a kill among those said of a pod. A group kill is one: its report names the
+/// victim the OOM killer chose, and every process killed with it shares that report (its one
+/// Event names them all).
 fn kill_key(c: &ContainerView, o: &OomEvidence) -> KillKey {
+    let group_victim = o
+        .report
+        .as_deref()
+        .filter(|_| o.group)
+        .and_then(|r| r.victim.as_ref());
+    if let Some(v) = group_victim {
+        return (c.id.to_string(), v.pid, 0);
+    }
     let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     (c.id.to_string(), o.pid, secs)
 }

@@ -450,6 +450,37 @@ async fn a_held_kill_superseded_by_the_next_of_a_group_is_one_event() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_group_kill_is_one_event_whichever_member_the_view_shows() {
+    use crate::kernel::oom_report::{Killed, OomReport};
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    let killed = |pid: u32, comm: &str| Killed {
+        pid,
+        comm: comm.into(),
+        ..Default::default()
+    };
+    let report = std::sync::Arc::new(OomReport {
+        victim: Some(killed(4100, "hog")),
+        group_cgroup: Some("/kubepods/burstable/pod/app".into()),
+        members: vec![killed(4000, "sh")],
+        ..Default::default()
+    });
+    let member = |pid: u32, comm: &str, init: bool| {
+        let mut c = reported(killed_now(cv("app", 0, Running), pid, comm, init));
+        let o = c.last_oom.as_mut().expect("a kill");
+        o.group = true;
+        o.report = Some(report.clone());
+        c
+    };
+    h.observe(&view(vec![member(4100, "hog", false)]));
+    settle().await;
+    h.observe(&view(vec![member(4000, "sh", true)]));
+    settle().await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert!(n[0].contains("memory.oom.group): sh (pid 4000)"), "{n:#?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_flush_waits_for_a_held_kill() {
     let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
     h.observe(&view(vec![killed_now(
