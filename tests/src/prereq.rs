@@ -37,14 +37,14 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
-/// The guests of `cargo xtask vm-test` (xtask/src/vm/init.sh sets `OBSERVER_VM_GUEST=1`).
+/// A VM guest made for tests (`OBSERVER_VM_GUEST=1` in its environment).
 pub fn in_vm_guest() -> bool {
     std::env::var("OBSERVER_VM_GUEST").is_ok_and(|v| v == "1")
 }
 
-/// A test CI runs inside the VM guests only (a global OOM, a cgroup setup CI's host lacks):
-/// there the policy above applies (the guest runs with `CI=true`: a missing prerequisite fails);
-/// on a host it skips, saying why, even under `CI=true`, because CI runs it in the guest.
+/// A test for VM guests (a global OOM, a cgroup setup CI's host lacks): there the policy above
+/// applies (with `CI=true` a missing prerequisite fails); on a host it skips, saying why, even
+/// under `CI=true`.
 /// `host_why`: why it does not run on a host at all (`None`: it runs on a host that has
 /// everything `missing` lists).
 pub fn require_in_guest(what: &str, host_why: Option<&str>, missing: &[String]) -> bool {
@@ -52,9 +52,7 @@ pub fn require_in_guest(what: &str, host_why: Option<&str>, missing: &[String]) 
         return require(what, missing);
     }
     let why = match host_why {
-        Some(why) => vec![format!(
-            "the VM guest of `cargo xtask vm-test` (OBSERVER_VM_GUEST=1): {why}"
-        )],
+        Some(why) => vec![format!("a VM guest (OBSERVER_VM_GUEST=1): {why}")],
         None => missing.to_vec(),
     };
     apply(decide(what, &why, false))

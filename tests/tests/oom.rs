@@ -5,7 +5,8 @@
 //! API server, so the agent's own pipeline runs in-process (`observer_tests::stack`): real probes
 //! and kernel log, real reconciler and status manager, the pod's cgroups laid out as kubelet and
 //! containerd do, a runtime stand-in, and the API stand-in recording what the agent writes.
-//! xtask/src/vm/init.sh runs this suite after the kernel and PLEG suites, one test at a time.
+//! Run one test at a time (`--test-threads=1`) with `OBSERVER_VM_GUEST=1` in a cgroup v2 guest;
+//! not yet in xtask/src/vm/init.sh's run (README.md, "What the agent cannot know").
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{path::Path, time::Duration};
 

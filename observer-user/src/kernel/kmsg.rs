@@ -75,11 +75,6 @@ pub struct History {
 }
 
 /// The log's clock (CLOCK_MONOTONIC microseconds) on the wall clock.
-///
-/// printk's clock is the kernel's `local_clock`, which agrees with CLOCK_MONOTONIC only where
-/// the TSC is stable: in a VM that marks it unstable the two drift apart (seen: about 4 %, 7 s
-/// after 200 s, under QEMU TCG). The [`Follower`] therefore times the kills it reads live on
-/// the log's own clock ([`on_log_clock`]); this is for the history read at start.
 fn mono_to_wall(at_us: u64) -> SystemTime {
     let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
@@ -205,17 +200,6 @@ fn syslog_line_to_record(line: &str) -> Option<String> {
     Some(format!("{prio},0,{usec},-;{msg}"))
 }
 
-/// `at_us` on the wall clock, given that the log's newest record (`newest_us`) was logged
-/// `now`: the log's own clock, whatever its drift from CLOCK_MONOTONIC.
-fn on_log_clock(at_us: u64, newest_us: u64, now: SystemTime) -> SystemTime {
-    now - Duration::from_micros(newest_us.saturating_sub(at_us))
-}
-
-/// The timestamp of a /dev/kmsg record (`prio,seq,usec,flags;text`).
-fn record_us(rec: &str) -> Option<u64> {
-    rec.split(',').nth(2)?.parse().ok()
-}
-
 /// New OOM kills as the kernel logs them, from the moment it is opened. Woken by epoll.
 pub struct Follower {
     fd: tokio::io::unix::AsyncFd<File>,
@@ -255,13 +239,11 @@ impl Follower {
                 return Ok(k);
             }
             let mut guard = self.fd.readable_mut().await?;
-            let mut newest_us = None;
             loop {
                 match guard.get_inner_mut().read(&mut self.buf) {
                     Ok(0) => break,
                     Ok(n) => {
                         let rec = String::from_utf8_lossy(&self.buf[..n]);
-                        newest_us = record_us(&rec).or(newest_us);
                         self.parser.push(&rec);
                         let done = self.parser.pop();
                         self.ready.extend(done.into_iter().flat_map(kills));
@@ -270,14 +252,6 @@ impl Follower {
                         guard.clear_ready();
                         let done = self.parser.flush_killed();
                         self.ready.extend(done.into_iter().flat_map(kills));
-                        // Caught up: the newest record was logged a wake-up ago, so the log's
-                        // clock is known now, and the batch's kills are timed on it.
-                        if let Some(newest) = newest_us {
-                            let now = SystemTime::now();
-                            for k in &mut self.ready {
-                                k.time = on_log_clock(k.at_us, newest, now);
-                            }
-                        }
                         break;
                     }
                     // Records were overwritten before we read them: go on with the oldest left.
@@ -343,26 +317,6 @@ pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKil
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_live_kill_is_timed_on_the_logs_own_clock() {
-        // The log's clock 7 s behind CLOCK_MONOTONIC changes nothing: only its own
-        // differences count.
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let rec = "3,1234,202901117,-;oom-kill:constraint=CONSTRAINT_MEMCG";
-        let newest = record_us(rec).expect("a timestamp");
-        assert_eq!(newest, 202_901_117);
-        assert_eq!(
-            on_log_clock(202_888_244, newest, now),
-            now - Duration::from_micros(12_873)
-        );
-        assert_eq!(
-            on_log_clock(newest + 5, newest, now),
-            now,
-            "never ahead of now"
-        );
-        assert_eq!(record_us("not a record"), None);
-    }
 
     const LOG: &[&str] = &[
         "4,4800,3433176551,-;head invoked oom-killer: gfp_mask=0x500cc2(GFP_HIGHUSER|__GFP_ACCOUNT), order=0, oom_score_adj=500",

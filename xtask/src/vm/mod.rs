@@ -491,8 +491,6 @@ fn build_payload() -> Result<initramfs::Payload> {
         "kernel",
         "--test",
         "pleg",
-        "--test",
-        "oom",
         "--no-run",
     ])?;
     let find = |n: &str| {
@@ -514,7 +512,6 @@ fn build_payload() -> Result<initramfs::Payload> {
         suites: vec![
             ("kernel".into(), find("kernel")?),
             ("pleg".into(), find("pleg")?),
-            ("oom".into(), find("oom")?),
         ],
     })
 }
