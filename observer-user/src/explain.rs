@@ -1,17 +1,25 @@
 //! One pod explained from the agent's own record: each container instance (started, died with
 //! its exact exit, how that is known), and each instance's last OOM kill in full: the sentence the
 //! Event and the OOMKilled condition carry, the scope, the limit and its usage, what filled the
-//! cgroup, the largest processes, the victim and the trigger. `observer explain` prints it; the
-//! agent serves it as JSON at `/explain/<namespace>/<pod>`.
+//! cgroup, the largest processes, the victim and the trigger; beside them, where the API's pod is
+//! at hand, what kubelet reported for each container and where it differs ([`kubelet`]).
+//! `observer explain` prints it; the agent serves it as JSON at `/explain/<namespace>/<pod>`.
 use std::time::SystemTime;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use crate::{
     kernel::oom_report::OomReport,
-    kube::{compute::rfc3339, conditions::describe_kill},
+    kube::{
+        compute::rfc3339,
+        conditions::{describe_kill, memory_limit},
+    },
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
 };
+
+mod kubelet;
+pub use kubelet::{Disagreement, KubeletAccount, KubeletContainer, KubeletState};
 
 /// Page size of the task dump's figures (x86-64 and arm64 with 4 KiB pages).
 const PAGE_KB: u64 = 4;
@@ -25,6 +33,8 @@ pub struct Explanation {
     pub instances: Vec<Instance>,
     /// The last OOM kill of each instance that had one, oldest first.
     pub kills: Vec<Kill>,
+    /// What kubelet reported for the containers, or why it is not shown.
+    pub kubelet: KubeletAccount,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -91,8 +101,10 @@ fn time(t: Option<SystemTime>) -> Option<String> {
     t.map(rfc3339)
 }
 
-/// The pod's story; `container`: that container's instances and kills only.
-pub fn explain(view: &PodView, container: Option<&str>) -> Explanation {
+/// The pod's story; `container`: that container's instances and kills only. `api`: the API's
+/// pod (its status is kubelet's account, its spec the memory limits), or why there is none.
+pub fn explain(view: &PodView, container: Option<&str>, api: Result<&Pod, &str>) -> Explanation {
+    let spec = api.ok().and_then(|p| p.spec.as_ref());
     let wanted = |c: &&ContainerView| container.is_none_or(|n| c.name == n);
     let instances = view
         .containers
@@ -118,7 +130,10 @@ pub fn explain(view: &PodView, container: Option<&str>) -> Explanation {
         .iter()
         .filter(wanted)
         .filter_map(|c| Some((c, c.last_oom.as_ref()?)))
-        .map(|(c, o)| (o.time, kill(view, c, o)))
+        .map(|(c, o)| {
+            let limit = memory_limit(spec, &c.name);
+            (o.time, kill(view, c, o, limit.as_deref()))
+        })
         .collect();
     kills.sort_by_key(|(t, _)| *t);
     Explanation {
@@ -127,10 +142,11 @@ pub fn explain(view: &PodView, container: Option<&str>) -> Explanation {
         uid: view.uid.to_string(),
         instances,
         kills: kills.into_iter().map(|(_, k)| k).collect(),
+        kubelet: kubelet::account(view, api, |n| container.is_none_or(|c| c == n)),
     }
 }
 
-fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence) -> Kill {
+fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&str>) -> Kill {
     let scope_detail = match &o.scope {
         OomScope::Cgroup(cg) => Some(cg.clone()),
         OomScope::Unknown(ScopeUnknown::LogNotRead) => {
@@ -145,8 +161,8 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence) -> Kill {
     Kill {
         container: c.name.clone(),
         time: rfc3339(o.time),
-        // The spec's limit is not in the agent's record: the sentence says only what it knows.
-        sentence: describe_kill(o, Some(c), None),
+        // The spec's limit is named as the spec's (from the API's pod), never as the one hit.
+        sentence: describe_kill(o, Some(c), spec_limit),
         scope: o.scope.label(),
         scope_detail,
         victim: Victim {
@@ -216,6 +232,7 @@ pub fn render_text(e: &Explanation) -> String {
             },
         );
     }
+    kubelet::render(&e.kubelet, &mut s);
     if e.kills.is_empty() {
         let _ = writeln!(s, "OOM kills:  none");
     }
@@ -349,7 +366,7 @@ mod tests {
         app.id = o.container_id;
         app.oom_kills = 1;
         app.last_oom = Some(o);
-        let e = explain(&view(vec![app]), None);
+        let e = explain(&view(vec![app]), None, Err("no API"));
         assert_eq!(e.kills.len(), 1);
         let k = &e.kills[0];
         assert_eq!((k.scope, k.source), ("pod", "kernel-log"));
@@ -371,13 +388,228 @@ mod tests {
         assert_eq!(json["kills"][0]["scope"], "pod");
     }
 
+    mod beside_kubelet {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+            PodStatus,
+        };
+
+        use super::*;
+        use crate::kube::{
+            compute::to_time,
+            testkit::{container, exited, pod, spec, t, with_memory_limit},
+        };
+
+        fn terminated(c: &ContainerView, reason: Option<&str>, code: i32) -> ContainerState {
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    container_id: Some(format!("containerd://{}", c.id.as_str())),
+                    reason: reason.map(str::to_string),
+                    exit_code: code,
+                    signal: None,
+                    started_at: c.started_at.map(to_time),
+                    finished_at: c.finished_at.map(to_time),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        }
+
+        fn running() -> ContainerState {
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(to_time(t(20))),
+                }),
+                ..Default::default()
+            }
+        }
+
+        fn api(c: &ContainerView, state: ContainerState, last: Option<ContainerState>) -> Pod {
+            pod(
+                spec(
+                    "Always",
+                    vec![],
+                    vec![with_memory_limit(container("app"), "32Mi")],
+                ),
+                Some(PodStatus {
+                    container_statuses: Some(vec![ContainerStatus {
+                        name: "app".into(),
+                        container_id: Some(format!("containerd://{}", c.id.as_str())),
+                        restart_count: 1,
+                        state: Some(state),
+                        last_state: last,
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+            )
+        }
+
+        /// The init OOM-killed: the agent says OOMKilled / 137.
+        fn init_killed() -> ContainerView {
+            let mut c = exited("app", 0, 137, "OOMKilled");
+            c.last_oom = Some(oom(&c, 4100, "sh", true));
+            c.oom_kills = 1;
+            c
+        }
+
+        #[test]
+        fn kubelets_error_137_for_an_init_the_kernel_oom_killed_differs() {
+            let dead = init_killed();
+            let now = cv("app", 1, ContainerPhase::Running);
+            let p = api(&now, running(), Some(terminated(&dead, Some("Error"), 137)));
+            let e = explain(&view(vec![dead.clone(), now]), None, Ok(&p));
+            let k = &e.kubelet;
+            assert_eq!(k.unavailable, None);
+            assert_eq!(k.containers.len(), 1);
+            let app = &k.containers[0];
+            assert_eq!(app.restart_count, Some(1));
+            assert_eq!(app.state.as_ref().map(|s| s.state), Some("running"));
+            let last = app.last_state.as_ref().expect("lastState");
+            assert_eq!(
+                (last.reason.as_deref(), last.exit_code),
+                (Some("Error"), Some(137))
+            );
+            assert_eq!(app.disagreements.len(), 1, "{:#?}", app.disagreements);
+            let d = &app.disagreements[0];
+            assert_eq!(d.instance, dead.id.as_str());
+            assert_eq!(
+                (d.kubelet.as_str(), d.agent.as_str()),
+                ("Error / 137", "OOMKilled / 137")
+            );
+            assert!(
+                d.why
+                    .starts_with("the kernel OOM-killed the container's init, sh (pid 4100)"),
+                "{d:?}"
+            );
+            // The sentence names the spec's limit as the spec's, now that the pod is at hand.
+            assert!(
+                e.kills[0]
+                    .sentence
+                    .contains("the container's spec sets limit 32Mi"),
+                "{}",
+                e.kills[0].sentence
+            );
+            let text = render_text(&e);
+            for part in [
+                "Kubelet's account (the API's pod status) beside the agent's:",
+                "  app: restartCount 1",
+                "    state:      running, started ",
+                "    lastState:  terminated Error, exit 137, started ",
+                &format!("    DIFFERS {}: kubelet Error / 137, the agent OOMKilled / 137: the kernel OOM-killed the container's init, sh (pid 4100)", &dead.id.as_str()[..12]),
+            ] {
+                assert!(text.contains(part), "{part:?} missing in\n{text}");
+            }
+            let json = serde_json::to_value(&e).unwrap();
+            assert_eq!(
+                json["kubelet"]["containers"][0]["last_state"]["exit_code"],
+                137
+            );
+            assert_eq!(
+                json["kubelet"]["containers"][0]["disagreements"][0]["agent"],
+                "OOMKilled / 137"
+            );
+        }
+
+        #[test]
+        fn kubelets_oomkilled_with_exit_0_after_a_childs_kill_differs() {
+            let mut done = exited("app", 0, 0, "Completed");
+            done.last_oom = Some(oom(&done, 4200, "dd", false));
+            let p = api(&done, terminated(&done, Some("OOMKilled"), 0), None);
+            let e = explain(&view(vec![done]), None, Ok(&p));
+            let d = &e.kubelet.containers[0].disagreements;
+            assert_eq!(d.len(), 1, "{d:#?}");
+            assert_eq!(
+                (d[0].kubelet.as_str(), d[0].agent.as_str()),
+                ("OOMKilled / 0", "Completed / 0")
+            );
+            assert!(
+                d[0].why
+                    .starts_with("the kernel OOM-killed a child process, dd (pid 4200)"),
+                "{d:?}"
+            );
+        }
+
+        #[test]
+        fn a_child_kill_kubelet_cannot_see_and_a_missing_reason_are_marked() {
+            let mut up = cv("app", 0, ContainerPhase::Running);
+            up.last_oom = Some(oom(&up, 4300, "hog", false));
+            let p = api(&up, running(), None);
+            let d = explain(&view(vec![up]), None, Ok(&p)).kubelet.containers[0]
+                .disagreements
+                .clone();
+            assert_eq!(d.len(), 1, "{d:#?}");
+            assert!(d[0].why.starts_with("kubelet reports no OOM kill: the kernel OOM-killed a child process, hog (pid 4300)"), "{d:?}");
+
+            let dead = init_killed();
+            let p = api(&dead, terminated(&dead, None, 137), None);
+            let d = &explain(&view(vec![dead]), None, Ok(&p)).kubelet.containers[0].disagreements;
+            assert_eq!(d[0].kubelet, "no reason / 137");
+            assert!(
+                d[0].why
+                    .starts_with("the kernel OOM-killed the container's init"),
+                "{d:?}"
+            );
+        }
+
+        #[test]
+        fn kubelet_not_caught_up_and_agreement() {
+            let dead = init_killed();
+            // kubelet still shows the instance running.
+            let p = api(&dead, running(), None);
+            let d = &explain(&view(vec![dead.clone()]), None, Ok(&p))
+                .kubelet
+                .containers[0]
+                .disagreements;
+            assert_eq!(d[0].kubelet, "running");
+            assert!(d[0].why.contains("kubelet has not caught up"), "{d:?}");
+            // kubelet wrote no status yet.
+            let mut bare = api(&dead, running(), None);
+            bare.status = None;
+            let e = explain(&view(vec![dead.clone()]), None, Ok(&bare));
+            let c = &e.kubelet.containers[0];
+            assert_eq!((c.restart_count, c.state.as_ref()), (None, None));
+            assert_eq!(c.disagreements[0].kubelet, "nothing");
+            assert!(
+                render_text(&e).contains("app: restartCount none (kubelet wrote no status for it)")
+            );
+            // The same account: nothing marked.
+            let p = api(&dead, terminated(&dead, Some("OOMKilled"), 137), None);
+            let e = explain(&view(vec![dead]), None, Ok(&p));
+            assert!(e.kubelet.containers[0].disagreements.is_empty());
+            assert!(render_text(&e).contains("    agrees with the agent's record\n"));
+        }
+
+        #[test]
+        fn without_the_api_pod_it_says_so_in_one_line() {
+            let e = explain(
+                &view(vec![init_killed()]),
+                None,
+                Err("no --kubeconfig given"),
+            );
+            assert_eq!(
+                e.kubelet.unavailable.as_deref(),
+                Some("no --kubeconfig given")
+            );
+            let text = render_text(&e);
+            assert_eq!(
+                text.lines()
+                    .filter(|l| l.starts_with("Kubelet's account"))
+                    .collect::<Vec<_>>(),
+                ["Kubelet's account: not shown (no --kubeconfig given)"]
+            );
+            let json = serde_json::to_value(&e).unwrap();
+            assert_eq!(json["kubelet"]["unavailable"], "no --kubeconfig given");
+        }
+    }
+
     #[test]
     fn a_kill_without_its_report_says_so() {
         let mut app = cv("app", 0, ContainerPhase::Running);
         app.last_oom = Some(oom(&app, 7, "hog", false));
         let mut other = cv("side", 0, ContainerPhase::Running);
         other.last_oom = Some(oom(&other, 8, "x", false));
-        let e = explain(&view(vec![app, other]), Some("app"));
+        let e = explain(&view(vec![app, other]), Some("app"), Err("no API"));
         assert_eq!(e.instances.len(), 1);
         assert_eq!(e.kills.len(), 1);
         assert_eq!(e.kills[0].scope, "unknown");

@@ -43,6 +43,7 @@ pub mod prereq;
 pub mod process;
 pub mod prometheus;
 pub mod relist;
+pub mod stack;
 mod sys;
 pub mod wait;
 pub mod wire;

@@ -155,10 +155,12 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
         (regarding.name.as_deref(), regarding.uid.as_deref()),
         (Some("oomer"), Some(pod.uid.as_str()))
     );
+    // Published once the kernel log's report was read: it names the limit that was hit.
     assert!(
         ev.note
             .as_deref()
-            .is_some_and(|n| n.contains(&format!("pid {pid}"))),
+            .is_some_and(|n| n.starts_with("container app hit its 32.0 MiB limit: ")
+                && n.contains(&format!("pid {pid}"))),
         "{:?}",
         ev.note
     );

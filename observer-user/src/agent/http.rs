@@ -115,7 +115,7 @@ fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Byte
         p if p.starts_with("/explain/") => explain(
             &p["/explain/".len()..],
             query.split('&').any(|q| q == "output=text"),
-            &health.reconcile,
+            health,
         ),
         _ => reply(
             StatusCode::NOT_FOUND,
@@ -128,7 +128,7 @@ fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Byte
 
 /// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::explain`]);
 /// with `?output=text`, as `observer explain` prints it.
-fn explain(rest: &str, text: bool, reconcile: &ReconcileHandle) -> Response<Full<Bytes>> {
+fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, pod, container) = match parts.as_slice() {
@@ -142,7 +142,7 @@ fn explain(rest: &str, text: bool, reconcile: &ReconcileHandle) -> Response<Full
             )
         }
     };
-    let pods = reconcile.pods();
+    let pods = health.reconcile.pods();
     let Some(view) = pods.iter().find(|v| v.namespace == ns && v.name == pod) else {
         return reply(
             StatusCode::NOT_FOUND,
@@ -150,7 +150,19 @@ fn explain(rest: &str, text: bool, reconcile: &ReconcileHandle) -> Response<Full
             format!("no pod {ns}/{pod} on this node\n"),
         );
     };
-    let e = crate::explain::explain(view, container);
+    // kubelet's account is the reflector's pod, where the agent reaches the API.
+    let api = match health.api.as_ref().map(|a| a.get()) {
+        None => Err("the agent does not reach the Kubernetes API (--status-mode off)".to_string()),
+        Some(None) => Err("the agent's status manager has not started".to_string()),
+        Some(Some(status)) => match status.pods().of_view(view) {
+            Some(p) => Ok(p),
+            None => Err(match status.listed() {
+                Err(why) => why,
+                Ok(()) => format!("the API lists no pod {} on this node", view.uid),
+            }),
+        },
+    };
+    let e = crate::explain::explain(view, container, api.as_deref().map_err(String::as_str));
     if text {
         return reply(StatusCode::OK, TEXT, crate::explain::render_text(&e));
     }
@@ -309,6 +321,10 @@ mod tests {
         assert_eq!(json["name"], "web");
         assert_eq!(json["kills"][0]["victim"]["comm"], "hog");
         assert_eq!(json["kills"][0]["scope"], "unknown");
+        assert_eq!(
+            json["kubelet"]["unavailable"],
+            "the agent does not reach the Kubernetes API (--status-mode off)"
+        );
         assert_eq!(get("/explain/default/web/app", &health).await.0, 200);
         let (code, text) = get("/explain/default/web?output=text", &health).await;
         assert_eq!(code, 200);

@@ -1,14 +1,17 @@
 //! `observer explain POD [CONTAINER]`: one pod's lifecycle and OOM kills in full, from the agent's
 //! own record (the runtime over CRI corrected by the kernel and the kernel log), like `kubectl
-//! describe` would print them if it knew. Read-only: the state directory is read, never written.
+//! describe` would print them if it knew. Read-only: the state directory is read, never written;
+//! with `--kubeconfig` the pod is read from the API (one GET) for kubelet's account beside it.
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use anyhow::bail;
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::{
     agent::AgentConfig,
     cri::CriEndpoint,
     explain::{explain, render_text},
+    kube::pods::is_pod_of,
 };
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +32,11 @@ pub struct ExplainArgs {
     /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    /// Read the pod from the Kubernetes API (one GET; kubeconfig path, or `-` for KUBECONFIG,
+    /// ~/.kube/config, then the in-cluster account), to show what kubelet reported for each
+    /// container beside the agent's record, and the spec's memory limits.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub state: super::StateDirArg,
 }
@@ -71,7 +79,15 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             bail!("pod {}/{} has no container {c}", view.namespace, view.name);
         }
     }
-    let e = explain(view, args.container.as_deref());
+    let api = match &args.kubeconfig {
+        Some(path) => api_pod(path, view).await?,
+        None => Err("not read: the API's pod is read with --kubeconfig PATH".to_string()),
+    };
+    let e = explain(
+        view,
+        args.container.as_deref(),
+        api.as_ref().map_err(String::as_str),
+    );
     let mut out = std::io::stdout().lock();
     match args.output {
         Output::Text => out.write_all(render_text(&e).as_bytes())?,
@@ -81,4 +97,36 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The API's pod of `view` (`Err`: why there is none); an API that cannot be asked is an error.
+async fn api_pod(
+    path: &std::path::Path,
+    view: &crate::reconcile::PodView,
+) -> anyhow::Result<Result<Pod, String>> {
+    let path = (path.as_os_str() != "-").then_some(path.as_os_str());
+    let api = crate::kube::client(path).await?;
+    let pods: ::kube::Api<Pod> = ::kube::Api::namespaced(api.client.clone(), &view.namespace);
+    let pod = pods.get_opt(&view.name).await.map_err(|e| {
+        anyhow::anyhow!(
+            "reading pod {}/{}: {}",
+            view.namespace,
+            view.name,
+            crate::kube::describe_api_error(&e, &api.url)
+        )
+    })?;
+    Ok(match pod {
+        Some(p) if is_pod_of(&p, view.uid.as_str()) => Ok(p),
+        Some(p) => Err(format!(
+            "the API's pod {}/{} is another pod (UID {}), not this node's {}",
+            view.namespace,
+            view.name,
+            p.metadata.uid.as_deref().unwrap_or("?"),
+            view.uid
+        )),
+        None => Err(format!(
+            "the API has no pod {}/{}",
+            view.namespace, view.name
+        )),
+    })
 }

@@ -361,6 +361,22 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
     }
     if o.group {
         out.push_str("; every process of the container was killed with it (memory.oom.group)");
+        // The others the kernel named, bounded: a report keeps at most 32 members.
+        const NAMED: usize = 4;
+        let others: Vec<String> = o
+            .report
+            .iter()
+            .flat_map(|r| r.killed())
+            .filter(|k| k.pid != o.pid)
+            .map(|k| format!("{} (pid {})", k.comm, k.pid))
+            .collect();
+        if !others.is_empty() {
+            out.push_str(": ");
+            out.push_str(&others[..others.len().min(NAMED)].join(", "));
+            if others.len() > NAMED {
+                out.push_str(&format!(" and {} more", others.len() - NAMED));
+            }
+        }
     }
     let fate = match survived(o, c) {
         Some(true) => "the container survived (a child process was killed)",
@@ -733,7 +749,19 @@ mod tests {
         );
         // The group kill says so.
         let group = k.iter().find(|o| o.group).unwrap();
-        assert!(sentence(group, None).contains("memory.oom.group"));
+        let s = sentence(group, None);
+        assert!(s.contains("memory.oom.group)"), "{s}");
+        // The other processes killed with it are named (the victim is not named twice).
+        let others: Vec<_> = group
+            .report
+            .iter()
+            .flat_map(|r| r.killed())
+            .filter(|m| m.pid != group.pid)
+            .collect();
+        assert!(!others.is_empty(), "{:#?}", group.report);
+        for m in others.iter().take(4) {
+            assert!(s.contains(&format!("{} (pid {})", m.comm, m.pid)), "{s}");
+        }
     }
 
     #[test]

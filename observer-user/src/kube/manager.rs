@@ -12,7 +12,11 @@
 //!   it is computed again when the pod arrives. A 404 or a UID conflict stops writes for that
 //!   UID: the pod is gone, or its name now belongs to a new pod.
 //! - Kernel events (OOM kills, deaths) become Events in every mode but `off`; in `audit` mode
-//!   kubelet's status is compared with the kernel's account instead of writing.
+//!   kubelet's status is compared with the kernel's account instead of writing. A kill the
+//!   probes saw before the kernel log's report of it was read is held (per kill, with a
+//!   deadline, never by waiting in the loop) until the report comes or
+//!   [`SCOPE_GRACE`](crate::reconcile::SCOPE_GRACE) has passed since the kill, so that its
+//!   Event names the scope (or says it is unknown, and why).
 //! - Per-pod state is dropped when the pod leaves the node view; what it remembers of a pod is
 //!   bounded by the containers the view still has.
 use std::{
@@ -44,7 +48,6 @@ use crate::{
     ratelimit::KeyedLimiter,
     reconcile::{PodView, ReconcileHandle},
 };
-use listing::resolve;
 use stats::bump;
 pub use stats::StatusStats;
 
@@ -144,6 +147,8 @@ struct PodState {
     deaths: HashSet<String>,
     kills: HashSet<KillKey>,
     findings: HashSet<(String, FindingKind)>,
+    /// Kills whose Event waits for the kernel log's report, and until when.
+    held: HashMap<KillKey, Instant>,
 }
 
 impl PodState {
@@ -153,6 +158,7 @@ impl PodState {
         self.deaths.retain(|id| ids.contains(id.as_str()));
         self.kills.retain(|(id, _, _)| ids.contains(id.as_str()));
         self.findings.retain(|(id, _)| ids.contains(id.as_str()));
+        self.held.retain(|(id, _, _), _| ids.contains(id.as_str()));
     }
 }
 
@@ -180,6 +186,8 @@ pub struct StatusManager {
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
     /// Audit: when to look at a pod again (a death the API has not caught up with yet).
     rechecks: HashMap<PodUid, Instant>,
+    /// Pods with a kill's Event held for its report: the earliest deadline of each.
+    held: HashMap<PodUid, Instant>,
     /// The API listed this node's pods at least once.
     listed: bool,
     /// Pods the runtime runs that the API does not list for this node, and since when.
@@ -236,6 +244,7 @@ impl StatusManager {
             epoch: (SystemTime::now(), Instant::now()),
             flushes: Vec::new(),
             rechecks: HashMap::new(),
+            held: HashMap::new(),
             listed: false,
             unlisted: HashMap::new(),
             node_warned: false,
@@ -267,6 +276,7 @@ impl StatusManager {
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
+            let held = self.held.values().min().copied();
             let node_check = self.node_check_due();
             tokio::select! {
                 biased;
@@ -283,6 +293,7 @@ impl StatusManager {
                 done = self.writer.next() => self.finished(done),
                 _ = sleep_until(deadline), if deadline.is_some() => {}
                 _ = sleep_until(recheck), if recheck.is_some() => self.recheck(),
+                _ = sleep_until(held), if held.is_some() => self.release_held(),
                 _ = sleep_until(node_check), if node_check.is_some() => self.check_node_name(),
             }
         }
@@ -294,7 +305,8 @@ impl StatusManager {
         }
         let now = Instant::now();
         let events_pending = self.event_stats.pending.load(Ordering::Relaxed);
-        let done = self.writer.is_idle() && events_pending == 0;
+        // A kill's Event held for its report is still to be published.
+        let done = self.writer.is_idle() && events_pending == 0 && self.held.is_empty();
         let report = FlushReport {
             unwritten: self.writer.pending(),
             events_pending,
@@ -339,6 +351,7 @@ impl StatusManager {
             l.forget(uid);
         }
         self.rechecks.remove(uid);
+        self.held.remove(uid);
         self.writer.forget(uid);
         self.events.forget(uid.as_str());
         self.logs.forget(uid);
@@ -400,7 +413,7 @@ impl StatusManager {
         let Some(view) = self.state.get(uid).and_then(|s| s.view.clone()) else {
             return;
         };
-        let pod = resolve(&self.pods, &view);
+        let pod = self.pods.of_view(&view);
         self.track_listing(uid, &view, pod.is_some());
         let now = self.now();
         self.kernel_events(&view, pod.as_deref());

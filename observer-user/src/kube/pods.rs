@@ -68,6 +68,16 @@ impl NodePods {
         self.store.find(|p| p.metadata.uid.as_deref() == Some(uid))
     }
 
+    /// The API's pod for a reconciled view: by UID, else a static pod's mirror (same name, its
+    /// `kubernetes.io/config.mirror` annotation naming the static pod's UID).
+    pub fn of_view(&self, view: &crate::reconcile::PodView) -> Option<Arc<Pod>> {
+        let uid = view.uid.as_str();
+        self.by_uid(uid).or_else(|| {
+            self.get(&view.namespace, &view.name)
+                .filter(|p| is_pod_of(p, uid))
+        })
+    }
+
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         self.store.get(&ObjectRef::new(name).within(namespace))
     }
@@ -88,6 +98,18 @@ impl NodePods {
     pub async fn ready(&self) {
         let _ = self.store.wait_until_ready().await;
     }
+}
+
+/// Whether the API's `pod` is the one whose sandbox has `uid`: the same UID, or the mirror of
+/// that static pod.
+pub fn is_pod_of(pod: &Pod, uid: &str) -> bool {
+    pod.metadata.uid.as_deref() == Some(uid)
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/config.mirror"))
+            .is_some_and(|m| m == uid)
 }
 
 /// The field selector of this node's pods.

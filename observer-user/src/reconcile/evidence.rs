@@ -20,7 +20,7 @@ pub struct KernelEvidence {
     pub init_kill: Option<Box<OomKill>>,
     /// The container whose allocation invoked the OOM killer for `last_oom`, where known.
     pub last_oom_trigger: Option<ContainerId>,
-    /// (pid, time) of the most recent victims.
+    /// (pid, when the OOM killer chose it) of the most recent victims.
     pub oom_victims: Vec<(u32, BootNs)>,
     pub removed: Option<BootNs>,
 }
@@ -48,7 +48,8 @@ impl KernelEvidence {
                 if self.oom_victims.len() == VICTIMS_KEPT {
                     self.oom_victims.remove(0);
                 }
-                self.oom_victims.push((kill.victim.tgid, kill.at));
+                // When it was chosen: what the kernel log's record of the kill is matched on.
+                self.oom_victims.push((kill.victim.tgid, kill.marked_at));
                 if self.init_pid() == Some(kill.victim.tgid) {
                     self.init_kill = Some(kill.clone());
                 }

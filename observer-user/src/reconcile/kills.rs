@@ -18,7 +18,8 @@ use prometheus_client::{
 use super::view::{OomScope, PodView, ScopeUnknown};
 use crate::cgroup::{ContainerId, PodUid};
 
-/// How long a kill waits for the kernel log's report before it is counted with scope `unknown`.
+/// How long a kill waits for the kernel log's report before it is counted (and its Event
+/// published, `kube::manager`) with scope `unknown`.
 pub const SCOPE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

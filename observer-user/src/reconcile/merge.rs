@@ -280,7 +280,14 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
         e.trigger_container = k.last_oom_trigger.filter(|t| *t != i.id);
         // The kernel log's line of the same kill names the cgroup whose limit was hit, and has
         // the memory figures the tracepoint lacks before Linux 6.8.
-        if let Some(l) = i.logged.iter().find(|l| same_kill(o.victim.tgid, o.at, l)) {
+        // Matched on when the OOM killer chose the victim (when the log's `oom-kill:` line is
+        // written), not on its exit: freeing a large victim's memory takes seconds (2 GiB under
+        // emulation).
+        if let Some(l) = i
+            .logged
+            .iter()
+            .find(|l| same_kill(o.victim.tgid, o.marked_at, l))
+        {
             e.group = l.group;
             e.scope = scope_of(l);
             e.report = l.report.clone();

@@ -39,7 +39,7 @@ use fetch::{fetch_pod, PodSnapshot};
 use handle::{add, bump, Shared};
 pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
 pub use history::OomHistory;
-pub use kills::{ContainerLabels, OomKillLabels};
+pub use kills::{ContainerLabels, OomKillLabels, SCOPE_GRACE};
 pub use runtime::RuntimeService;
 use snapshot::{PodPlan, SandboxPlan};
 pub use view::{

@@ -1,30 +1,14 @@
-//! Which API pod a view is (a static pod's is its mirror), and the running pods the API does not
-//! list for this node (a wrong node name).
-use std::{sync::Arc, time::Duration};
+//! The running pods the API does not list for this node (a wrong node name).
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
 use super::StatusManager;
-use crate::{cgroup::PodUid, kube::pods::NodePods, reconcile::PodView};
+use crate::{cgroup::PodUid, reconcile::PodView};
 
 /// How long a running pod may be missing from the API's pods of this node before the node name
 /// is doubted: the API has a pod before its sandbox exists, so only a watch lagging can hide it.
 pub(super) const UNLISTED_GRACE: Duration = Duration::from_secs(3);
-
-/// The API's pod for a view: by UID, else a static pod's mirror (same name, its
-/// `kubernetes.io/config.mirror` annotation naming the static pod's UID).
-pub(super) fn resolve(pods: &NodePods, view: &PodView) -> Option<Arc<Pod>> {
-    pods.by_uid(view.uid.as_str()).or_else(|| {
-        pods.get(&view.namespace, &view.name).filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubernetes.io/config.mirror"))
-                .is_some_and(|m| m == view.uid.as_str())
-        })
-    })
-}
 
 impl StatusManager {
     /// When pods missing from the API's list will have been missing for the grace.

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::time::Instant;
 
-use super::{podlog::pod_log, stats::bump, StatusManager};
+use super::{podlog::pod_log, stats::bump, KillKey, StatusManager};
 use crate::{
     cgroup::PodUid,
     cri::PodRef,
@@ -15,7 +15,9 @@ use crate::{
         conditions::{memory_limit, survived},
         events::PodEvent,
     },
-    reconcile::{ContainerPhase, PodView},
+    reconcile::{
+        ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, SCOPE_GRACE,
+    },
 };
 
 impl StatusManager {
@@ -30,6 +32,25 @@ impl StatusManager {
         for uid in due {
             self.rechecks.remove(&uid);
             self.process(&uid);
+        }
+    }
+
+    /// Kills whose report did not come within the grace: published now, scope unknown.
+    pub(super) fn release_held(&mut self) {
+        let now = Instant::now();
+        let due: Vec<PodUid> = self
+            .held
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(uid, _)| *uid)
+            .collect();
+        for uid in due {
+            self.held.remove(&uid);
+            let Some(view) = self.state.get(&uid).and_then(|s| s.view.clone()) else {
+                continue;
+            };
+            let pod = self.pods.of_view(&view);
+            self.kernel_events(&view, pod.as_deref());
         }
     }
 
@@ -57,6 +78,14 @@ impl StatusManager {
             return;
         };
         st.prune(view);
+        // A held kill the view no longer shows (a group kill's next member took its place as
+        // the container's last) is not waited for: the newer one is published.
+        let shown: Vec<KillKey> = view
+            .containers
+            .iter()
+            .filter_map(|c| Some(kill_key(c, c.last_oom.as_ref()?)))
+            .collect();
+        st.held.retain(|k, _| shown.contains(k));
         let mut out = Vec::new();
         for c in &view.containers {
             if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
@@ -72,8 +101,26 @@ impl StatusManager {
                 }
             }
             if let Some(o) = &c.last_oom {
-                let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                if st.kills.insert((c.id.to_string(), o.pid, secs)) && o.time >= started {
+                let key = kill_key(c, o);
+                if st.kills.contains(&key) {
+                    continue;
+                }
+                if o.time >= started && o.scope == OomScope::Unknown(ScopeUnknown::LogNotRead) {
+                    // The probes saw the kill first; the log's report follows within
+                    // milliseconds and changes the view again. The grace runs on the loop's
+                    // clock from when the kill reached it (milliseconds after the kill: the
+                    // view hands it over at once), not on the kernel's wall time.
+                    let until = *st
+                        .held
+                        .entry(key.clone())
+                        .or_insert_with(|| Instant::now() + SCOPE_GRACE);
+                    if Instant::now() < until {
+                        continue;
+                    }
+                }
+                st.held.remove(&key);
+                st.kills.insert(key);
+                if o.time >= started {
                     out.push(PodEvent::OomKill {
                         container: c.name.clone(),
                         init_container: is_init(&c.name),
@@ -85,6 +132,10 @@ impl StatusManager {
                 }
             }
         }
+        match st.held.values().min() {
+            Some(at) => self.held.insert(view.uid, *at),
+            None => self.held.remove(&view.uid),
+        };
         let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
             bump(&self.stats.events);
@@ -140,6 +191,22 @@ impl StatusManager {
             self.events.publish(&pod_ref, &PodEvent::Audit(f));
         }
     }
+}
+
+/// What identifies a kill among those said of a pod. A group kill is one: its report names the
+/// victim the OOM killer chose, and every process killed with it shares that report (its one
+/// Event names them all).
+fn kill_key(c: &ContainerView, o: &OomEvidence) -> KillKey {
+    let group_victim = o
+        .report
+        .as_deref()
+        .filter(|_| o.group)
+        .and_then(|r| r.victim.as_ref());
+    if let Some(v) = group_victim {
+        return (c.id.to_string(), v.pid, 0);
+    }
+    let secs = o.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    (c.id.to_string(), o.pid, secs)
 }
 
 /// When a death the API still shows as Running passes the audit's grace, if one is pending.

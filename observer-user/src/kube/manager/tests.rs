@@ -15,7 +15,7 @@ use crate::kube::testkit::{
     server::{self, Log},
     *,
 };
-use crate::reconcile::{ContainerPhase::Running, ContainerView};
+use crate::reconcile::{ContainerPhase::Running, ContainerView, SCOPE_GRACE};
 
 fn app_pod() -> Pod {
     pod(
@@ -297,6 +297,8 @@ async fn oom_kill_of_a_child_sets_the_condition_and_names_the_victim_in_an_event
         "hog",
         false,
     )]));
+    // The kill's Event waits for the kernel log's report (see the tests below); none comes.
+    tokio::time::sleep(SCOPE_GRACE).await;
     settle().await;
     let p = server::patches(&log);
     let oom = condition(&p[0].body, "observer.dev/OOMKilled").expect("OOMKilled condition");
@@ -323,10 +325,178 @@ async fn oom_kill_of_a_child_sets_the_condition_and_names_the_victim_in_an_event
         "hog2",
         false,
     )]));
+    tokio::time::sleep(SCOPE_GRACE).await;
     settle().await;
     let e = server::events(&log);
     assert_eq!(e.len(), 2);
     assert_eq!(e[1].method, http::Method::POST);
+}
+
+fn notes(log: &Log) -> Vec<String> {
+    server::events(log)
+        .iter()
+        .map(|s| {
+            let ev: K8sEvent = serde_json::from_value(s.body.clone()).expect("an Event");
+            ev.note.unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The kernel log's report of `c`'s last kill was read: the container's own 64 MiB limit.
+fn reported(mut c: ContainerView) -> ContainerView {
+    let o = c.last_oom.as_mut().expect("a kill");
+    o.scope = crate::reconcile::OomScope::Container;
+    o.limit_bytes = Some(64 << 20);
+    o.source = crate::reconcile::Source::Kernel;
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kills_event_waits_for_its_report_and_names_the_scope() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    let seen = killed_now(cv("app", 0, Running), 4100, "hog", false);
+    h.observe(&view(vec![seen.clone()]));
+    // Another pod's death meanwhile: its Event is not held behind the kill's.
+    let mut other = view(vec![died_now("db", 0, 1, "Error")]);
+    other.uid = PodUid::parse("0b0b0b0b-0b0b-4b0b-8b0b-0b0b0b0b0b0b").expect("a uid");
+    other.name = "other".into();
+    h.observe(&other);
+    settle().await;
+    let held = notes(&log);
+    assert_eq!(held.len(), 1, "{held:#?}");
+    assert!(
+        held[0].contains("container db exited with code 1"),
+        "{held:#?}"
+    );
+    // Nor is the status: the condition is written at once (unknown scope, for now).
+    let p = server::patches(&log);
+    let oom = condition(&p[0].body, "observer.dev/OOMKilled").expect("OOMKilled condition");
+    assert_eq!(oom["status"], "True");
+
+    // The report comes within the grace: the one Event names the container's limit.
+    h.observe(&view(vec![reported(seen)]));
+    settle().await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 2, "{n:#?}");
+    assert!(
+        n[1].starts_with("container app hit its 64.0 MiB limit") && n[1].contains("hog (pid 4100)"),
+        "{n:#?}"
+    );
+    // Past the grace nothing more is said of it.
+    tokio::time::sleep(SCOPE_GRACE * 2).await;
+    assert_eq!(notes(&log).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_whose_report_never_comes_is_published_unknown_after_the_grace() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    let seen = killed_now(cv("app", 0, Running), 4100, "hog", false);
+    h.observe(&view(vec![seen.clone()]));
+    tokio::time::sleep(SCOPE_GRACE - Duration::from_millis(100)).await;
+    assert!(notes(&log).is_empty(), "published before the grace ended");
+    // Seen again meanwhile (another change of the pod): still one held kill.
+    h.observe(&view(vec![seen.clone()]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert!(
+        n[0].starts_with(
+            "which limit was hit is unknown (the kernel log's report of this kill has not been read"
+        ),
+        "{n:#?}"
+    );
+    // A report that comes late changes the condition, not the Event already published.
+    h.observe(&view(vec![reported(seen)]));
+    settle().await;
+    assert_eq!(notes(&log).len(), 1);
+    let p = server::patches(&log);
+    let last = p.last().expect("a patch");
+    let msg = condition(&last.body, "observer.dev/OOMKilled").expect("OOMKilled")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("container app hit its 64.0 MiB limit"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_kill_superseded_by_the_next_of_a_group_is_one_event() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    // A group kill: the probes report the child, then the init, before the log's report.
+    h.observe(&view(vec![killed_now(
+        cv("app", 0, Running),
+        4100,
+        "hog",
+        false,
+    )]));
+    settle().await;
+    let init = killed_now(cv("app", 0, Running), 4000, "sh", true);
+    h.observe(&view(vec![init.clone()]));
+    settle().await;
+    assert!(notes(&log).is_empty());
+    h.observe(&view(vec![reported(init)]));
+    settle().await;
+    // The deadline of the superseded kill passes without a second Event (nor a busy loop:
+    // paused time would never advance).
+    tokio::time::sleep(SCOPE_GRACE * 2).await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert!(
+        n[0].contains("sh (pid 4000)") && n[0].starts_with("container app hit"),
+        "{n:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_kill_is_one_event_whichever_member_the_view_shows() {
+    use crate::kernel::oom_report::{Killed, OomReport};
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    let killed = |pid: u32, comm: &str| Killed {
+        pid,
+        comm: comm.into(),
+        ..Default::default()
+    };
+    let report = std::sync::Arc::new(OomReport {
+        victim: Some(killed(4100, "hog")),
+        group_cgroup: Some("/kubepods/burstable/pod/app".into()),
+        members: vec![killed(4000, "sh")],
+        ..Default::default()
+    });
+    let member = |pid: u32, comm: &str, init: bool| {
+        let mut c = reported(killed_now(cv("app", 0, Running), pid, comm, init));
+        let o = c.last_oom.as_mut().expect("a kill");
+        o.group = true;
+        o.report = Some(report.clone());
+        c
+    };
+    h.observe(&view(vec![member(4100, "hog", false)]));
+    settle().await;
+    h.observe(&view(vec![member(4000, "sh", true)]));
+    settle().await;
+    let n = notes(&log);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert!(n[0].contains("memory.oom.group): sh (pid 4000)"), "{n:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_waits_for_a_held_kill() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    h.observe(&view(vec![killed_now(
+        cv("app", 0, Running),
+        4100,
+        "hog",
+        false,
+    )]));
+    settle().await;
+    let report = h.flush(SCOPE_GRACE * 2).await;
+    assert_eq!(report.events_pending, 0);
+    assert_eq!(
+        notes(&log).len(),
+        1,
+        "the held kill was published before the flush ended"
+    );
 }
 
 #[tokio::test(start_paused = true)]

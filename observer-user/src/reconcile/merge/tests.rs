@@ -101,7 +101,7 @@ fn kernel(exit: Option<(BootNs, ContainerExit)>, oom: Option<Box<OomKill>>) -> K
         created: Some(BootNs(1)),
         started: Some((BootNs(2), INIT, Comm::from("app"))),
         oom_kills: u32::from(oom.is_some()),
-        oom_victims: oom.iter().map(|o| (o.victim.tgid, o.at)).collect(),
+        oom_victims: oom.iter().map(|o| (o.victim.tgid, o.marked_at)).collect(),
         init_kill: oom.clone().filter(|o| o.victim.tgid == INIT),
         last_oom: oom,
         last_oom_trigger: None,
@@ -551,6 +551,37 @@ fn unwatched_group_kill_is_the_containers_oom_kill() {
     let o = v.last_oom.unwrap();
     assert!(o.group);
     assert_eq!(v.oom_kills, 2);
+}
+
+#[test]
+fn a_victim_that_exits_seconds_after_the_kill_is_the_logs_kill() {
+    // 2 GiB to free: the probes report the kill at the victim's exit, 5 s after the OOM killer
+    // chose it, which is when the log wrote its report.
+    let mut kill = oom(CHILD);
+    kill.at = BootNs(kill.marked_at.0 + 5_000_000_000);
+    let clock = BootClock::new();
+    let mut log = logged(CHILD, 0);
+    log.time = clock.to_system_time(kill.marked_at);
+    let k = kernel(None, Some(kill));
+    let s = running();
+    let v = merge(
+        Inputs {
+            runtime: Some(&s),
+            kernel: Some(&k),
+            logged: std::slice::from_ref(&log),
+            log_since: log_from(3600),
+            ..Inputs::new(id())
+        },
+        &clock,
+    );
+    assert_eq!(v.oom_kills, 1, "one kill, seen by both");
+    let o = v.last_oom.unwrap();
+    // The log's account (the cgroup that ran out) joined the probes'.
+    assert_eq!(
+        (o.source, o.oom_cgroup.as_deref()),
+        (Source::Kernel, Some(log.oom_memcg.as_str())),
+        "{o:?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,293 @@
+//! The agent's own pieces in-process, for machines with no container runtime and no API server
+//! (the VM guests of `cargo xtask vm-test`): the kernel pipeline (probes → PLEG) over one test
+//! cgroup, the kernel log followed, the reconciler, and the status manager writing to the API
+//! stand-in ([`crate::apiserver::ApiStandIn`]), as `observer run` wires them (agent/mod.rs,
+//! agent/run.rs), with the container runtime replaced by [`RuntimeStandIn`]: the test lays out a
+//! pod's cgroups as kubelet and containerd do, starts its processes, and tells the stand-in what
+//! containerd would say of them.
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use anyhow::Context;
+use observer::{
+    cgroup::{CgroupMounts, ContainerId, PodUid},
+    cri::{api, keys, ConnectionState, ContainerEventStream, CriError},
+    kernel::{kmsg, ProbeOptions, Watch},
+    kube::{StatusConfig, StatusHandle, StatusManager, StatusMode},
+    pipeline::{KernelPipeline, PipelineConfig, PipelineTask, ReaderThread},
+    reconcile::{
+        inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler, RuntimeService,
+    },
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::{apiserver::ApiStandIn, kernel::TestCgroup};
+
+#[derive(Default)]
+struct Declared {
+    sandboxes: Vec<api::PodSandbox>,
+    containers: Vec<api::ContainerStatus>,
+    pids: HashMap<String, u32>,
+}
+
+/// Answers the reconciler's CRI calls from what the test declared, as containerd would.
+#[derive(Clone)]
+pub struct RuntimeStandIn {
+    state: Arc<Mutex<Declared>>,
+    conn: Arc<watch::Sender<ConnectionState>>,
+}
+
+impl Default for RuntimeStandIn {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            conn: Arc::new(watch::Sender::new(ConnectionState {
+                connected: true,
+                generation: 1,
+                last_error: None,
+            })),
+        }
+    }
+}
+
+fn nanos(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn pod_labels(uid: PodUid, namespace: &str, name: &str) -> HashMap<String, String> {
+    [
+        (keys::POD_UID.to_string(), uid.to_string()),
+        (keys::POD_NAME.to_string(), name.to_string()),
+        (keys::POD_NAMESPACE.to_string(), namespace.to_string()),
+    ]
+    .into()
+}
+
+impl RuntimeStandIn {
+    fn declared(&self) -> std::sync::MutexGuard<'_, Declared> {
+        self.state.lock().expect("runtime stand-in state")
+    }
+
+    /// A ready pod sandbox `sandbox` with kubelet's labels.
+    pub fn pod(&self, uid: PodUid, namespace: &str, name: &str, sandbox: ContainerId) {
+        self.declared().sandboxes.push(api::PodSandbox {
+            id: sandbox.to_string(),
+            metadata: Some(api::PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.to_string(),
+                namespace: namespace.into(),
+                attempt: 0,
+            }),
+            state: api::PodSandboxState::SandboxReady as i32,
+            created_at: nanos(SystemTime::now()),
+            labels: pod_labels(uid, namespace, name),
+            ..Default::default()
+        });
+    }
+
+    /// Container `name` (`id`) of pod `uid`, running, its first attempt.
+    pub fn container(&self, uid: PodUid, namespace: &str, pod: &str, id: ContainerId, name: &str) {
+        let mut labels = pod_labels(uid, namespace, pod);
+        labels.insert(keys::CONTAINER_NAME.into(), name.into());
+        let now = nanos(SystemTime::now());
+        self.declared().containers.push(api::ContainerStatus {
+            id: id.to_string(),
+            metadata: Some(api::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            state: api::ContainerState::ContainerRunning as i32,
+            created_at: now,
+            started_at: now,
+            image: Some(api::ImageSpec {
+                image: "localhost/observer/busybox:latest".into(),
+                ..Default::default()
+            }),
+            labels,
+            annotations: [(keys::CONTAINER_RESTART_COUNT.to_string(), "0".to_string())].into(),
+            ..Default::default()
+        });
+    }
+
+    /// The container's init, as the runtime's verbose status gives it.
+    pub fn started(&self, id: ContainerId, pid: u32) {
+        self.declared().pids.insert(id.to_string(), pid);
+    }
+
+    /// The runtime's account of the container's end (containerd's, which the kernel's may
+    /// correct).
+    pub fn exited(&self, id: ContainerId, exit_code: i32, reason: &str) {
+        let mut d = self.declared();
+        if let Some(c) = d.containers.iter_mut().find(|c| c.id == id.to_string()) {
+            c.state = api::ContainerState::ContainerExited as i32;
+            c.exit_code = exit_code;
+            c.reason = reason.into();
+            c.finished_at = nanos(SystemTime::now());
+        }
+    }
+}
+
+fn selected(filter: Option<&HashMap<String, String>>, labels: &HashMap<String, String>) -> bool {
+    filter.is_none_or(|f| f.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+impl RuntimeService for RuntimeStandIn {
+    fn list_pod_sandboxes(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> impl Future<Output = Result<Vec<api::PodSandbox>, CriError>> + Send {
+        let f = filter.map(|f| f.label_selector);
+        let out = self
+            .declared()
+            .sandboxes
+            .iter()
+            .filter(|s| selected(f.as_ref(), &s.labels))
+            .cloned()
+            .collect();
+        std::future::ready(Ok(out))
+    }
+
+    fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> impl Future<Output = Result<Vec<api::Container>, CriError>> + Send {
+        let f = filter.map(|f| f.label_selector);
+        let out = self
+            .declared()
+            .containers
+            .iter()
+            .filter(|s| selected(f.as_ref(), &s.labels))
+            .map(|s| api::Container {
+                id: s.id.clone(),
+                metadata: s.metadata.clone(),
+                state: s.state,
+                created_at: s.created_at,
+                labels: s.labels.clone(),
+                annotations: s.annotations.clone(),
+                ..Default::default()
+            })
+            .collect();
+        std::future::ready(Ok(out))
+    }
+
+    fn container_status(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<api::ContainerStatus, CriError>> + Send {
+        let found = self
+            .declared()
+            .containers
+            .iter()
+            .find(|c| c.id == id)
+            .cloned();
+        std::future::ready(found.ok_or_else(|| {
+            CriError::from_status(
+                "ContainerStatus",
+                tonic::Status::not_found(format!("container {id} not declared")),
+            )
+        }))
+    }
+
+    fn container_pid(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<u32>, CriError>> + Send {
+        std::future::ready(Ok(self.declared().pids.get(id).copied()))
+    }
+
+    fn connection(&self) -> watch::Receiver<ConnectionState> {
+        self.conn.subscribe()
+    }
+
+    async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
+        // containerd 1.6's answer: the reconciler relies on the kernel and its relists.
+        Err(CriError::Unimplemented {
+            call: "GetContainerEvents",
+        })
+    }
+}
+
+/// The agent's pipeline on a [`RuntimeStandIn`], writing to an [`ApiStandIn`] in `conditions`
+/// mode. Dropping it stops everything.
+pub struct AgentStack {
+    pub reconcile: ReconcileHandle,
+    pub status: StatusHandle,
+    _kernel: PipelineTask,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for AgentStack {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl AgentStack {
+    /// Probes filtered to `cg` and its start-up walk, as [`crate::kernel::PlegWatch`]; the
+    /// kernel log followed from now on (the history before it read once), as `Agent::start`.
+    pub async fn start(
+        cg: &TestCgroup,
+        runtime: RuntimeStandIn,
+        api: &ApiStandIn,
+        node: &str,
+    ) -> anyhow::Result<Self> {
+        let (pipeline, events) = KernelPipeline::start(PipelineConfig {
+            unified: cg.mount.clone(),
+            scan_roots: vec![cg.rel("")],
+            probes: ProbeOptions {
+                watch: Watch::Roots(vec![cg.watch_root()]),
+                ..ProbeOptions::default()
+            },
+            queue: 1 << 16,
+        })?;
+        let mut follower = kmsg::Follower::open().context("opening /dev/kmsg")?;
+        let history = OomHistory::read();
+        let (mut reconciler, reconcile) = Reconciler::new(
+            runtime,
+            ReconcileConfig {
+                state_dir: None,
+                ..ReconcileConfig::default()
+            },
+            pipeline.clock(),
+            history,
+            InitStore::in_memory(),
+        );
+        let (tx, rx) = mpsc::channel(256);
+        reconciler.follow_kernel_log(rx);
+        let mounts = CgroupMounts::detect(None).ok();
+        let kmsg_task = tokio::spawn(async move {
+            // The limit at the kill, where the report has none, read at once (as the agent does).
+            while let Ok(mut kill) = follower.next().await {
+                kill.limit_bytes = kill.limit_bytes.or_else(|| {
+                    mounts
+                        .as_ref()
+                        .and_then(|m| m.memory_limit(&kill.oom_memcg))
+                });
+                if tx.send(kill).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let relist = reconcile.clone();
+        let kernel = pipeline.spawn(ReaderThread::default(), move || relist.request_relist())?;
+        let reconciler_task = tokio::spawn(reconciler.run(events));
+        let client = observer::kube::client(Some(api.kubeconfig()?.as_os_str())).await?;
+        let mut cfg = StatusConfig::new(node, StatusMode::Conditions);
+        cfg.api_url = client.url.clone();
+        let (manager, status) = StatusManager::new(client.client, cfg, reconcile.clone());
+        let manager_task = tokio::spawn(manager.run());
+        Ok(Self {
+            reconcile,
+            status,
+            _kernel: kernel,
+            tasks: vec![kmsg_task, reconciler_task, manager_task],
+        })
+    }
+}
