@@ -208,3 +208,95 @@ fn watch_json_reports_an_exit_with_its_fields() {
     )
     .is_ok());
 }
+
+/// A reader of stdout that stops reading costs lines, counted, never the watch: its reader
+/// thread keeps going (the drop is said while it happens), SIGTERM still stops it at once, and
+/// what reached stdout is whole lines. A watch that wrote stdout blocking hung here in write(2).
+#[test]
+fn an_unread_stdout_costs_lines_not_the_watch() {
+    if !root() {
+        return;
+    }
+    let cg = TestCgroup::new("cli-stall").unwrap();
+    let mut watch = Command::new(observer_bin())
+        .args(["watch", "--format", "json", "--cgroup-root", &cg.rel])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stderr on a thread of its own: each line to the channel.
+    let (tx, err_lines) = mpsc::channel::<String>();
+    let stderr = BufReader::new(watch.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait_for = |what: &str, timeout: Duration| -> Vec<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match err_lines.recv_timeout(left) {
+                Ok(l) if l.contains(what) => {
+                    seen.push(l);
+                    return seen;
+                }
+                Ok(l) => seen.push(l),
+                Err(_) => break,
+            }
+        }
+        panic!("no {what:?} on stderr within {timeout:?}: {seen:#?}");
+    };
+    wait_for("watching;", Duration::from_secs(20));
+    // 30,000 exits, some 8 MB of JSON: past the pipe's 64 KiB and the watch's 4 MiB.
+    let spins = 30_000;
+    let status = cg
+        .spawn(
+            &observer_tests::kernel::workload(),
+            &["spin", &spins.to_string()],
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(status.success());
+    wait_for("stdout is not being read", Duration::from_secs(20));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let summary = wait_for("observer watch: stopped", Duration::from_secs(10));
+    let summary = summary.last().unwrap();
+    let done =
+        observer_tests::wait::poll_until(Duration::from_secs(10), || watch.try_wait().unwrap())
+            .expect("the watch did not exit within 10 s of SIGTERM");
+    assert!(done.success(), "{summary}");
+    let count = |what: &str| -> u64 {
+        summary
+            .split([';', ','])
+            .find_map(|part| part.trim().strip_suffix(what))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} count: {summary}"))
+    };
+    let written = count("events written");
+    let dropped = count("lines dropped (stdout not read)");
+    assert!(dropped > 0, "{summary}");
+    // The reader kept reading with stdout full: a blocked one stops near the pipe's 64 KiB
+    // (some 250 lines) and the kernel drops the rest.
+    assert!(
+        written >= spins * 9 / 10,
+        "only {written} of {spins} exits read from the kernel: {summary}"
+    );
+    let out = BufReader::new(watch.stdout.take().unwrap());
+    let mut read = 0;
+    for line in out.lines().map_while(Result::ok) {
+        serde_json::from_str::<serde_json::Value>(&line)
+            .unwrap_or_else(|e| panic!("a cut line ({e}): {line}"));
+        read += 1;
+    }
+    assert!(read > 0);
+    // Every line the watch made was read here or counted as dropped.
+    assert_eq!(read + dropped, written, "{summary}");
+}

@@ -6,6 +6,7 @@ mod kubectl;
 pub mod render;
 mod run;
 mod status;
+mod stdout;
 mod watch;
 
 use std::process::ExitCode;

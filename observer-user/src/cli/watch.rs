@@ -1,7 +1,6 @@
 //! `observer watch`: the kernel's view of process lifecycle, live.
 use std::{
     collections::HashSet,
-    io::{BufWriter, Write},
     os::{fd::AsFd, unix::net::UnixStream},
     path::PathBuf,
     process::ExitCode,
@@ -106,8 +105,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
 
     // The reader and the printer on a thread of their own (real-time if asked); this task waits
     // for Ctrl-C or for the thread to end (stdout closed, the reader failed).
+    let stdout = super::stdout::Stdout::open()?;
     let printer = Printer {
-        out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
+        out: stdout.clone(),
         format: args.format,
         cgroups,
         written: 0,
@@ -122,27 +122,34 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             let _ = done_tx.send(());
             out
         })?;
-    tokio::select! {
-        _ = super::shutdown_signal() => {}
-        _ = done => {}
-    }
+    let drained = tokio::select! {
+        _ = super::shutdown_signal() => None,
+        _ = done => None,
+        // Stdout closed while its reader was behind.
+        e = stdout.drain() => Some(e),
+    };
     drop(stop);
     let (written, malformed, result) = thread
         .join()
         .map_err(|p| anyhow::anyhow!("the watch thread panicked: {p:?}"))?;
     let counters = probes.counters()?;
+    stdout.finish();
     eprintln!(
-        "observer watch: stopped; {written} events written, {} records dropped by the kernel (ring buffer full), {malformed} malformed",
+        "observer watch: stopped; {written} events written, {} lines dropped (stdout not read), {} records dropped by the kernel (ring buffer full), {malformed} malformed",
+        stdout.dropped(),
         counters.ringbuf_drops,
     );
-    finish(result)
+    finish(match drained {
+        Some(e) if result.is_ok() => Err(e.into()),
+        _ => result,
+    })
 }
 
 /// The raw watch's loop, on its own thread: until `stop` hangs up, stdout closes or the reader
 /// fails. Returns what it wrote, the malformed records, and how it ended.
 fn print_events(
     mut reader: EventReader,
-    mut printer: Printer<BufWriter<std::io::Stdout>>,
+    mut printer: Printer,
     stop: &UnixStream,
     realtime: Option<u8>,
 ) -> (u64, u64, anyhow::Result<()>) {
@@ -169,14 +176,14 @@ fn print_events(
     (printer.written, reader.malformed(), result)
 }
 
-struct Printer<W: Write> {
-    out: W,
+struct Printer {
+    out: super::stdout::Stdout,
     format: Format,
     cgroups: CgroupIndex,
     written: u64,
 }
 
-impl<W: Write> Printer<W> {
+impl Printer {
     fn emit(&mut self, ev: KernelEvent, reader: &EventReader) -> std::io::Result<()> {
         match &ev {
             KernelEvent::CgroupMkdir(c) => {
@@ -197,19 +204,20 @@ impl<W: Write> Printer<W> {
 
     fn write(&mut self, line: &WatchLine<'_>) -> std::io::Result<()> {
         self.written += 1;
-        match self.format {
-            Format::Json => write_json(&mut self.out, line),
-            Format::Text => write_text(&mut self.out, line),
-        }
+        let format = self.format;
+        self.out.line(|buf| match format {
+            Format::Json => write_json(buf, line),
+            Format::Text => write_text(buf, line),
+        })
     }
 }
 
 /// `--pods`' lines, written on the kernel loop's thread as the PLEG sends each event (real-time
 /// with `--realtime-priority`): a death reaches stdout without waiting for a normal-priority
-/// task's turn behind the node's workloads. A reader of stdout that stops reading stalls that
-/// thread, as it would any printer (the kernel then counts the records it could not keep).
+/// task's turn behind the node's workloads. A reader of stdout that stops reading costs lines
+/// (counted), never that thread's turn (`super::stdout`).
 struct PodPrinter {
-    out: BufWriter<std::io::Stdout>,
+    out: super::stdout::Stdout,
     format: Format,
     clock: BootClock,
     /// What was printed, so that the catch-up after the first relist repeats nothing.
@@ -224,10 +232,10 @@ struct PodPrinter {
 struct SharedPrinter(Arc<Mutex<PodPrinter>>, Arc<tokio::sync::Notify>);
 
 impl SharedPrinter {
-    fn new(format: Format, clock: &BootClock) -> Self {
+    fn new(format: Format, clock: &BootClock, out: super::stdout::Stdout) -> Self {
         Self(
             Arc::new(Mutex::new(PodPrinter {
-                out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
+                out,
                 format,
                 clock: clock.clone(),
                 died: HashSet::new(),
@@ -245,13 +253,15 @@ impl SharedPrinter {
             return;
         }
         let format = p.format;
-        let r = match format {
-            Format::Json => serde_json::to_writer(&mut p.out, line)
-                .map_err(std::io::Error::from)
-                .and_then(|_| p.out.write_all(b"\n")),
-            Format::Text => write_pleg_text(&mut p.out, line),
-        }
-        .and_then(|_| if flush { p.out.flush() } else { Ok(()) });
+        let r = p
+            .out
+            .line(|buf| match format {
+                Format::Json => serde_json::to_writer(&mut *buf, line)
+                    .map_err(std::io::Error::from)
+                    .map(|_| buf.push(b'\n')),
+                Format::Text => write_pleg_text(buf, line),
+            })
+            .and_then(|_| if flush { p.out.flush() } else { Ok(()) });
         if let Err(e) = r {
             p.failed = Some(e);
             self.1.notify_one();
@@ -308,9 +318,13 @@ impl FastPath for SharedPrinter {
 }
 
 /// Makes the printer once the pipeline's clock exists; `slot` keeps it for the main task.
-fn printer_factory(format: Format, slot: Arc<Mutex<Option<SharedPrinter>>>) -> FastPathFactory {
+fn printer_factory(
+    format: Format,
+    out: super::stdout::Stdout,
+    slot: Arc<Mutex<Option<SharedPrinter>>>,
+) -> FastPathFactory {
     Box::new(move |clock: &BootClock| {
-        let p = SharedPrinter::new(format, clock);
+        let p = SharedPrinter::new(format, clock, out);
         *crate::sync::lock(&slot) = Some(p.clone());
         Box::new(p)
     })
@@ -323,8 +337,11 @@ async fn watch_pods(
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
     let slot = Arc::new(Mutex::new(None));
-    let (pipeline, mut rx) =
-        KernelPipeline::start_with(cfg, Some(printer_factory(format, Arc::clone(&slot))))?;
+    let stdout = super::stdout::Stdout::open()?;
+    let (pipeline, mut rx) = KernelPipeline::start_with(
+        cfg,
+        Some(printer_factory(format, stdout.clone(), Arc::clone(&slot))),
+    )?;
     let printer = crate::sync::lock(&slot)
         .take()
         .context("the printer was not made")?;
@@ -334,6 +351,8 @@ async fn watch_pods(
     let mut task = pipeline.spawn(reader, || {})?;
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
+    let drain = stdout.drain();
+    tokio::pin!(drain);
     let result: anyhow::Result<()> = async {
         loop {
             tokio::select! {
@@ -341,6 +360,7 @@ async fn watch_pods(
                 _ = &mut shutdown => return Ok(()),
                 e = task.stopped() => return Err(e.into()),
                 e = printer.failed() => return Err(e.into()),
+                e = &mut drain => return Err(e.into()),
                 // The lines are written on the loop's thread; the queue is only drained.
                 ev = rx.recv() => if ev.is_none() { return Ok(()) },
             }
@@ -348,10 +368,11 @@ async fn watch_pods(
     }
     .await;
     printer.flush();
+    stdout.finish();
     let s = task.health().stats().pleg;
     eprintln!(
-        "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs",
-        task.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs
+        "observer watch: stopped; {} kernel records dropped, {} kernel events, {} lifecycle events, {} unattributed, {} resyncs, {} lines dropped (stdout not read)",
+        task.kernel_counters()?.ringbuf_drops, s.kernel_events, s.lifecycle_events, s.unattributed, s.resyncs, stdout.dropped()
     );
     finish(result)
 }
@@ -372,8 +393,12 @@ async fn watch_pods_reconciled(
     cfg.reader = reader;
     cfg.reconcile.state_dir = Some(state_dir);
     let slot = Arc::new(Mutex::new(None));
-    let mut agent =
-        Agent::start_with(cfg, Some(printer_factory(format, Arc::clone(&slot)))).await?;
+    let stdout = super::stdout::Stdout::open()?;
+    let mut agent = Agent::start_with(
+        cfg,
+        Some(printer_factory(format, stdout.clone(), Arc::clone(&slot))),
+    )
+    .await?;
     let printer = crate::sync::lock(&slot)
         .take()
         .context("the printer was not made")?;
@@ -385,6 +410,8 @@ async fn watch_pods_reconciled(
     tracing::info!("watching pods; Ctrl-C to stop");
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
+    let drain = stdout.drain();
+    tokio::pin!(drain);
     let result: anyhow::Result<()> = async {
         loop {
             tokio::select! {
@@ -392,6 +419,7 @@ async fn watch_pods_reconciled(
                 _ = &mut shutdown => return Ok(()),
                 e = agent.failed() => return Err(e.into()),
                 e = printer.failed() => return Err(e.into()),
+                e = &mut drain => return Err(e.into()),
                 _ = &mut settled, if !caught_up => {
                     caught_up = true;
                     let mut lines = Vec::new();
