@@ -12,10 +12,13 @@
 //!      the `watch --pods` line writer, on the real-time thread). The hogs' CPU over a 3 s window
 //!      that starts with the kills, the agent thread's CPU time, and when the last death's line
 //!      was written.
+//!   3. A fork storm in one container (`observer-workload spin` / `spin-ns`, a process per core),
+//!      without and with the agent's loop: the storm's rate, the hogs' share, the agent thread's
+//!      CPU.
 //!
 //!     sudo cargo bench -p observer-tests --bench rt_bound
 //!
-//! `OBSERVER_BENCH_DEATHS` sets N.
+//! `OBSERVER_BENCH_DEATHS` sets N; `OBSERVER_BENCH_FORKS` the children per storm process.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     io::Write,
@@ -37,6 +40,8 @@ use observer_tests::kernel::{read_procs, require_kernel, Hogs, TestCgroup};
 const WINDOW: Duration = Duration::from_secs(3);
 const PODS: usize = 100;
 const DEFAULT_DEATHS: usize = 1000;
+/// Children per storm process.
+const DEFAULT_FORKS: usize = 20_000;
 
 fn main() -> Result<()> {
     if !require_kernel() {
@@ -50,12 +55,14 @@ fn main() -> Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
         std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us")?.trim()
     );
+    let forks = observer_tests::bench::env_count("OBSERVER_BENCH_FORKS", DEFAULT_FORKS)?;
     bound(cores)?;
-    tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()?
-        .block_on(burst(cores, deaths))
+        .build()?;
+    rt.block_on(burst(cores, deaths))?;
+    rt.block_on(storm(cores, forks))
 }
 
 /// The hogs' CPU time so far, in clock ticks.
@@ -254,6 +261,114 @@ fn thread_ticks(name: &str) -> Option<u64> {
     None
 }
 
+/// The agent's loop on `cg`'s kubepods subtree (reader → PLEG → the line writer), real-time, with
+/// its queue drained as the reconciler would; and how many containers its walk found.
+fn agent(
+    cg: &TestCgroup,
+    died: Arc<AtomicUsize>,
+) -> Result<(observer::pipeline::PipelineTask, usize)> {
+    let pipe = drained_pipe()?;
+    let make: FastPathFactory = Box::new(move |clock| {
+        Box::new(Lines {
+            out: std::io::BufWriter::with_capacity(1 << 16, pipe),
+            clock: clock.clone(),
+            died,
+            pending: 0,
+        })
+    });
+    let (pipeline, mut rx) = KernelPipeline::start_with(
+        PipelineConfig {
+            unified: cg.mount.clone(),
+            scan_roots: vec![cg.rel("kubepods")],
+            probes: observer::kernel::ProbeOptions {
+                watch: observer::kernel::Watch::Roots(vec![cg.watch_root()]),
+                ..Default::default()
+            },
+            queue: 1 << 16,
+        },
+        Some(make),
+    )?;
+    let started = pipeline.pleg().model().counts().1;
+    let task = pipeline.spawn(ReaderThread::Realtime(10), || {})?;
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    Ok((task, started))
+}
+
+/// Part 3: a fork storm inside one container (a process per core forking children that exit
+/// at once), without and with the agent: how long the storm takes, the hogs' share meanwhile,
+/// and the agent's real-time thread's CPU. `spin-ns` children are each pid 1 of a new pid
+/// namespace, whose exits wake the reader at once; `spin` children's exits ride along with the
+/// next wake-up (the reader's batching).
+async fn storm(cores: usize, forks: usize) -> Result<()> {
+    println!(
+        "\n### A fork storm in one container: {cores} processes × {forks} children that exit at once, beside a hog per core\n"
+    );
+    println!("| children | the agent | storm's wall time | forks per second | hogs' share of all cores | the agent's real-time thread: CPU during the storm |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for mode in ["spin", "spin-ns"] {
+        for with_agent in [false, true] {
+            let mut cg = TestCgroup::new("rt-storm")?;
+            let rel = cg.mkdir(&format!(
+                "kubepods/pod00000000-0000-4000-8000-00000000000{}/{:064x}",
+                u8::from(with_agent),
+                1
+            ))?;
+            let task = if with_agent {
+                Some(agent(&cg, Arc::new(AtomicUsize::new(0)))?.0)
+            } else {
+                None
+            };
+            let hogs = Hogs::start(cores)?;
+            std::thread::sleep(Duration::from_millis(300));
+            let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
+            let t0 = ticks(&hogs);
+            let start = Instant::now();
+            let workload = observer_tests::kernel::workload();
+            let mut children = Vec::new();
+            for _ in 0..cores {
+                children.push(cg.spawn_in(&rel, &workload, &[mode, &forks.to_string()])?);
+            }
+            let statuses = tokio::task::spawn_blocking(move || {
+                children
+                    .into_iter()
+                    .map(|mut c| c.wait())
+                    .collect::<std::io::Result<Vec<_>>>()
+            })
+            .await??;
+            let took = start.elapsed();
+            anyhow::ensure!(
+                statuses.iter().all(|s| s.success()),
+                "the storm failed: {statuses:?}"
+            );
+            let hogs_share = share(&hogs, t0, took, cores);
+            let agent =
+                thread_ticks("observer-kernel").map(|t| (t - agent0) as f64 / ticks_per_sec());
+            drop(hogs);
+            let realtime = task.as_ref().is_some_and(|t| t.health().realtime());
+            drop(task);
+            let total = cores * forks;
+            println!(
+                "| `{mode}` | {} | {:.2} s | {:.0} | {:.1} % | {} |",
+                match (with_agent, realtime) {
+                    (false, _) => "none",
+                    (true, true) => "reader → PLEG → line writer, real-time",
+                    (true, false) => "reader → PLEG → line writer (real-time REFUSED)",
+                },
+                took.as_secs_f64(),
+                total as f64 / took.as_secs_f64(),
+                hogs_share * 100.0,
+                agent.map_or("-".into(), |s| format!(
+                    "{:.0} ms ({:.1} % of one core)",
+                    s * 1e3,
+                    s / took.as_secs_f64() * 100.0
+                )),
+            );
+            drop(cg);
+        }
+    }
+    Ok(())
+}
+
 /// Part 2: the burst, without and with the agent's loop.
 async fn burst(cores: usize, n: usize) -> Result<()> {
     println!(
@@ -267,35 +382,10 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
         let rels = containers(&mut cg, n, round)?;
         let died = Arc::new(AtomicUsize::new(0));
         let task = if with_agent {
-            let pipe = drained_pipe()?;
-            let d = Arc::clone(&died);
-            let make: FastPathFactory = Box::new(move |clock| {
-                Box::new(Lines {
-                    out: std::io::BufWriter::with_capacity(1 << 16, pipe),
-                    clock: clock.clone(),
-                    died: d,
-                    pending: 0,
-                })
-            });
-            let (pipeline, rx) = KernelPipeline::start_with(
-                PipelineConfig {
-                    unified: cg.mount.clone(),
-                    scan_roots: vec![cg.rel("kubepods")],
-                    probes: observer::kernel::ProbeOptions {
-                        watch: observer::kernel::Watch::Roots(vec![cg.watch_root()]),
-                        ..Default::default()
-                    },
-                    queue: 1 << 16,
-                },
-                Some(make),
-            )?;
-            let started = pipeline.pleg().model().counts().1;
+            let task = agent(&cg, Arc::clone(&died))?;
+            let started = task.1;
             anyhow::ensure!(started >= n, "the walk found {started} of {n} containers");
-            let task = pipeline.spawn(ReaderThread::Realtime(10), || {})?;
-            // The consumer side drains the queue as the reconciler would.
-            let mut rx = rx;
-            tokio::spawn(async move { while rx.recv().await.is_some() {} });
-            Some(task)
+            Some(task.0)
         } else {
             None
         };
