@@ -185,7 +185,8 @@ fn nonblocking(fd: BorrowedFd<'_>) -> io::Result<(OwnedFd, Mode, bool)> {
     if kind.is_socket() {
         return Ok((own, Mode::Send, false));
     }
-    if kind.is_fifo() || kind.is_char_device() {
+    // A character device other than a terminal (/dev/null) never waits, and epoll refuses it.
+    if kind.is_fifo() || (kind.is_char_device() && nix::unistd::isatty(fd).unwrap_or(false)) {
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let reopened = nix::fcntl::open(
             path.as_str(),
@@ -273,7 +274,14 @@ impl Stdout {
         };
         let ready = match ready {
             Ok(r) => r,
-            Err(e) => return e,
+            Err(e) => {
+                // Not the watch's end: lines still go out at each batch's end.
+                tracing::warn!(
+                    "stdout cannot be waited on ({e}): lines a stalled reader has not taken go \
+                     out with the next events"
+                );
+                return std::future::pending().await;
+            }
         };
         loop {
             self.0.stalled.notified().await;
@@ -478,6 +486,27 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("before\nline 00000000"), "{}", &text[..30]);
         assert_eq!(text.lines().count(), 101);
+    }
+
+    /// /dev/null (a character device epoll refuses) is written as it is, and the drain does not
+    /// end the watch.
+    #[tokio::test]
+    async fn dev_null_is_written_as_it_is() {
+        let null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let (out, why) = LineOut::new(null.as_fd(), 1 << 10).unwrap();
+        assert!(why.is_none());
+        assert_eq!(out.mode, Mode::Blocking);
+        let stdout = Stdout::new(out);
+        for i in 0..100 {
+            stdout.line(numbered(i)).unwrap();
+        }
+        stdout.flush().unwrap();
+        assert_eq!(stdout.dropped(), 0);
+        let drained = tokio::time::timeout(Duration::from_millis(100), stdout.drain()).await;
+        assert!(drained.is_err(), "the drain ended: {drained:?}");
     }
 
     #[test]
