@@ -292,8 +292,8 @@ fn class_cost(class: Class, wake: Wake) -> ClassRow {
         assert!(c.wait().expect("wait").success());
     }
     let elapsed = start.elapsed();
-    // Quiet records are read at the reader's next poll.
-    std::thread::sleep(observer::kernel::QUIET_RECORD_DELAY * 5);
+    // Quiet records are read at the reader's next poll (backed off while polls find nothing).
+    std::thread::sleep(observer::kernel::QUIET_IDLE_DELAY * 2);
     drop(stop);
     let seen = drain.join().unwrap();
     let after = probes.program_stats().unwrap();

@@ -64,7 +64,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         thread_exits: args.threads,
         // With --all or --threads every record is printed as it comes; otherwise only a
         // container init's, OOM kills and cgroup events wake the reader, and the rest follow
-        // within kernel::QUIET_RECORD_DELAY.
+        // within kernel::QUIET_RECORD_DELAY (QUIET_IDLE_DELAY after an idle spell).
         wake: if args.all || args.threads {
             Wake::Every
         } else {

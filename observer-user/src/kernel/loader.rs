@@ -23,7 +23,8 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ob
 pub enum Wake {
     /// Only those something waits on: a container init's exec and exit, OOM kills, cgroup
     /// events. The others are read with the next of those or at the reader's next poll, at most
-    /// [`super::QUIET_RECORD_DELAY`] later (observer-ebpf/src/wake.rs).
+    /// [`super::QUIET_RECORD_DELAY`] later while records keep coming, at most
+    /// [`super::QUIET_IDLE_DELAY`] after an idle spell (observer-ebpf/src/wake.rs).
     #[default]
     Selective,
     /// Every record (`observer watch --all`, `--threads`: each one is printed as it comes).

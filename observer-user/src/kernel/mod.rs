@@ -24,11 +24,16 @@ pub use observer_common::WatchRoot;
 pub use reader::{EventReader, Wait};
 
 /// The longest a record that does not wake the reader ([`Wake::Selective`]: a container's
-/// processes other than its init) waits in the ring buffer before it is read: the reader polls
-/// this often when the kernel has not woken it. A record that wakes it brings every record before
-/// it along (one ring, read in order). An idle agent pays one wake-up of its reader thread per
-/// period (measured in BENCHMARKS.md: about 0.01 % of a core).
+/// processes other than its init) waits in the ring buffer before it is read, while records keep
+/// coming: the reader polls this often when the kernel has not woken it. A record that wakes it
+/// brings every record before it along (one ring, read in order).
 pub const QUIET_RECORD_DELAY: Duration = Duration::from_millis(10);
+
+/// The longest poll period: each poll that finds nothing doubles the period up to this, and a
+/// record read brings it back to [`QUIET_RECORD_DELAY`] (`reader::QuietPoll`). So an idle
+/// agent's reader wakes about once a second, and the first quiet record after an idle spell is
+/// read within a second (at once, with a record that wakes the reader).
+pub const QUIET_IDLE_DELAY: Duration = Duration::from_secs(1);
 
 /// Depth of this process's pid namespace (0 on the host), from the `NSpid` entries of
 /// /proc/self/status.
