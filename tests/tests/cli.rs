@@ -128,6 +128,16 @@ fn status_without_a_runtime_says_so() {
     assert!(err.contains("observer-no-such.sock"), "{err}");
 }
 
+/// `observer watch --format json` on `cg`, stdout and stderr piped.
+fn watch_json(cg: &TestCgroup) -> std::process::Child {
+    Command::new(observer_bin())
+        .args(["watch", "--format", "json", "--cgroup-root", &cg.rel])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The JSON field names are an interface: an exit 42 inside the watched cgroup, read back.
 #[test]
 fn watch_json_reports_an_exit_with_its_fields() {
@@ -135,12 +145,7 @@ fn watch_json_reports_an_exit_with_its_fields() {
         return;
     }
     let cg = TestCgroup::new("cli").unwrap();
-    let mut watch = Command::new(observer_bin())
-        .args(["watch", "--format", "json", "--cgroup-root", &cg.rel])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = watch_json(&cg);
     let mut stderr = BufReader::new(watch.stderr.take().unwrap());
     // Wait until it watches (it logs once attached).
     let mut line = String::new();
@@ -218,12 +223,7 @@ fn an_unread_stdout_costs_lines_not_the_watch() {
         return;
     }
     let cg = TestCgroup::new("cli-stall").unwrap();
-    let mut watch = Command::new(observer_bin())
-        .args(["watch", "--format", "json", "--cgroup-root", &cg.rel])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = watch_json(&cg);
     // stderr on a thread of its own: each line to the channel.
     let (tx, err_lines) = mpsc::channel::<String>();
     let stderr = BufReader::new(watch.stderr.take().unwrap());
