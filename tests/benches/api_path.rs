@@ -175,7 +175,7 @@ async fn run(deaths: usize, phases: Vec<(Load, bool)>) -> Result<()> {
                 Load::Busy => "every core busy (CPU hogs)",
             },
             if s.fast {
-                "fast path (real-time writer thread)"
+                "fast path (on the real-time reader thread)"
             } else {
                 "status manager only (before)"
             },
