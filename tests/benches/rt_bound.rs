@@ -250,6 +250,17 @@ fn kill_all(cg: &TestCgroup, rels: &[String]) {
     }
 }
 
+/// A hog per core at full speed, then where the measurement starts: the agent thread's ticks,
+/// the hogs' ticks, the instant.
+fn hogs_at_speed(cores: usize) -> Result<(Hogs, u64, u64, Instant)> {
+    let hogs = Hogs::start(cores)?;
+    // Let them reach full speed before anything is measured against them.
+    std::thread::sleep(Duration::from_millis(300));
+    let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
+    let t0 = ticks(&hogs);
+    Ok((hogs, agent0, t0, Instant::now()))
+}
+
 /// The CPU ticks of this process's thread named `name`.
 fn thread_ticks(name: &str) -> Option<u64> {
     for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
@@ -318,11 +329,7 @@ async fn storm(cores: usize, forks: usize) -> Result<()> {
             } else {
                 None
             };
-            let hogs = Hogs::start(cores)?;
-            std::thread::sleep(Duration::from_millis(300));
-            let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
-            let t0 = ticks(&hogs);
-            let start = Instant::now();
+            let (hogs, agent0, t0, start) = hogs_at_speed(cores)?;
             let workload = observer_tests::kernel::workload();
             let mut children = Vec::new();
             for _ in 0..cores {
@@ -389,12 +396,7 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
         } else {
             None
         };
-        let hogs = Hogs::start(cores)?;
-        // Let them reach full speed before anything is measured against them.
-        std::thread::sleep(Duration::from_millis(300));
-        let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
-        let t0 = ticks(&hogs);
-        let start = Instant::now();
+        let (hogs, agent0, t0, start) = hogs_at_speed(cores)?;
         kill_all(&cg, &rels);
         let mut last = None;
         while start.elapsed() < WINDOW {
