@@ -3,11 +3,17 @@
 //! inside the sender's `send(2)` (the segment is delivered in the sender's context), so it is the
 //! moment the client's request left, whatever the receiving process's own scheduling delay: what
 //! the api_path bench reports as "PATCH on the wire" without instrumenting the agent.
+//!
+//! The kernel turns receive timestamping on lazily: the first `SO_TIMESTAMPNS` socket of a quiet
+//! machine only schedules the switch (a static key flipped from a workqueue), and TCP segments
+//! that pass before it runs carry no timestamp at all. [`stamping_on`] waits for the switch once
+//! per process and keeps one stamped socket open so it never flips back.
 use std::{
     io,
-    os::fd::AsRawFd,
+    io::Write,
+    os::fd::{AsRawFd, RawFd},
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, OnceLock},
     task::{ready, Context, Poll},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -66,8 +72,66 @@ pub struct WireStamped {
     clock: WireClock,
 }
 
+/// Receives into `buf`, with the kernel's timestamp of the data when it carries one.
+fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::empty())?;
+    let at = msg.cmsgs()?.find_map(|c| match c {
+        ControlMessageOwned::ScmTimestampns(t) => Some(
+            UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(t.tv_sec()).unwrap_or(0),
+                    u32::try_from(t.tv_nsec()).unwrap_or(0),
+                ),
+        ),
+        _ => None,
+    });
+    Ok((msg.bytes, at))
+}
+
+/// Returns once loopback TCP segments are timestamped (see the module's note). A byte is sent
+/// over a stamped loopback connection until one comes back with a stamp; that connection then
+/// lives as long as the process, holding the kernel's switch on.
+pub fn stamping_on() -> io::Result<()> {
+    static ON: OnceLock<Result<(std::net::TcpStream, std::net::TcpStream), String>> =
+        OnceLock::new();
+    let warm = || -> io::Result<(std::net::TcpStream, std::net::TcpStream)> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let mut tx = std::net::TcpStream::connect(listener.local_addr()?)?;
+        let (rx, _) = listener.accept()?;
+        setsockopt(&rx, ReceiveTimestampns, &true)?;
+        rx.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let mut failed = None;
+        let stamped = crate::wait::poll_until(Duration::from_secs(5), || {
+            let sent = tx.write_all(b"x");
+            match sent.and_then(|()| recv_stamped(rx.as_raw_fd(), &mut [0u8; 64])) {
+                Ok((_, at)) => at.map(|_| ()),
+                Err(e) => {
+                    failed = Some(e);
+                    Some(())
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        stamped.ok_or_else(|| {
+            io::Error::other(
+                "the kernel did not timestamp loopback TCP within 5 s of SO_TIMESTAMPNS",
+            )
+        })?;
+        Ok((tx, rx))
+    };
+    match ON.get_or_init(|| warm().map_err(|e| e.to_string())) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(io::Error::other(e.clone())),
+    }
+}
+
 impl WireStamped {
     pub fn new(inner: TcpStream) -> io::Result<(Self, WireClock)> {
+        stamping_on()?;
         setsockopt(&inner, ReceiveTimestampns, &true)?;
         let clock = WireClock::default();
         Ok((
@@ -91,22 +155,9 @@ impl AsyncRead for WireStamped {
             ready!(this.inner.poll_read_ready(cx))?;
             let fd = this.inner.as_raw_fd();
             let unfilled = buf.initialize_unfilled();
-            let got = this.inner.try_io(Interest::READABLE, || {
-                let mut iov = [io::IoSliceMut::new(unfilled)];
-                let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-                let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::empty())?;
-                let at = msg.cmsgs()?.find_map(|c| match c {
-                    ControlMessageOwned::ScmTimestampns(t) => Some(
-                        UNIX_EPOCH
-                            + Duration::new(
-                                u64::try_from(t.tv_sec()).unwrap_or(0),
-                                u32::try_from(t.tv_nsec()).unwrap_or(0),
-                            ),
-                    ),
-                    _ => None,
-                });
-                Ok((msg.bytes, at))
-            });
+            let got = this
+                .inner
+                .try_io(Interest::READABLE, || recv_stamped(fd, unfilled));
             match got {
                 Ok((n, at)) => {
                     if n > 0 {
