@@ -200,6 +200,12 @@ fn syslog_line_to_record(line: &str) -> Option<String> {
     Some(format!("{prio},0,{usec},-;{msg}"))
 }
 
+/// How long the log must stay quiet after a kill's victim before its report is given out. The
+/// kernel logs a group kill's `Tasks in ... memory.oom.group set` line and its members' lines
+/// after the victim's, one record at a time (about 100 µs apart, more when the killing task is
+/// preempted): a reader that catches up in between must not take the victim for the whole kill.
+pub const SETTLE: Duration = Duration::from_millis(250);
+
 /// New OOM kills as the kernel logs them, from the moment it is opened. Woken by epoll.
 pub struct Follower {
     fd: tokio::io::unix::AsyncFd<File>,
@@ -219,6 +225,12 @@ impl Follower {
             .custom_flags(libc::O_NONBLOCK)
             .open("/dev/kmsg")?;
         f.seek(SeekFrom::End(0))?;
+        Self::from_records(f)
+    }
+
+    /// Follows a non-blocking file whose every read returns one whole record, as /dev/kmsg's do
+    /// (a `SOCK_SEQPACKET` socket in tests).
+    pub fn from_records(f: File) -> std::io::Result<Self> {
         // SAFETY: the File owns the fd and keeps it open until it is dropped with the AsyncFd.
         let fd = unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::READABLE)
@@ -231,17 +243,34 @@ impl Follower {
         })
     }
 
-    /// The next complete kill. A report is finished when the log has been read to its end after
-    /// its victim (a group kill's members are logged right after), or a later kill began.
+    /// The next complete kill. A report is finished when a later kill began, or when the log
+    /// stayed quiet for [`SETTLE`] after its victim (a group kill's members come right after).
     pub async fn next(&mut self) -> std::io::Result<LoggedOomKill> {
         loop {
             if let Some(k) = self.ready.pop_front() {
                 return Ok(k);
             }
-            let mut guard = self.fd.readable_mut().await?;
+            let mut guard = if self.parser.killed() {
+                match tokio::time::timeout(SETTLE, self.fd.readable_mut()).await {
+                    Ok(guard) => guard?,
+                    Err(_) => {
+                        let done = self.parser.flush_killed();
+                        self.ready.extend(done.into_iter().flat_map(kills));
+                        continue;
+                    }
+                }
+            } else {
+                self.fd.readable_mut().await?
+            };
             loop {
                 match guard.get_inner_mut().read(&mut self.buf) {
-                    Ok(0) => break,
+                    // /dev/kmsg never ends; a record source that does has nothing more to give.
+                    Ok(0) => {
+                        return Err(std::io::Error::new(
+                            ErrorKind::UnexpectedEof,
+                            "the kernel log ended",
+                        ))
+                    }
                     Ok(n) => {
                         let rec = String::from_utf8_lossy(&self.buf[..n]);
                         self.parser.push(&rec);
@@ -250,8 +279,6 @@ impl Follower {
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         guard.clear_ready();
-                        let done = self.parser.flush_killed();
-                        self.ready.extend(done.into_iter().flat_map(kills));
                         break;
                     }
                     // Records were overwritten before we read them: go on with the oldest left.
@@ -317,6 +344,86 @@ pub fn parse<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<LoggedOomKil
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record source like /dev/kmsg (one record a read, non-blocking, epoll-able) and its
+    /// writing end.
+    fn records() -> (Follower, std::os::unix::net::UnixDatagram) {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let (r, w) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        // A SOCK_SEQPACKET socket sends each record whole; UnixDatagram's send is just send(2).
+        let w = std::os::unix::net::UnixDatagram::from(w);
+        w.set_nonblocking(false).unwrap();
+        (Follower::from_records(File::from(r)).unwrap(), w)
+    }
+
+    /// The 6.12 guest's group kill, cut where a reader can catch up with the kernel: after the
+    /// victim's line, before the group's. The follower waits for the log to settle, so the
+    /// victim comes out as one of a group kill of three, not as a kill of its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_kill_read_midway_is_one_kill_of_three() {
+        let log = include_str!("testdata/6.12-debian-v2.kmsg");
+        let lines: Vec<&str> = log.lines().collect();
+        let victim = lines
+            .iter()
+            .position(|l| l.contains("Killed process 454 (dd)"))
+            .unwrap();
+        let start = lines[..victim]
+            .iter()
+            .rposition(|l| l.contains("invoked oom-killer"))
+            .unwrap();
+        let end = victim + 5;
+        assert!(
+            lines[end - 1].contains("Killed process 453"),
+            "{}",
+            lines[end - 1]
+        );
+        let (mut follower, w) = records();
+        for l in &lines[start..=victim] {
+            w.send(l.as_bytes()).unwrap();
+        }
+        let rest: Vec<String> = lines[victim + 1..end]
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        let late = tokio::spawn(async move {
+            // The killing task preempted between its victim and its group for less than the
+            // settle time.
+            tokio::time::sleep(SETTLE / 2).await;
+            for l in &rest {
+                w.send(l.as_bytes()).unwrap();
+            }
+            w
+        });
+        let first = follower.next().await.unwrap();
+        assert_eq!((first.pid, first.group), (454, true), "{first:?}");
+        let mut pids = vec![first.pid];
+        for _ in 0..2 {
+            let k = follower.next().await.unwrap();
+            assert!(k.group, "{k:?}");
+            pids.push(k.pid);
+        }
+        pids.sort();
+        assert_eq!(pids, vec![452, 453, 454]);
+        // A kill alone is given out once the log stayed quiet for the settle time.
+        let w = late.await.unwrap();
+        for l in &lines[start..=victim] {
+            w.send(l.as_bytes()).unwrap();
+        }
+        let alone = tokio::time::timeout(SETTLE * 2, follower.next())
+            .await
+            .expect("given out after the settle time")
+            .unwrap();
+        assert_eq!((alone.pid, alone.group), (454, false));
+        // The source's end is an error, not a spin.
+        drop(w);
+        assert!(follower.next().await.is_err());
+    }
 
     const LOG: &[&str] = &[
         "4,4800,3433176551,-;head invoked oom-killer: gfp_mask=0x500cc2(GFP_HIGHUSER|__GFP_ACCOUNT), order=0, oom_score_adj=500",

@@ -415,8 +415,14 @@ impl Parser {
         std::mem::take(&mut self.done)
     }
 
-    /// Gives out the reports whose victim is logged (the log was read to its end: group members
-    /// are logged right after the victim, in the same kill).
+    /// A report under way has its victim: it is finished once its group's members had time to
+    /// be logged ([`Parser::flush_killed`]).
+    pub fn killed(&self) -> bool {
+        self.pending.iter().any(|p| p.report.complete())
+    }
+
+    /// Gives out the reports whose victim is logged (the log stayed quiet after it: group
+    /// members are logged right after the victim, in the same kill).
     pub fn flush_killed(&mut self) -> Vec<OomReport> {
         let (killed, rest) = std::mem::take(&mut self.pending)
             .into_iter()
