@@ -1,7 +1,10 @@
 //! The kernel log's OOM kills (from before the agent started), attributed to containers by the
 //! victim's memory cgroup. Part of the reconciled evidence: every consumer of the view sees them,
 //! not only `observer status`.
-use std::{collections::HashMap, time::SystemTime};
+use std::{
+    collections::{HashMap, VecDeque},
+    time::SystemTime,
+};
 
 use crate::{
     cgroup::{classify, ContainerId},
@@ -21,7 +24,14 @@ pub struct OomHistory {
     since: Option<SystemTime>,
     /// Kills in no container (a system service, a malformed path).
     pub outside: usize,
+    /// The newest of those, kept for a while: the probes may yet name the victim's container
+    /// (its memory cgroup can be above the container's, and a large victim's exit, which the
+    /// probes report, comes seconds after the log's report).
+    unplaced: VecDeque<LoggedOomKill>,
 }
+
+/// Kills in no container kept for the probes' word ([`OomHistory::place`]).
+const UNPLACED_KEPT: usize = 16;
 
 impl OomHistory {
     /// Reads the kernel log. Unreadable (no CAP_SYSLOG, no /dev/kmsg): said once, empty history.
@@ -48,29 +58,61 @@ impl OomHistory {
         me
     }
 
-    /// Adds a kill (read live); returns the container it belongs to.
+    /// Adds a kill attributed by its victim's memory cgroup; returns the container it belongs to.
     pub fn add(&mut self, k: LoggedOomKill) -> Option<ContainerId> {
-        // The victim's own cgroup, or one nested in its container.
-        match classify(&k.task_memcg).container().map(|c| c.id) {
+        match Self::container_of(&k) {
             Some(id) => {
-                let kills = self.by_container.entry(id).or_default();
-                if kills.iter().any(|o| o.pid == k.pid && o.at_us == k.at_us) {
-                    return Some(id);
-                }
-                if kills.len() == KEPT_PER_CONTAINER {
-                    kills.remove(0);
-                }
-                kills.push(k);
-                let older = kills.len().saturating_sub(REPORTS_PER_CONTAINER);
-                for o in &mut kills[..older] {
-                    o.report = None;
-                }
+                self.add_to(id, k);
                 Some(id)
             }
             None => {
-                self.outside += 1;
+                self.unplaced(k);
                 None
             }
+        }
+    }
+
+    /// A kill whose container is not known (yet).
+    pub fn unplaced(&mut self, k: LoggedOomKill) {
+        self.outside += 1;
+        if self.unplaced.len() == UNPLACED_KEPT {
+            self.unplaced.pop_front();
+        }
+        self.unplaced.push_back(k);
+    }
+
+    /// The probes saw container `id` lose a process: a kept kill `is_it` names is the
+    /// container's. Returns whether one was.
+    pub fn place(&mut self, id: ContainerId, is_it: impl Fn(&LoggedOomKill) -> bool) -> bool {
+        let Some(i) = self.unplaced.iter().position(is_it) else {
+            return false;
+        };
+        let k = self.unplaced.remove(i).expect("found");
+        self.outside -= 1;
+        self.add_to(id, k);
+        true
+    }
+
+    /// The container of a kill's victim from its memory cgroup (its own, or one nested in it).
+    /// On cgroup v2 that is the nearest cgroup with the memory controller on, which can be above
+    /// the container: then `None`, and the caller may know the victim from the probes.
+    pub fn container_of(k: &LoggedOomKill) -> Option<ContainerId> {
+        classify(&k.task_memcg).container().map(|c| c.id)
+    }
+
+    /// Adds a kill to a container's.
+    pub fn add_to(&mut self, id: ContainerId, k: LoggedOomKill) {
+        let kills = self.by_container.entry(id).or_default();
+        if kills.iter().any(|o| o.pid == k.pid && o.at_us == k.at_us) {
+            return;
+        }
+        if kills.len() == KEPT_PER_CONTAINER {
+            kills.remove(0);
+        }
+        kills.push(k);
+        let older = kills.len().saturating_sub(REPORTS_PER_CONTAINER);
+        for o in &mut kills[..older] {
+            o.report = None;
         }
     }
 

@@ -43,6 +43,9 @@ pub(super) struct KillCounter {
     family: Family<OomKillLabels, Counter>,
     /// Per container: its labels, the kills counted, the scopes its series were counted under.
     seen: HashMap<PodUid, HashMap<ContainerId, Seen>>,
+    /// Pods with a kill held for its report, and when its grace ends: counted then even if the
+    /// view does not change again ([`KillCounter::next_held`]).
+    held: HashMap<PodUid, SystemTime>,
 }
 
 struct Seen {
@@ -67,7 +70,22 @@ impl KillCounter {
         Self {
             family,
             seen: HashMap::new(),
+            held: HashMap::new(),
         }
+    }
+
+    /// When the first held kill's grace ends.
+    pub fn next_held(&self) -> Option<SystemTime> {
+        self.held.values().min().copied()
+    }
+
+    /// The pods whose held kill's grace has ended by `now`: to be updated again.
+    pub fn held_due(&self, now: SystemTime) -> Vec<PodUid> {
+        self.held
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(uid, _)| *uid)
+            .collect()
     }
 
     /// The pod's view is now `view` (`None`: it left the node).
@@ -76,6 +94,7 @@ impl KillCounter {
     }
 
     fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
+        self.held.remove(&uid);
         let Some(view) = view else {
             for seen in self
                 .seen
@@ -113,6 +132,9 @@ impl KillCounter {
                     let waited = now.duration_since(o.time).unwrap_or_default();
                     if waited < SCOPE_GRACE {
                         // The report is on its way: counted when it comes (or the grace ends).
+                        let ends = now + (SCOPE_GRACE - waited);
+                        let at = self.held.entry(uid).or_insert(ends);
+                        *at = (*at).min(ends);
                         continue;
                     }
                     o.scope.label()
@@ -192,12 +214,16 @@ mod tests {
         let family = Family::<OomKillLabels, Counter>::default();
         let mut k = KillCounter::new(family.clone());
         let v = killed(OomScope::Unknown(ScopeUnknown::LogNotRead));
-        k.update_at(
-            v.uid,
-            Some(&v),
-            t(10) + SCOPE_GRACE + Duration::from_millis(1),
-        );
+        // Seen 20 ms after the kill: held, and its owner told when to look again.
+        k.update_at(v.uid, Some(&v), t(10) + Duration::from_millis(20));
+        assert_eq!(count(&family, "unknown"), 0);
+        assert_eq!(k.next_held(), Some(t(10) + SCOPE_GRACE));
+        assert!(k.held_due(t(10) + SCOPE_GRACE / 2).is_empty());
+        assert_eq!(k.held_due(t(10) + SCOPE_GRACE), vec![v.uid]);
+        // Looked at again then, with no change to the view: counted.
+        k.update_at(v.uid, Some(&v), t(10) + SCOPE_GRACE);
         assert_eq!(count(&family, "unknown"), 1);
+        assert_eq!(k.next_held(), None);
         // The pod leaves: its series go.
         k.update_at(v.uid, None, t(20));
         let mut out = String::new();

@@ -82,7 +82,9 @@ pub fn probe_oom(
     clock: &BootClock,
 ) -> OomEvidence {
     OomEvidence {
-        time: clock.to_system_time(o.at),
+        // When the OOM killer chose the victim, as the kernel log's report says it: the same
+        // kill told from either source has one time (a large victim's exit comes seconds later).
+        time: clock.to_system_time(o.marked_at),
         container_id: id,
         pid: o.victim.tgid,
         comm: o.victim_comm.to_string(),
@@ -270,9 +272,7 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
         None if init_survived => Some(false),
         None => None,
     };
-    let same_kill = |pid: u32, at: crate::kernel::BootNs, k: &LoggedOomKill| {
-        pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
-    };
+    let same_kill = |pid: u32, at, k: &LoggedOomKill| same_kill(pid, at, k, clock);
     let probe = i.kernel.and_then(|k| {
         // The init's own kill is the one the container died of; else the last.
         let o = k.init_kill.as_ref().or(k.last_oom.as_ref())?;
@@ -373,6 +373,17 @@ fn log_covers(i: &Inputs<'_>, v: &ContainerView) -> bool {
         (Some(since), Some(start)) => since <= start,
         _ => false,
     }
+}
+
+/// Whether the probes' victim `pid`, chosen at `at`, is the log's kill `k`: the same pid, chosen
+/// within 2 s of each other on the wall clock (pids are reused, never within seconds).
+pub fn same_kill(
+    pid: u32,
+    at: crate::kernel::BootNs,
+    k: &LoggedOomKill,
+    clock: &BootClock,
+) -> bool {
+    pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
 }
 
 fn abs_diff(a: SystemTime, b: SystemTime) -> Duration {

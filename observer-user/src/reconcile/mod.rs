@@ -244,6 +244,7 @@ impl<R: RuntimeService> Reconciler<R> {
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
+                () = held_kills(self.kills.as_ref()) => self.count_held(),
                 _ = heartbeat.tick() => {}
             }
             self.shared.beat();
@@ -272,6 +273,13 @@ impl<R: RuntimeService> Reconciler<R> {
         if let crate::pleg::PlegEvent::ContainerStarted { id, pid, .. } = ev.event {
             self.inits.record(id, pid);
         }
+        if let crate::pleg::PlegEvent::OomKill { id, kill, .. } = &ev.event {
+            // The log's report may have come first, from a memory cgroup above the container.
+            let clock = &self.clock;
+            self.history.place(*id, |k| {
+                merge::same_kill(kill.victim.tgid, kill.marked_at, k, clock)
+            });
+        }
         if let Some(cid) = ev.container_id() {
             let t = self.tracked.entry(cid).or_insert_with(|| Tracked::new(uid));
             if t.kernel
@@ -285,10 +293,27 @@ impl<R: RuntimeService> Reconciler<R> {
     }
 
     fn on_logged_kill(&mut self, kill: LoggedOomKill) {
-        if let Some(id) = self.history.add(kill) {
-            if let Some(uid) = self.tracked.get(&id).map(|t| t.pod) {
-                self.remerge(uid, id);
-            }
+        // By the victim's memory cgroup; where that names no container (on cgroup v2, a memory
+        // cgroup above the container's when the controller is not on below it), by the probes'
+        // own record of the same victim (they saw the kill first: the log's report is read once
+        // it is whole).
+        let id = OomHistory::container_of(&kill).or_else(|| {
+            self.tracked.iter().find_map(|(id, t)| {
+                t.kernel
+                    .as_ref()?
+                    .oom_victims
+                    .iter()
+                    .any(|&(pid, at)| merge::same_kill(pid, at, &kill, &self.clock))
+                    .then_some(*id)
+            })
+        });
+        let Some(id) = id else {
+            self.history.unplaced(kill);
+            return;
+        };
+        self.history.add_to(id, kill);
+        if let Some(uid) = self.tracked.get(&id).map(|t| t.pod) {
+            self.remerge(uid, id);
         }
     }
 
@@ -322,6 +347,15 @@ impl<R: RuntimeService> Reconciler<R> {
         }
         drop(view);
         self.changed(uid);
+    }
+
+    /// Kills whose report did not come within the grace: counted now, scope unknown, though the
+    /// view did not change.
+    fn count_held(&mut self) {
+        let Some(k) = &mut self.kills else { return };
+        for uid in k.held_due(std::time::SystemTime::now()) {
+            k.update(uid, self.shared.view().get(&uid));
+        }
     }
 
     /// The pod's view changed: counted, and handed to the consumer.
@@ -642,6 +676,20 @@ fn latest_oom(containers: &[ContainerView]) -> Option<OomEvidence> {
 async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the grace of the first kill held for its report ends (never, with none held).
+async fn held_kills(kills: Option<&kills::KillCounter>) {
+    match kills.and_then(kills::KillCounter::next_held) {
+        Some(at) => {
+            let left = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            // A millisecond more: the grace has surely ended when the counter looks.
+            tokio::time::sleep(left + Duration::from_millis(1)).await;
+        }
         None => std::future::pending().await,
     }
 }

@@ -334,3 +334,121 @@ async fn runtime_errors_are_said_once_and_retried_until_it_answers() {
         )]
     );
 }
+
+/// On cgroup v2 the kernel's report names the victim's nearest memory cgroup with the
+/// controller on, which can be above its container (no limit set below): the log's kill is the
+/// container's by the probes' record of the same victim, and its scope is told, not lost.
+#[tokio::test(start_paused = true)]
+async fn a_logged_kill_above_the_container_is_placed_by_its_victim() {
+    use crate::kernel::{
+        event::{OomKill, OomMemory, Task},
+        kmsg::LoggedOomKill,
+        oom_report::{Constraint, OomReport},
+        Comm,
+    };
+    let rt = FakeRuntime::with_running(1, 1);
+    let cfg = ReconcileConfig {
+        state_dir: None,
+        ..ReconcileConfig::default()
+    };
+    let clock = BootClock::new();
+    let (mut r, h) = Reconciler::new(
+        rt.clone(),
+        cfg,
+        clock.clone(),
+        OomHistory::default(),
+        inits::InitStore::in_memory(),
+    );
+    let (log_tx, log_rx) = mpsc::channel(4);
+    r.follow_kernel_log(log_rx);
+    let (tx, rx) = crate::pleg::channel(64);
+    tokio::spawn(r.run(rx));
+    assert!(h.settled(Duration::from_secs(5)).await);
+
+    let probe_kill = |pid: u32, marked_at: BootNs| PodLifecycleEvent {
+        pod_uid: uid(1),
+        runtime: None,
+        at: marked_at,
+        event: PlegEvent::OomKill {
+            id: cid(1),
+            kill: Box::new(OomKill {
+                at: marked_at,
+                marked_at,
+                victim: Task {
+                    pid,
+                    tgid: pid,
+                    ppid: 4242,
+                    ns_pid: 7,
+                    ns_level: 1,
+                    comm: Comm::from("greedy"),
+                    cgroup_id: 9,
+                },
+                victim_comm: Comm::from("greedy"),
+                memory: OomMemory::default(),
+                oom_score_adj: Some(1000),
+                trigger_pid: pid,
+                trigger_tgid: pid,
+                trigger_cgroup_id: 9,
+            }),
+            trigger: None,
+        },
+    };
+    // A global OOM's report, with the victim's memory cgroup the test's own top one.
+    let logged = |pid: u32, marked_at: BootNs| LoggedOomKill {
+        at_us: u64::from(pid),
+        time: clock.to_system_time(marked_at),
+        pid,
+        comm: "greedy".into(),
+        task_memcg: "/observer-test-1-0-oom-node".into(),
+        report: Some(Arc::new(OomReport {
+            constraint: Some(Constraint::None),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let marked_at = BootClock::now();
+    tx.send(probe_kill(4300, marked_at));
+    let scope = |h: &ReconcileHandle| {
+        h.pod(&uid(1))?
+            .containers
+            .first()?
+            .last_oom
+            .as_ref()
+            .map(|o| o.scope.clone())
+    };
+    assert!(
+        h.wait_for(Duration::from_secs(1), |_| scope(&h)
+            == Some(OomScope::Unknown(ScopeUnknown::LogNotRead)))
+            .await
+    );
+    log_tx.send(logged(4300, marked_at)).await.unwrap();
+    assert!(
+        h.wait_for(Duration::from_secs(1), |_| scope(&h)
+            == Some(OomScope::Node))
+            .await,
+        "{:?}",
+        scope(&h)
+    );
+    // Another process's kill in that cgroup is no container's.
+    log_tx.send(logged(4301, marked_at)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c = h.pod(&uid(1)).unwrap().containers[0].clone();
+    assert_eq!(c.oom_kills, 1, "{c:?}");
+    assert_eq!(scope(&h), Some(OomScope::Node));
+
+    // The other order: the log's report first (a large victim exits, and so reaches the probes,
+    // seconds after it was chosen), then the probes' kill.
+    let later = BootClock::now();
+    log_tx.send(logged(4302, later)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tx.send(probe_kill(4302, later));
+    let pid =
+        |h: &ReconcileHandle| Some(h.pod(&uid(1))?.containers.first()?.last_oom.as_ref()?.pid);
+    assert!(
+        h.wait_for(Duration::from_secs(1), |_| pid(&h) == Some(4302)
+            && scope(&h) == Some(OomScope::Node))
+            .await,
+        "{:?}",
+        h.pod(&uid(1)).unwrap().containers[0].last_oom
+    );
+}

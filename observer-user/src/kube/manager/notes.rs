@@ -102,7 +102,7 @@ impl StatusManager {
             }
             if let Some(o) = &c.last_oom {
                 let key = kill_key(c, o);
-                if st.kills.contains(&key) {
+                if told(&st.kills, &key) {
                     continue;
                 }
                 if o.time >= started && o.scope == OomScope::Unknown(ScopeUnknown::LogNotRead) {
@@ -196,6 +196,14 @@ impl StatusManager {
 /// What identifies a kill among those said of a pod. A group kill is one: its report names the
 /// victim the OOM killer chose, and every process killed with it shares that report (its one
 /// Event names them all).
+/// Whether the kill was told already: the same container and victim, its time within a second
+/// (the probes' and the log's clocks agree to milliseconds, which can straddle a second).
+fn told<'a>(kills: impl IntoIterator<Item = &'a KillKey>, key: &KillKey) -> bool {
+    kills
+        .into_iter()
+        .any(|k| k.0 == key.0 && k.1 == key.1 && k.2.abs_diff(key.2) <= 1)
+}
+
 fn kill_key(c: &ContainerView, o: &OomEvidence) -> KillKey {
     let group_victim = o
         .report
