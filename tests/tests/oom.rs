@@ -240,7 +240,6 @@ fn v2_memory_missing() -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet reliable in the VM guest (passed 1 of 3 runs: the kernel-log follower can close a group kill's report before its member lines), so not in CI's guest run; run by hand with --ignored"]
 async fn a_group_kill_is_told_with_the_processes_killed_together() -> Result<()> {
     if !require_kernel() || !require_in_guest("the group-kill test", None, &v2_memory_missing()) {
         return Ok(());
@@ -324,7 +323,6 @@ async fn a_group_kill_is_told_with_the_processes_killed_together() -> Result<()>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing in the VM guest (the global kill's report does not reach the view: cause not established), so not in CI's guest run; run by hand with --ignored inside a guest"]
 async fn a_global_oom_is_told_as_the_nodes_memory() -> Result<()> {
     if !require_kernel()
         || !require_in_guest(
@@ -342,6 +340,9 @@ async fn a_global_oom_is_told_as_the_nodes_memory() -> Result<()> {
     let mut cg = TestCgroup::new("oom-node")?;
     // No memory limit anywhere above the container: only the node's memory can run out.
     let pod = Pod::new(&mut cg, "greedy", 2, None).await?;
+    // The memory controller on down to the container, as kubelet's tree has it (with no limit
+    // set anywhere): the kernel's report names a task's nearest cgroup with the controller on.
+    delegate_memory(&cg, &pod.container)?;
     let stack = pod.agent(&cg).await?;
 
     // The init (at -1000, as the harness) forks `oom-victim` (oom_score_adj 1000), which

@@ -2,8 +2,9 @@
 # /init of the vm-test guest (built into the initramfs by xtask/src/vm/initramfs.rs).
 #
 # Sets up the machine a node agent expects (proc, sys, dev, tracefs, bpffs), then the cgroup
-# layout named by `observer.cgroup=` on the kernel command line, runs `observer check` and the
-# kernel and PLEG suites, and powers off. The kernel's console is ttyS0; everything this script
+# layout named by `observer.cgroup=` on the kernel command line, runs `observer check`, the
+# kernel and PLEG suites and, on cgroup v2, the OOM suite (a global OOM and a group kill), and
+# powers off. The kernel's console is ttyS0; everything this script
 # and the tests print goes to ttyS1, which the host reads, between marker lines:
 #   @@OBSERVER-VM BEGIN <step>  ...  @@OBSERVER-VM END <step> rc=<n>   and finally @@OBSERVER-VM DONE
 # The host parses those (xtask/src/vm/report.rs); the rest of a step's lines are its own output.
@@ -16,6 +17,8 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
+# The OOM suite's API stand-in listens on 127.0.0.1.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 
 OUT=/dev/ttyS1
 [ -c "$OUT" ] || OUT=/dev/console
@@ -149,6 +152,15 @@ if [ "$MODE" != v1 ]; then
     CI=true RUST_BACKTRACE=1 "/opt/observer/deps/$suite" --test-threads="${THREADS:-1}" $FILTER
     say END "$suite" rc=$?
   done
+fi
+if [ "$MODE" = v2 ]; then
+  # One test at a time: the global OOM runs this whole guest out of memory (the suite's own
+  # process at oom_score_adj -1000, the allocator at 1000). OBSERVER_VM_GUEST=1: the suite's
+  # tests run only here, never on a host. --nocapture: the Event texts are the run's record.
+  echo 1 >/proc/sys/vm/oom_dump_tasks
+  say BEGIN oom
+  OBSERVER_VM_GUEST=1 CI=true RUST_BACKTRACE=1 RUST_LOG=warn /opt/observer/deps/oom --test-threads=1 --nocapture $FILTER
+  say END oom rc=$?
 fi
 say DONE
 halt

@@ -32,7 +32,7 @@ pub struct Payload {
     pub busybox: PathBuf,
     pub observer: PathBuf,
     pub workload: PathBuf,
-    /// (name in the guest, test executable): `kernel`, `pleg`.
+    /// (name in the guest, test executable): `kernel`, `pleg`, `oom`.
     pub suites: Vec<(String, PathBuf)>,
 }
 

@@ -491,6 +491,8 @@ fn build_payload() -> Result<initramfs::Payload> {
         "kernel",
         "--test",
         "pleg",
+        "--test",
+        "oom",
         "--no-run",
     ])?;
     let find = |n: &str| {
@@ -512,6 +514,7 @@ fn build_payload() -> Result<initramfs::Payload> {
         suites: vec![
             ("kernel".into(), find("kernel")?),
             ("pleg".into(), find("pleg")?),
+            ("oom".into(), find("oom")?),
         ],
     })
 }

@@ -41,10 +41,12 @@ impl Mode {
     }
 
     /// The suites the guest runs in this mode (v1 only runs `observer check`: the suites need
-    /// cgroup2 and would only repeat its refusal).
+    /// cgroup2 and would only repeat its refusal; the OOM suite's kills, a global OOM and a
+    /// `memory.oom.group` kill, are cgroup v2's).
     pub fn suites(self) -> &'static [&'static str] {
         match self {
-            Mode::V2 | Mode::Hybrid => &["kernel", "pleg"],
+            Mode::V2 => &["kernel", "pleg", "oom"],
+            Mode::Hybrid => &["kernel", "pleg"],
             Mode::V1 => &[],
         }
     }
@@ -501,6 +503,14 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
 @@OBSERVER-VM BEGIN pleg
 test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 2.00s
 @@OBSERVER-VM END pleg rc=0
+@@OBSERVER-VM BEGIN oom
+running 2 tests
+Event (global OOM): the node ran out of memory (no cgroup limit was hit): the largest processes: oom-victim 1.8 GiB
+test a_global_oom_is_told_as_the_nodes_memory ... ok
+test a_group_kill_is_told_with_the_processes_killed_together ... ok
+
+test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 40.00s
+@@OBSERVER-VM END oom rc=0
 @@OBSERVER-VM DONE
 ";
 
@@ -515,7 +525,7 @@ test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; fini
             .unwrap()
             .ends_with("Debian 6.1.192-3"));
         let names: Vec<_> = run.steps.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["cgroups", "check", "kernel", "pleg"]);
+        assert_eq!(names, ["cgroups", "check", "kernel", "pleg", "oom"]);
         assert!(run.steps.iter().all(|s| s.rc == Some(0)));
         assert_eq!(run.step("check").unwrap().lines.len(), 7);
         assert_eq!(
@@ -557,6 +567,18 @@ test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; fini
         let run = feed_all(V2_PASS);
         assert_eq!(
             judge(Mode::V2, &Ended::Exited, &run, None),
+            Verdict::Pass { tests: 7 }
+        );
+        // The OOM suite is cgroup v2's: a v2 guest without it fails, a hybrid one does not
+        // run it.
+        let mut without = run.clone();
+        without.steps.retain(|s| s.name != "oom");
+        assert_eq!(
+            judge(Mode::V2, &Ended::Exited, &without, None),
+            Verdict::Fail("the oom suite did not run".into())
+        );
+        assert_eq!(
+            judge(Mode::Hybrid, &Ended::Exited, &without, None),
             Verdict::Pass { tests: 5 }
         );
         assert_eq!(
