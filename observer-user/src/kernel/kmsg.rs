@@ -250,7 +250,7 @@ impl Follower {
             if let Some(k) = self.ready.pop_front() {
                 return Ok(k);
             }
-            let mut guard = if self.parser.killed() {
+            let mut guard = if self.parser.victim_logged() {
                 match tokio::time::timeout(SETTLE, self.fd.readable_mut()).await {
                     Ok(guard) => guard?,
                     Err(_) => {

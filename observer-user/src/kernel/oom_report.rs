@@ -417,7 +417,7 @@ impl Parser {
 
     /// A report under way has its victim: it is finished once its group's members had time to
     /// be logged ([`Parser::flush_killed`]).
-    pub fn killed(&self) -> bool {
+    pub fn victim_logged(&self) -> bool {
         self.pending.iter().any(|p| p.report.complete())
     }
 

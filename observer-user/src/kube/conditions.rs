@@ -327,17 +327,27 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
         out.push_str(": ");
         out.push_str(&filled);
     }
+    // A group kill is told from the victim the OOM killer chose, whichever of the processes it
+    // took this kill is (the container's init, a member, is usually the one that matters).
+    let chosen = o
+        .report
+        .as_deref()
+        .filter(|_| o.group)
+        .and_then(|r| r.victim.as_ref())
+        .filter(|v| v.pid != o.pid);
+    let (comm, pid, anon_rss_kb, total_vm_kb) = match chosen {
+        Some(v) => (v.comm.as_str(), v.pid, v.anon_rss_kb, v.total_vm_kb),
+        None => (o.comm.as_str(), o.pid, o.anon_rss_kb, o.total_vm_kb),
+    };
     let mut mem = Vec::new();
-    if let Some(kb) = o.anon_rss_kb {
+    if let Some(kb) = anon_rss_kb {
         mem.push(format!("anon-rss {}", kib(kb)));
     }
-    if let Some(kb) = o.total_vm_kb {
+    if let Some(kb) = total_vm_kb {
         mem.push(format!("total-vm {}", kib(kb)));
     }
     out.push_str(&format!(
-        "; process {} (pid {}) in container {container} was OOM-killed at {}",
-        o.comm,
-        o.pid,
+        "; process {comm} (pid {pid}) in container {container} was OOM-killed at {}",
         rfc3339(o.time)
     ));
     if !mem.is_empty() {
@@ -367,7 +377,7 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
             .report
             .iter()
             .flat_map(|r| r.killed())
-            .filter(|k| k.pid != o.pid)
+            .filter(|k| k.pid != pid)
             .map(|k| format!("{} (pid {})", k.comm, k.pid))
             .collect();
         if !others.is_empty() {
@@ -380,6 +390,9 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
     }
     let fate = match survived(o, c) {
         Some(true) => "the container survived (a child process was killed)",
+        Some(false) if o.init == Some(true) && chosen.is_some() => {
+            "the container's init was among them: the container died"
+        }
         Some(false) if o.init == Some(true) => "it was the container's init: the container died",
         Some(false) => "the container is no longer running",
         None => "whether the container survived is unknown",
@@ -762,6 +775,34 @@ mod tests {
         for m in others.iter().take(4) {
             assert!(s.contains(&format!("{} (pid {})", m.comm, m.pid)), "{s}");
         }
+        // Told from a member's kill (the container's init, say), the sentence still leads with
+        // the victim the OOM killer chose, and names the member among the others.
+        let chosen = group.report.as_ref().unwrap().victim.clone().unwrap();
+        let member = group
+            .report
+            .iter()
+            .flat_map(|r| r.members.iter())
+            .find(|m| m.pid != chosen.pid)
+            .unwrap()
+            .clone();
+        let mut init = group.clone();
+        init.pid = member.pid;
+        init.comm = member.comm.clone();
+        init.init = Some(true);
+        let s = describe_kill(&init, None, None);
+        assert!(
+            s.contains(&format!(
+                "process {} (pid {}) in container",
+                chosen.comm, chosen.pid
+            )) && s.contains(&format!(
+                "killed with it (memory.oom.group): {} (pid {})",
+                member.comm, member.pid
+            )) && !s.contains(&format!(
+                "process {} (pid {}) in container",
+                member.comm, member.pid
+            )),
+            "{s}"
+        );
     }
 
     #[test]
