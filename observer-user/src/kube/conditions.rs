@@ -294,13 +294,16 @@ pub fn memory_limit(spec: Option<&PodSpec>, container: &str) -> Option<String> {
         .map(|q| q.0.clone())
 }
 
-/// Whether the container outlived the kill: the victim was not its init and the instance is
-/// still running.
+/// Whether the container outlived the kill: the victim was not its init (nor the kill a group
+/// kill); where the victim's place is not known, whether the instance still runs.
 pub fn survived(o: &OomEvidence, c: Option<&ContainerView>) -> Option<bool> {
-    if o.init == Some(true) {
-        return Some(false);
+    match o.init {
+        Some(true) => Some(false),
+        // A child's kill leaves the init running, unless the kill took the whole group: what
+        // the container did afterwards (exit 0, say) is another event.
+        Some(false) if !o.group => Some(true),
+        _ => c.map(|c| c.phase == ContainerPhase::Running),
     }
-    c.map(|c| c.phase == ContainerPhase::Running)
 }
 
 pub fn kib(kb: u64) -> String {
