@@ -356,7 +356,8 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
     if !mem.is_empty() {
         out.push_str(&format!(": {}", mem.join(", ")));
     }
-    if let Some(t) = o.trigger_pid {
+    // The trigger, when it is not the process the sentence leads with.
+    if let Some(t) = o.trigger_pid.filter(|&t| t != pid) {
         let comm = o
             .report
             .as_deref()

@@ -145,6 +145,12 @@ observer check
 say END check rc=$?
 
 if [ "$MODE" != v1 ]; then
+  # BPF run-time statistics on before any program is attached: the kernel suite's stats test
+  # turns them on (BPF_ENABLE_STATS), which flips a static key and so rewrites kernel text
+  # (int3 patching) while the probes run on both CPUs. Under software emulation that once left
+  # both vCPUs spinning at the patched site in bpf_trace_run1 (soft lockup, the guest hung);
+  # with the key already on, the test's own request patches nothing.
+  echo 1 >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null
   # The suites find observer-workload in the parent of their own directory, as under target/.
   # CI=true: a missing prerequisite fails instead of skipping.
   for suite in kernel pleg; do
