@@ -7,6 +7,26 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+/// Kills (SIGKILL) every process whose command line holds `needle` (its arguments joined by
+/// spaces); returns their pids.
+pub fn kill_by_cmdline(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<u8> = c.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
+                String::from_utf8_lossy(&args).contains(needle)
+            })
+        })
+        .filter(|&pid| kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok())
+        .collect()
+}
+
 /// A process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat): together with
 /// the pid it names one process, even after the pid is reused. None for a zombie, which has
 /// exited and waits only for its parent.

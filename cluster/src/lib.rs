@@ -236,6 +236,16 @@ impl Cluster {
     /// the binaries and the Go caches stay.
     pub fn down(&self) -> Result<()> {
         daemon::stop_all(self);
+        // containerd's shims outlive it, re-parented to init and outside the node's cgroups: the
+        // node's are the ones that name its socket.
+        let shims =
+            host::kill_by_cmdline(&format!("-address {}", self.containerd_socket().display()));
+        if !shims.is_empty() {
+            eprintln!(
+                "cluster: killed {} containerd shim(s) left by the node",
+                shims.len()
+            );
+        }
         let left = host::destroy_cgroup_subtree(CGROUP_ROOT, Duration::from_secs(10));
         if !left.is_empty() {
             eprintln!("cluster: cgroups still busy after 10 s: {left:?}");
