@@ -7,23 +7,22 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// Kills (SIGKILL) every process whose command line holds `needle` (its arguments joined by
-/// spaces); returns their pids.
-pub fn kill_by_cmdline(needle: &str) -> Vec<u32> {
+/// Processes whose command line mentions `needle` (its arguments joined by spaces; e.g. a
+/// private socket path), this one excepted.
+pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return vec![];
     };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me)
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let args: Vec<u8> = c.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
-                String::from_utf8_lossy(&args).contains(needle)
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
             })
         })
-        .filter(|&pid| kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok())
         .collect()
 }
 

@@ -239,7 +239,13 @@ impl Cluster {
         // containerd's shims outlive it, re-parented to init and outside the node's cgroups: the
         // node's are the ones that name its socket.
         let shims =
-            host::kill_by_cmdline(&format!("-address {}", self.containerd_socket().display()));
+            host::pids_with_cmdline(&format!("-address {}", self.containerd_socket().display()));
+        for &pid in &shims {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         if !shims.is_empty() {
             eprintln!(
                 "cluster: killed {} containerd shim(s) left by the node",

@@ -1,6 +1,9 @@
 //! Process, mount and cgroup housekeeping for the harness's teardown (the mount and cgroup
-//! parts shared with the test cluster's `down`: observer_cluster::host).
-pub use observer_cluster::host::{destroy_cgroup_subtree, start_time, unmount_all};
+//! parts, and finding processes by command line, shared with the test cluster's `down`:
+//! observer_cluster::host).
+pub use observer_cluster::host::{
+    destroy_cgroup_subtree, pids_with_cmdline, start_time, unmount_all,
+};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -8,26 +11,6 @@ use nix::unistd::Pid;
 
 pub fn alive(pid: u32, started: u64) -> bool {
     start_time(pid) == Some(started)
-}
-
-/// Processes whose command line mentions `needle` (e.g. our private socket path).
-pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return vec![];
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(needle)
-                })
-                .unwrap_or(false)
-        })
-        .collect()
 }
 
 pub fn signal(pid: u32, sig: Signal) {
