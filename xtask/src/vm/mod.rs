@@ -196,7 +196,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let accel = match machine.accel {
         qemu::Accel::Kvm => "KVM",
-        _ => "TCG (software emulation)",
+        _ => "TCG (software emulation, vCPUs taking turns on one thread)",
     };
     let matrix = report::render_matrix(&rows);
     // The command as given, less the options that only say where the table goes.

@@ -39,7 +39,13 @@ impl Machine {
             // The host's CPU model: the guest kernel sees the same features as the host.
             Accel::Kvm => ("kvm", "host"),
             // `max`: every feature TCG can emulate, so a kernel's BPF JIT has what it expects.
-            Accel::Tcg | Accel::Auto => ("tcg", "max"),
+            // `thread=single`: every vCPU on one host thread, taking turns. With one thread per
+            // vCPU (MTTCG, qemu 7.2), a vCPU running kernel text while the other patches it
+            // (text_poke_bp: attaching an fentry program, flipping a static key) hung the guest
+            // in soft lockups twice in CI: at `taskstats_exit+0x0` as a test attached its probes,
+            // and at a jump label in `bpf_trace_run1`. Taking turns, a write to code is always
+            // seen whole by the other vCPU; the guest still has two CPUs, only slower ones.
+            Accel::Tcg | Accel::Auto => ("tcg,thread=single", "max"),
         };
         [
             "-accel",
