@@ -237,26 +237,44 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
 
 /// "app exited with code 1 (Error) at …", "app was killed by signal 9 (OOMKilled) at …".
 pub fn death(v: &ContainerView) -> String {
-    let how = match (v.signal, v.exit_code) {
+    death_words(
+        &v.name,
+        v.restart_count,
+        &Ending {
+            exit_code: v.exit_code,
+            signal: v.signal,
+            reason: v.reason.as_deref(),
+            finished_at: v.finished_at,
+        },
+    )
+}
+
+/// How a container instance ended, as [`death`] tells it.
+pub struct Ending<'a> {
+    pub exit_code: Option<i32>,
+    pub signal: Option<u8>,
+    pub reason: Option<&'a str>,
+    pub finished_at: Option<SystemTime>,
+}
+
+/// [`death`] from the parts (the fast path has no view of the ended instance).
+pub fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
+    let how = match (e.signal, e.exit_code) {
         (Some(sig), _) => format!("was killed by signal {sig}"),
         (None, Some(code)) => format!("exited with code {code}"),
         (None, None) => "is gone, how is unknown".to_string(),
     };
-    let reason = v
-        .reason
-        .as_deref()
-        .map(|r| format!(" ({r})"))
-        .unwrap_or_default();
-    let at = v
+    let reason = e.reason.map(|r| format!(" ({r})")).unwrap_or_default();
+    let at = e
         .finished_at
         .map(|t| format!(" at {}", rfc3339(t)))
         .unwrap_or_default();
-    format!("{}{} {how}{reason}{at}", v.name, restart_suffix(v))
+    format!("{name}{} {how}{reason}{at}", restart_suffix(restart_count))
 }
 
-fn restart_suffix(v: &ContainerView) -> String {
-    if v.restart_count > 0 {
-        format!(" (restart {})", v.restart_count)
+fn restart_suffix(restart_count: u32) -> String {
+    if restart_count > 0 {
+        format!(" (restart {restart_count})")
     } else {
         String::new()
     }

@@ -7,13 +7,16 @@
 //! - [`FastDeaths`] is the PLEG's hook. For each death (the kernel saw the init exit, with its
 //!   status) it takes the pod's [`Basis`] from the ledger (the reconciled view and the API's pod
 //!   as the status manager last computed them: the container's name and restart count are known
-//!   from its start), applies the kernel's exit as the reconciler will, computes the condition
-//!   with the manager's own function ([`observer_conditions`]) and claims the transition. It
-//!   takes no lock a normal-priority thread holds for longer than a map operation (not the
-//!   reconciler's view, not the reflector's store).
+//!   from its start) and claims the transition. A failed death's patch was made there ahead
+//!   ([`Prepared`]): only how and when the container ended are spliced in. Any other death (an
+//!   exit 0) is applied to the view as the reconciler will, and the condition computed with the
+//!   manager's own function ([`observer_conditions`]). It takes no lock a normal-priority thread
+//!   holds for longer than a map operation (not the reconciler's view, not the reflector's
+//!   store).
 //! - The patch goes out from a task on the reader thread's own current-thread runtime
 //!   ([`crate::pleg::FastPath::wants_runtime`]), with a client of its own (one kept-alive
-//!   connection): it runs as soon as the batch is done. Only a transition to False is written
+//!   connection, none of kube's client layers: [`super::transport`]): it runs as soon as the
+//!   batch is done, before the batch's bookkeeping. Only a transition to False is written
 //!   here; every request runs in a task of its own with the request timeout, at most
 //!   [`MAX_IN_FLIGHT`] at once, so a hung API server never holds up the next death or the
 //!   reader.
@@ -34,7 +37,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use ::kube::{api::PatchParams, Client};
+use ::kube::api::PatchParams;
 use k8s_openapi::api::core::v1::PodCondition;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -42,7 +45,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{
     conditions::{observer_conditions, ConditionTypes},
     patch::conditions_patch,
-    writer::{send, WriteJob, WriteOutcome},
+    transport::Transport,
+    writer::{send_patch, WriteOutcome},
 };
 use crate::{
     cgroup::{ContainerId, PodUid},
@@ -92,10 +96,20 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+mod prepared;
+pub use prepared::Prepared;
+
 /// A death's patch, decided on the PLEG's thread.
 pub struct FastJob {
     pub death: Death,
-    pub job: WriteJob,
+    pub patch: FastPatch,
+}
+
+/// The status patch of one death, encoded.
+pub struct FastPatch {
+    pub namespace: String,
+    pub name: String,
+    pub body: Vec<u8>,
 }
 
 /// What the PLEG's thread needs to decide a death's patch.
@@ -124,7 +138,7 @@ struct Writer {
     stats: Arc<FastStats>,
     clock: BootClock,
     /// Set when the first request through it was answered.
-    client: OnceLock<Client>,
+    client: OnceLock<Transport>,
     in_flight: AtomicUsize,
     panicked: Mutex<Option<String>>,
 }
@@ -183,11 +197,11 @@ impl FastDeaths {
             at: ev.at,
             exit: exit.clone(),
         };
-        let Some(job) = decide(d, &death, &self.clock) else {
+        let Some(patch) = decide(d, &death, &self.clock) else {
             bump(&d.stats.skipped);
             return None;
         };
-        Some(FastJob { death, job })
+        Some(FastJob { death, patch })
     }
 }
 
@@ -205,7 +219,7 @@ impl FastPath for FastDeaths {
     }
 
     fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
-        let Some(FastJob { death, job }) = self.claim(ev) else {
+        let Some(FastJob { death, patch }) = self.claim(ev) else {
             return;
         };
         let w = Arc::clone(&self.writer);
@@ -218,7 +232,7 @@ impl FastPath for FastDeaths {
         // and one that hangs never holds up the next death.
         tokio::spawn(async move {
             use futures::FutureExt;
-            let sent = std::panic::AssertUnwindSafe(w.write(&client, &death, job))
+            let sent = std::panic::AssertUnwindSafe(w.write(&client, &death, patch))
                 .catch_unwind()
                 .await;
             w.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -250,11 +264,13 @@ struct Entry {
 
 /// What a death's patch is computed from: the pod's reconciled view and its API object as the
 /// status manager last computed the pod (set at each of its turns), so that the PLEG's thread
-/// never waits for the reconciler's or the reflector's locks.
+/// never waits for the reconciler's or the reflector's locks; and each running container's
+/// failed death, made ahead from them.
 #[derive(Debug)]
 pub struct Basis {
     pub view: PodView,
     pub pod: Arc<Pod>,
+    pub prepared: Vec<Prepared>,
 }
 
 /// The last `ContainersAlive` submitted per pod, the fast path's claims, and each pod's
@@ -310,11 +326,26 @@ impl AliveLedger {
         Some((before, alive))
     }
 
-    /// The manager's turn on a pod: what the next death's patch starts from.
-    pub fn prepare(&self, pod: PodUid, view: &PodView, api: &Arc<Pod>) {
+    /// The manager's turn on a pod: what the next death's patch starts from, and the patches
+    /// of its running containers' failed deaths (none while the pod is not alive: no death is a
+    /// transition then).
+    pub fn prepare(&self, pod: PodUid, view: &PodView, api: &Arc<Pod>, types: &ConditionTypes) {
+        let not_alive = crate::sync::lock(&self.pods)
+            .get(&pod)
+            .and_then(|e| e.alive.as_ref())
+            .is_some_and(|a| a.status == "False");
+        let prepared = match api.metadata.uid.as_deref() {
+            Some(uid) if !not_alive => view
+                .current()
+                .filter(|c| c.phase == ContainerPhase::Running)
+                .filter_map(|c| Prepared::new(types, api.spec.as_ref(), view, uid, c.id))
+                .collect(),
+            _ => Vec::new(),
+        };
         let basis = Arc::new(Basis {
             view: view.clone(),
             pod: Arc::clone(api),
+            prepared,
         });
         crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(basis);
     }
@@ -425,20 +456,57 @@ pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodVie
 }
 
 /// The patch for a death, when it is a transition to False the fast path claimed.
-fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<WriteJob> {
+fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
+    decide_at(cfg, d, clock, SystemTime::now())
+}
+
+fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Option<FastPatch> {
     let basis = cfg.ledger.basis(&d.pod)?;
     let (view, pod) = (&basis.view, &basis.pod);
-    let dead = with_death(view, d, clock)?;
-    let api_uid = pod.metadata.uid.clone()?;
-    let api_conditions = pod
+    let api_alive = pod
         .status
         .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let now = SystemTime::now();
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == cfg.types.alive));
+    let made = Prepared::fits(d)
+        .then(|| basis.prepared.iter().find(|p| p.container == d.container))
+        .flatten();
+    let body = match made {
+        // Made ahead: the death's words and time spliced in.
+        Some(p) => {
+            let filled = p.fill(&cfg.types, d, clock, now)?;
+            cfg.ledger.claim(d.pod, d.container, |last| {
+                let known = last.or(api_alive);
+                known
+                    .is_none_or(|k| k.status != "False")
+                    .then_some(filled.alive)
+            })?;
+            filled.body
+        }
+        None => decide_in_full(cfg, d, clock, view, pod, api_alive, now)?,
+    };
+    Some(FastPatch {
+        namespace: view.namespace.clone(),
+        name: view.name.clone(),
+        body,
+    })
+}
+
+/// [`decide`] for a death no patch was made for: the condition computed as the status manager
+/// would, the patch against the last submitted condition.
+fn decide_in_full(
+    cfg: &Decider,
+    d: &Death,
+    clock: &BootClock,
+    view: &PodView,
+    pod: &Pod,
+    api_alive: Option<&PodCondition>,
+    now: SystemTime,
+) -> Option<Vec<u8>> {
+    let dead = with_death(view, d, clock)?;
+    let api_uid = pod.metadata.uid.as_deref()?;
     let (before, alive) = cfg.ledger.claim(d.pod, d.container, |last| {
         // The last submitted first, then what the API has (for the transition time).
-        let api_alive = api_conditions.iter().find(|c| c.type_ == cfg.types.alive);
         let known = last.or(api_alive);
         if known.is_some_and(|k| k.status == "False") {
             return None;
@@ -451,33 +519,20 @@ fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<WriteJob> {
             .filter(|c| c.status == "False")
     })?;
     // The base is what was last submitted, else the API's.
-    let base: Vec<PodCondition> = before
-        .or_else(|| {
-            api_conditions
-                .iter()
-                .find(|c| c.type_ == cfg.types.alive)
-                .cloned()
-        })
-        .into_iter()
-        .collect();
-    let body = conditions_patch(&api_uid, &base, std::slice::from_ref(&alive)).ok()??;
-    let desired = serde_json::to_value(std::slice::from_ref(&alive)).ok()?;
-    Some(WriteJob {
-        namespace: view.namespace.clone(),
-        name: view.name.clone(),
-        uid: d.pod,
-        body: Arc::new(body),
-        desired: Arc::new(desired),
-        observed_at: tokio::time::Instant::now(),
-    })
+    let base: Vec<PodCondition> = before.or_else(|| api_alive.cloned()).into_iter().collect();
+    let body = conditions_patch(api_uid, &base, std::slice::from_ref(&alive)).ok()??;
+    serde_json::to_vec(&body).ok()
 }
 
 impl Writer {
     /// Opens the client (and its connection, kept open: a death never pays for a TCP and TLS
     /// handshake), then claims may be made; keeps the idle connection alive.
     async fn connect(self: Arc<Self>) {
-        let client = match super::client(self.cfg.kubeconfig.as_deref()).await {
-            Ok(c) => c.client,
+        let client = match super::config(self.cfg.kubeconfig.as_deref(), false)
+            .await
+            .and_then(Transport::lean)
+        {
+            Ok(c) => c,
             Err(e) => {
                 tracing::warn!("the fast status path has no API client ({e}): deaths reach the API through the status manager only");
                 return;
@@ -487,7 +542,8 @@ impl Writer {
         // closes a connection idle for 90 s) keeps it.
         let mut ready = false;
         loop {
-            match client.apiserver_version().await {
+            let answered = client.get("/version", self.cfg.request_timeout).await;
+            match answered {
                 Ok(_) if !ready => {
                     let _ = self.client.set(client.clone());
                     self.ledger.writer_running(true);
@@ -500,14 +556,23 @@ impl Writer {
         }
     }
 
-    async fn write(&self, client: &Client, d: &Death, job: WriteJob) {
+    async fn write(&self, client: &Transport, d: &Death, patch: FastPatch) {
+        // Taken now, observed once answered: the histogram is memory the request need not
+        // touch first.
+        let handed = SystemTime::now()
+            .duration_since(self.clock.to_system_time(d.at))
+            .unwrap_or_default();
+        let FastPatch {
+            namespace,
+            name,
+            body,
+        } = patch;
+        let timeout = self.cfg.request_timeout;
+        let outcome = send_patch(client, &self.params, &namespace, &name, body, timeout).await;
         if let Some(h) = &self.cfg.latency {
-            let after = SystemTime::now()
-                .duration_since(self.clock.to_system_time(d.at))
-                .unwrap_or_default();
-            h.observe(after.as_secs_f64());
+            h.observe(handed.as_secs_f64());
         }
-        match send(client, &self.params, &job, self.cfg.request_timeout).await {
+        match outcome {
             WriteOutcome::Written { .. } => {
                 bump(&self.stats.written);
                 self.ledger.confirm(&d.pod, d.container);
@@ -517,7 +582,7 @@ impl Writer {
                 // retrying writer.
                 self.ledger.fail(&d.pod, d.container);
                 bump(&self.stats.failed);
-                tracing::debug!(pod = %job.name, ?outcome, "fast status write not accepted; the status manager writes it");
+                tracing::debug!(pod = %name, ?outcome, "fast status write not accepted; the status manager writes it");
             }
         }
         // The manager held the pod while the patch was in flight: its turn now.
@@ -614,5 +679,138 @@ mod tests {
                 confirmed: false
             }
         );
+    }
+
+    /// A death's patch made at the manager's turn is the one the full computation gives (the
+    /// same JSON, the same condition in the ledger) for every shape of failed death; an exit 0
+    /// is left to the full computation.
+    #[test]
+    fn a_prepared_death_is_the_full_computation() {
+        use crate::{
+            kernel::WaitStatus,
+            kube::testkit::{container, cv, exited, pod, sidecar, spec, view},
+            pleg::ExitReason,
+        };
+        let types = ConditionTypes::new("observer.dev");
+        let clock = BootClock::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let run = ContainerPhase::Running;
+        let two = spec("Always", vec![], vec![container("app"), container("log")]);
+        let with_sidecar = spec("Never", vec![sidecar("proxy")], vec![container("app")]);
+        let shapes: Vec<(&str, Option<k8s_openapi::api::core::v1::PodSpec>, PodView)> = vec![
+            (
+                "one container",
+                Some(two.clone()),
+                view(vec![cv("app", 0, run), cv("log", 0, run)]),
+            ),
+            (
+                "restarted",
+                Some(two.clone()),
+                view(vec![cv("app", 3, run), cv("log", 1, run)]),
+            ),
+            (
+                "another already dead",
+                Some(two.clone()),
+                view(vec![cv("app", 0, run), exited("log", 0, 2, "Error")]),
+            ),
+            (
+                "another not started",
+                Some(two),
+                view(vec![cv("app", 0, run)]),
+            ),
+            (
+                "a sidecar",
+                Some(with_sidecar),
+                view(vec![cv("proxy", 0, run), cv("app", 0, run)]),
+            ),
+            (
+                "no spec",
+                None,
+                view(vec![cv("app", 0, run), cv("log", 0, run)]),
+            ),
+        ];
+        let endings = [
+            (WaitStatus::exited(1), ExitReason::Error),
+            (WaitStatus::exited(0), ExitReason::Completed),
+            (WaitStatus::signaled(9, false), ExitReason::OomKilled),
+            (WaitStatus::signaled(11, true), ExitReason::Error),
+        ];
+        let mut made = 0;
+        for (shape, spec, view) in &shapes {
+            let api = Arc::new(pod(spec.clone().unwrap_or_default(), None));
+            let api = if spec.is_some() {
+                api
+            } else {
+                Arc::new(Pod {
+                    spec: None,
+                    ..(*api).clone()
+                })
+            };
+            for c in view.containers.iter().filter(|c| c.phase == run) {
+                for (status, reason) in endings {
+                    let death = Death {
+                        pod: view.uid,
+                        container: c.id,
+                        at: BootClock::now(),
+                        exit: ContainerExit {
+                            status: Some(status),
+                            reason,
+                            pid: Some(4242),
+                            comm: None,
+                        },
+                    };
+                    let decider = |prepared: bool| {
+                        let ledger = Arc::new(AliveLedger::default());
+                        ledger.prepare(view.uid, view, &api, &types);
+                        if !prepared {
+                            let mut map = ledger.pods.lock().unwrap();
+                            let e = map.get_mut(&view.uid).unwrap();
+                            let b = e.basis.take().unwrap();
+                            e.basis = Some(Arc::new(Basis {
+                                view: b.view.clone(),
+                                pod: Arc::clone(&b.pod),
+                                prepared: Vec::new(),
+                            }));
+                        }
+                        Decider {
+                            types: types.clone(),
+                            ledger,
+                            stats: Arc::default(),
+                        }
+                    };
+                    let (fast, full) = (decider(true), decider(false));
+                    let has = fast
+                        .ledger
+                        .basis(&view.uid)
+                        .unwrap()
+                        .prepared
+                        .iter()
+                        .any(|p| p.container == c.id);
+                    let what = format!("{shape}, {} {status:?}", c.name);
+                    let a = decide_at(&fast, &death, &clock, now);
+                    let b = decide_at(&full, &death, &clock, now);
+                    let json = |p: &Option<FastPatch>| {
+                        p.as_ref()
+                            .map(|p| serde_json::from_slice::<serde_json::Value>(&p.body).unwrap())
+                    };
+                    assert_eq!(json(&a), json(&b), "{what}");
+                    assert!(
+                        b.is_some() || !Prepared::fits(&death),
+                        "{what}: every failed death here is a transition"
+                    );
+                    let alive =
+                        |d: &Decider| crate::sync::lock(&d.ledger.pods)[&view.uid].alive.clone();
+                    assert_eq!(alive(&fast), alive(&full), "{what}");
+                    if Prepared::fits(&death) {
+                        assert!(
+                            has,
+                            "{what}: a running container's failed death is made ahead"
+                        );
+                        made += 1;
+                    }
+                }
+            }
+        }
+        assert!(made >= 20, "{made} prepared deaths checked");
     }
 }

@@ -36,6 +36,7 @@ pub mod manager;
 pub mod patch;
 pub mod pods;
 pub mod remote;
+pub mod transport;
 pub mod writer;
 
 #[cfg(test)]
@@ -220,6 +221,16 @@ pub async fn client_once(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeEr
 }
 
 async fn client_config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<ApiClient, KubeError> {
+    let config = config(kubeconfig, retry).await?;
+    let url = config.cluster_url.to_string();
+    Ok(ApiClient {
+        client: ::kube::Client::try_from(config)?,
+        url,
+    })
+}
+
+/// The configuration [`client`] builds its client from (for a stack of one's own).
+pub async fn config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<::kube::Config, KubeError> {
     use ::kube::config::{Config, KubeConfigOptions};
     let from_env = std::env::var_os("KUBECONFIG");
     let list = kubeconfig.or(from_env.as_deref());
@@ -234,11 +245,7 @@ async fn client_config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<ApiCli
             .map_err(|e| KubeError::Config(e.to_string()))?,
     };
     config.default_retry = retry;
-    let url = config.cluster_url.to_string();
-    Ok(ApiClient {
-        client: ::kube::Client::try_from(config)?,
-        url,
-    })
+    Ok(config)
 }
 
 /// What a failed API call means for the operator: the server, the cause, and what to check.

@@ -12,16 +12,18 @@ use std::{sync::Arc, time::Duration};
 
 use ::kube::{
     api::{Patch, PatchParams},
-    client::Body,
     core::Request,
     Client,
 };
 use http::StatusCode;
-use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{patch::CONTENT_TYPE, KubeError, StatusConfig};
+use super::{
+    patch::CONTENT_TYPE,
+    transport::{api_message, Answer, Transport},
+    KubeError, StatusConfig,
+};
 use crate::{
     cgroup::PodUid,
     runner::{Finished, Runner, RunnerConfig, RunnerStats, Step, Then},
@@ -92,11 +94,12 @@ impl StatusWriter {
             backoff_max: cfg.backoff_max,
             seed: cfg.backoff_seed,
         };
+        let transport = Transport::Kube(client);
         let runner = Runner::new(runner_cfg, move |_uid: PodUid, job: WriteJob| {
-            let client = client.clone();
+            let transport = transport.clone();
             let params = params.clone();
             async move {
-                let outcome = send(&client, &params, &job, timeout).await;
+                let outcome = send(&transport, &params, &job, timeout).await;
                 let then = outcome.then();
                 Step {
                     output: (job, outcome),
@@ -149,29 +152,37 @@ impl StatusWriter {
 /// `PATCH /api/v1/namespaces/{ns}/pods/{name}/status`, strategic merge, within `timeout`
 /// (connect, headers and body: a server that hangs anywhere is a timeout).
 pub async fn send(
-    client: &Client,
+    transport: &Transport,
     params: &PatchParams,
     job: &WriteJob,
     timeout: Duration,
 ) -> WriteOutcome {
-    let request = match build(params, job) {
+    let body = match serde_json::to_vec(&*job.body) {
+        Ok(b) => b,
+        Err(e) => return WriteOutcome::Rejected(e.into()),
+    };
+    send_patch(transport, params, &job.namespace, &job.name, body, timeout).await
+}
+
+/// [`send`] with the patch's body already encoded.
+pub async fn send_patch(
+    transport: &Transport,
+    params: &PatchParams,
+    namespace: &str,
+    name: &str,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> WriteOutcome {
+    let request = match build(params, namespace, name, body) {
         Ok(r) => r,
         Err(e) => return WriteOutcome::Rejected(e),
     };
     let sent_at = Instant::now();
-    let exchange = async {
-        let response = client.send(request.map(Body::from)).await?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let bytes = response.into_body().collect().await?.to_bytes();
-        Ok::<_, KubeError>((status, retry_after, bytes))
-    };
-    let (status, retry_after, bytes) = match tokio::time::timeout(timeout, exchange).await {
+    let Answer {
+        status,
+        retry_after,
+        body: bytes,
+    } = match tokio::time::timeout(timeout, transport.exchange(request)).await {
         Err(_) => return WriteOutcome::Failed(KubeError::Timeout(timeout)),
         Ok(Err(e)) => return WriteOutcome::Failed(e),
         Ok(Ok(r)) => r,
@@ -200,14 +211,17 @@ pub async fn send(
     }
 }
 
-fn build(params: &PatchParams, job: &WriteJob) -> Result<http::Request<Vec<u8>>, KubeError> {
-    let url = format!("/api/v1/namespaces/{}/pods", job.namespace);
-    let mut req = Request::new(url).patch_subresource(
-        "status",
-        &job.name,
-        params,
-        &Patch::Strategic(&*job.body),
-    )?;
+fn build(
+    params: &PatchParams,
+    namespace: &str,
+    name: &str,
+    body: Vec<u8>,
+) -> Result<http::Request<Vec<u8>>, KubeError> {
+    let url = format!("/api/v1/namespaces/{namespace}/pods");
+    // kube's URL, query and headers; the body as given.
+    let mut req =
+        Request::new(url).patch_subresource("status", name, params, &Patch::Strategic(()))?;
+    *req.body_mut() = body;
     debug_assert_eq!(
         req.headers()
             .get(http::header::CONTENT_TYPE)
@@ -219,14 +233,6 @@ fn build(params: &PatchParams, job: &WriteJob) -> Result<http::Request<Vec<u8>>,
         http::HeaderValue::from_static("observer"),
     );
     Ok(req)
-}
-
-/// The `message` of a `Status` body, else the body's text (proxies answer in HTML).
-fn api_message(bytes: &[u8]) -> String {
-    serde_json::from_slice::<Value>(bytes)
-        .ok()
-        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(bytes).chars().take(200).collect())
 }
 
 #[cfg(test)]

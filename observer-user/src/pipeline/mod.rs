@@ -170,6 +170,9 @@ pub struct KernelPipeline {
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
     fast: FastPathSlot,
+    /// The loop sends the fast path's requests between a batch and its bookkeeping
+    /// ([`Self::after_requests`]).
+    deferred: bool,
 }
 
 impl KernelPipeline {
@@ -209,6 +212,7 @@ impl KernelPipeline {
             scan_roots: cfg.scan_roots,
             lagged,
             fast: slot,
+            deferred: false,
         };
         me.rescan();
         me.sync_inits();
@@ -267,8 +271,24 @@ impl KernelPipeline {
             batch.resynced = true;
         }
         self.fast.batch_end();
-        self.sync_inits();
+        if !self.deferred {
+            self.sync_inits();
+        }
         batch
+    }
+
+    /// From now on, what a batch does besides the PLEG (the kernel's set of inits, the
+    /// consumer's wake-up) waits for [`Self::after_requests`]: the loop's thread sends the fast
+    /// path's requests first.
+    pub(crate) fn defer_bookkeeping(&mut self) {
+        self.deferred = true;
+        self.fast.defer_wakeups(true);
+    }
+
+    /// The bookkeeping a batch left (see [`Self::defer_bookkeeping`]).
+    pub(crate) fn after_requests(&mut self) {
+        self.sync_inits();
+        self.fast.wake_consumer();
     }
 
     /// Hands the PLEG's init changes to the kernel's set of known inits.

@@ -235,6 +235,7 @@ impl KernelPipeline {
                 Err(e) => return Some(KernelError::Io(e)),
             };
             self.fast.start();
+            self.defer_bookkeeping();
             let mut tick = tokio::time::interval(HEARTBEAT);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -252,9 +253,11 @@ impl KernelPipeline {
                     },
                     _ = tick.tick() => self.reader.refresh_clock(),
                 }
-                // The requests the batch spawned go out first: the bookkeeping below reads the
-                // kernel's counters (system calls), which the request need not wait for.
+                // The requests the batch spawned go out first: the bookkeeping below (the
+                // kernel's set of inits, the consumer's wake-up, the kernel's counters) is system
+                // calls the request need not wait for.
                 tokio::task::yield_now().await;
+                self.after_requests();
                 health.turn(self.stats());
                 if let Some(why) = self.fast.failed() {
                     panic!("the fast path failed: {why}");

@@ -12,7 +12,7 @@
 use std::{
     collections::{HashSet, VecDeque},
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
     time::SystemTime,
@@ -72,6 +72,9 @@ struct Shared {
     /// Events folded into a PodSync because the consumer lagged.
     lagged: AtomicU64,
     senders: AtomicUsize,
+    /// [`FastPathSlot::defer_wakeups`]: on, and a wake-up owed to the consumer.
+    defer: AtomicBool,
+    owed: AtomicBool,
 }
 
 pub struct PlegSender(Arc<Shared>);
@@ -98,6 +101,8 @@ pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
         capacity: capacity.max(1),
         lagged: AtomicU64::new(0),
         senders: AtomicUsize::new(1),
+        defer: AtomicBool::new(false),
+        owed: AtomicBool::new(false),
     });
     (PlegSender(Arc::clone(&shared)), PlegReceiver(shared))
 }
@@ -129,7 +134,11 @@ impl PlegSender {
             inner.queue.push_back(Stamped { event: ev, sent });
         }
         drop(inner);
-        self.0.notify.notify_one();
+        if self.0.defer.load(Ordering::Relaxed) {
+            self.0.owed.store(true, Ordering::Relaxed);
+        } else {
+            self.0.notify.notify_one();
+        }
     }
 
     pub fn lagged(&self) -> u64 {
@@ -181,6 +190,23 @@ impl FastPathSlot {
     /// See [`FastPath::failed`].
     pub fn failed(&self) -> Option<String> {
         crate::sync::lock(&self.0.fast).as_mut()?.failed()
+    }
+
+    /// While on, a send leaves the consumer's wake-up (a system call, and another thread's
+    /// work) to [`Self::wake_consumer`]: the loop's thread first sends the requests the fast
+    /// path spawned, which the consumer is not on the way of.
+    pub fn defer_wakeups(&self, on: bool) {
+        self.0.defer.store(on, Ordering::Relaxed);
+        if !on {
+            self.wake_consumer();
+        }
+    }
+
+    /// The wake-ups [`Self::defer_wakeups`] held back, as one.
+    pub fn wake_consumer(&self) {
+        if self.0.owed.swap(false, Ordering::Relaxed) {
+            self.0.notify.notify_one();
+        }
     }
 }
 

@@ -864,7 +864,9 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     assert_eq!(FastStats::get(&stats.skipped), 1);
     ledger.writer_running(true);
     let job = hook.claim(&death).expect("the death's patch");
-    let claimed: Vec<PodCondition> = serde_json::from_value((*job.job.desired).clone()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&job.patch.body).unwrap();
+    let claimed: Vec<PodCondition> =
+        serde_json::from_value(body["status"]["conditions"].clone()).unwrap();
     let claimed = claimed
         .into_iter()
         .find(|c| c.type_ == "observer.dev/ContainersAlive")

@@ -100,7 +100,7 @@ impl StatusManager {
             // wrote (writing now would say True again), then keep its transition time.
             let turn = self.ledger.as_ref().map(|l| {
                 // What the fast path decides the pod's next death from.
-                l.prepare(view.uid, view, pod);
+                l.prepare(view.uid, view, pod, &self.types);
                 l.manager_turn(&view.uid, |c| caught_up(view, c))
             });
             let (fast, confirmed) = match turn {
