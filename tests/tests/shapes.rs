@@ -459,6 +459,7 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
         })
         .await;
     let o = v.last_oom.clone().unwrap();
+    let o_time = o.time;
     assert_eq!(o.oom_cgroup.as_deref(), Some(pod.cgroup_parent.as_str()));
     assert_eq!(o.limit_bytes, Some(128 << 20));
     assert_eq!(
@@ -484,11 +485,24 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
             && sentence.contains(&format!("in container {}", &cid(&grower).as_str()[..12])),
         "{sentence}"
     );
-    // No other process of the pod was killed, and the grower runs on.
+    // The kill took the holder alone, and the grower runs on. Its `tail` grows on and may meet
+    // the limit again once the holder's memory is free (CI saw it within the test): that later
+    // kill is of the grower's child, never of its init.
+    assert!(
+        report.group_cgroup.is_none() && report.members.is_empty(),
+        "{report:?}"
+    );
     let grower_view = env
         .container(&pod.uid, &grower, |c| c.phase == ContainerPhase::Running)
         .await;
-    assert_eq!(grower_view.oom_kills, 0);
+    assert!(
+        grower_view
+            .last_oom
+            .as_ref()
+            .is_none_or(|o| o.init == Some(false) && o.pid != pg && o.time > o_time),
+        "{:?}",
+        grower_view.last_oom
+    );
     env.assert_no_misses();
     Ok(())
 }

@@ -319,6 +319,36 @@ mod tests {
         }
     }
 
+    /// With wake-ups deferred, a send queues the event but a waiting consumer sleeps on until
+    /// the loop hands the wake-up over; then it gets every event of the batch.
+    #[tokio::test(start_paused = true)]
+    async fn a_deferred_wake_up_comes_when_handed_over() {
+        let (tx, mut rx) = channel(8);
+        let slot = tx.fast_path_slot();
+        slot.defer_wakeups(true);
+        let consumer = tokio::spawn(async move {
+            let first = rx.recv().await.map(|e| e.kind());
+            (first, rx.try_recv().map(|e| e.kind()))
+        });
+        tokio::task::yield_now().await;
+        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
+        tx.send(ev(1, PlegEventType::ContainerDied, 2));
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(!consumer.is_finished(), "woken before the hand-over");
+        slot.wake_consumer();
+        let got = tokio::time::timeout(std::time::Duration::from_secs(1), consumer)
+            .await
+            .expect("woken by the hand-over")
+            .unwrap();
+        assert_eq!(
+            got,
+            (
+                Some(PlegEventType::ContainerStarted),
+                Some(PlegEventType::ContainerDied)
+            )
+        );
+    }
+
     #[test]
     fn in_order_under_capacity() {
         let (tx, mut rx) = channel(8);
