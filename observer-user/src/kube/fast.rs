@@ -541,16 +541,29 @@ impl Writer {
         // Until the API first answers, every second; then often enough that the pool (which
         // closes a connection idle for 90 s) keeps it.
         let mut ready = false;
+        let mut failures = 0u64;
         loop {
             let answered = client.get("/version", self.cfg.request_timeout).await;
             match answered {
                 Ok(_) if !ready => {
                     let _ = self.client.set(client.clone());
                     self.ledger.writer_running(true);
+                    if failures > 0 {
+                        tracing::info!("the fast status path reached the API server: deaths are written from the kernel reader's thread from now on");
+                    }
                     ready = true;
                 }
                 Ok(_) => {}
-                Err(e) => tracing::debug!("fast status path's keep-alive: {e}"),
+                // Said once: until the API answers, every death still reaches it through the
+                // status manager, only later.
+                Err(e) if !ready && failures == 0 => {
+                    failures += 1;
+                    tracing::warn!("the fast status path cannot reach the API server ({e}); deaths go through the status manager until it answers (retried every second; check the API server and the agent's network path to it)");
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::debug!("fast status path's keep-alive: {e}");
+                }
             }
             tokio::time::sleep(if ready { KEEPALIVE } else { RETRY }).await;
         }
