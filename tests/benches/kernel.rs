@@ -266,10 +266,12 @@ fn class_cost(class: Class, wake: Wake) -> ClassRow {
     let drain = std::thread::spawn(move || {
         use std::os::fd::AsFd;
         let mut seen = 0u64;
-        while let Ok(w) = reader.next_blocking(Duration::from_secs(1), Some(stop_rx.as_fd())) {
+        while let Ok(w) =
+            reader.next_blocking(Duration::from_secs(1), Some(stop_rx.as_fd()), &mut [])
+        {
             match w {
                 Wait::Event(_) => seen += 1,
-                Wait::Idle => {}
+                Wait::Idle | Wait::Io => {}
                 Wait::Stopped => break,
             }
         }

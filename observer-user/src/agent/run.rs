@@ -58,8 +58,8 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         None => None,
     };
     let endpoint = cfg.agent.cri.clone();
-    // The fast path runs on the kernel reader's thread from the start (its requests from that
-    // thread's own runtime); it decides deaths from what the status manager last computed, so
+    // The fast path runs on the kernel reader's thread from the start (its requests written
+    // from that thread); it decides deaths from what the status manager last computed, so
     // it writes nothing before the manager's first turn on a pod.
     let fast_stats = Arc::new(fast::FastStats::default());
     let conditions = cfg.fast_path
@@ -77,16 +77,23 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
                 ledger: Arc::clone(&ledger),
                 stats: Arc::clone(&fast_stats),
             };
+            // Connections are opened at normal priority, on this runtime, and handed to the
+            // reader's thread.
+            let (dialer, dialed) = fast::dial::pair(s.kubeconfig.clone(), s.status.request_timeout);
+            tokio::spawn(dialer.run());
             let writer = fast::WriterConfig {
-                kubeconfig: s.kubeconfig.clone(),
                 field_manager: s.status.reporter.clone(),
                 request_timeout: s.status.request_timeout,
                 reconcile: Arc::clone(&fast_reconcile),
                 latency: Some(metrics.fast_write_latency.clone()),
             };
             let make: crate::pipeline::FastPathFactory = Box::new(move |clock| {
-                Box::new(fast::FastDeaths::new(decider, clock.clone(), writer))
-                    as Box<dyn crate::pleg::FastPath>
+                Box::new(fast::FastDeaths::new(
+                    decider,
+                    clock.clone(),
+                    writer,
+                    dialed,
+                )) as Box<dyn crate::pleg::FastPath>
             });
             Some(make)
         }

@@ -158,7 +158,7 @@ fn print_events(
     }
     let result = (|| -> anyhow::Result<()> {
         loop {
-            match reader.next_blocking(HEARTBEAT, Some(stop.as_fd()))? {
+            match reader.next_blocking(HEARTBEAT, Some(stop.as_fd()), &mut [])? {
                 Wait::Event(ev) => {
                     // Follows NTP steps in the printed times.
                     reader.refresh_clock();
@@ -168,7 +168,7 @@ fn print_events(
                     }
                     printer.out.flush()?;
                 }
-                Wait::Idle => {}
+                Wait::Idle | Wait::Io => {}
                 Wait::Stopped => return Ok(()),
             }
         }

@@ -72,6 +72,8 @@ pub enum Wait {
     Event(KernelEvent),
     /// Nothing arrived within the timeout.
     Idle,
+    /// One of the extra descriptors has what it waits for.
+    Io,
     /// The stop descriptor became readable (or hung up).
     Stopped,
 }
@@ -129,11 +131,13 @@ impl EventReader {
     }
 
     /// The next event, blocking the calling thread for at most `timeout` ([`Wait::Idle`] then),
-    /// or until `stop` is readable ([`Wait::Stopped`]). For a reader on a thread of its own.
+    /// until `stop` is readable ([`Wait::Stopped`]), or until one of `extra` has what it waits
+    /// for ([`Wait::Io`], its `revents` set). For a reader on a thread of its own.
     pub fn next_blocking(
         &mut self,
         timeout: Duration,
         stop: Option<BorrowedFd<'_>>,
+        extra: &mut [libc::pollfd],
     ) -> Result<Wait, KernelError> {
         // From now on the tokio reactor need not hear of this ring.
         self.registered = None;
@@ -154,10 +158,17 @@ impl EventReader {
             }
             // poll(2) is level-triggered: records written without a wake-up are seen at once
             // when the poll starts, and at the latest one poll period later otherwise.
-            if poll(self.ring.as_fd(), stop, left.min(self.quiet.period()))
-                .map_err(KernelError::Io)?
+            match poll(
+                self.ring.as_fd(),
+                stop,
+                extra,
+                left.min(self.quiet.period()),
+            )
+            .map_err(KernelError::Io)?
             {
-                return Ok(Wait::Stopped);
+                Polled::Stop => return Ok(Wait::Stopped),
+                Polled::Extra => return Ok(Wait::Io),
+                Polled::Ring => {}
             }
         }
     }
@@ -233,35 +244,67 @@ impl AsFd for EventReader {
 }
 
 /// Waits until `ring` is readable, `stop` is readable or hung up (true), or `timeout`.
-fn poll(ring: BorrowedFd<'_>, stop: Option<BorrowedFd<'_>>, timeout: Duration) -> io::Result<bool> {
-    let mut fds = [
-        libc::pollfd {
-            fd: ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            // poll(2) skips a negative fd.
-            fd: stop.map_or(-1, |s| s.as_raw_fd()),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// What [`poll`] found.
+enum Polled {
+    /// The ring buffer is readable, or the wait ended.
+    Ring,
+    Stop,
+    Extra,
+}
+
+fn poll(
+    ring: BorrowedFd<'_>,
+    stop: Option<BorrowedFd<'_>>,
+    extra: &mut [libc::pollfd],
+    timeout: Duration,
+) -> io::Result<Polled> {
+    let mut fds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; 2 + MAX_EXTRA];
+    fds[0] = libc::pollfd {
+        fd: ring.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    fds[1] = libc::pollfd {
+        // poll(2) skips a negative fd.
+        fd: stop.map_or(-1, |s| s.as_raw_fd()),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let n_extra = extra.len().min(MAX_EXTRA);
+    fds[2..2 + n_extra].copy_from_slice(&extra[..n_extra]);
+    let fds = &mut fds[..2 + n_extra];
     // Whole milliseconds, rounded up so that a short wait is not a busy loop.
     let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    // SAFETY: `fds` is a valid array of two pollfd for the duration of the call, and its length is
-    // the count passed; both descriptors are borrowed for at least that long.
+    // SAFETY: `fds` is a valid array of pollfd for the duration of the call, and its length is
+    // the count passed; the caller keeps every descriptor open for at least that long.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     if n < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
+            Ok(Polled::Ring)
         } else {
             Err(e)
         };
     }
-    Ok(fds[1].revents != 0)
+    for (to, from) in extra.iter_mut().zip(&fds[2..]) {
+        to.revents = from.revents;
+    }
+    // Records first: a death waits for no answer's reading.
+    Ok(if fds[1].revents != 0 {
+        Polled::Stop
+    } else if fds[0].revents == 0 && fds[2..].iter().any(|f| f.revents != 0) {
+        Polled::Extra
+    } else {
+        Polled::Ring
+    })
 }
+
+/// Extra descriptors one wait takes at most (the fast path's connections).
+const MAX_EXTRA: usize = 8;
 
 #[cfg(test)]
 mod tests {

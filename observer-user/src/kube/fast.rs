@@ -13,13 +13,12 @@
 //!   manager's own function ([`observer_conditions`]). It takes no lock a normal-priority thread
 //!   holds for longer than a map operation (not the reconciler's view, not the reflector's
 //!   store).
-//! - The patch goes out from a task on the reader thread's own current-thread runtime
-//!   ([`crate::pleg::FastPath::wants_runtime`]), with a client of its own (one kept-alive
-//!   connection, none of kube's client layers: [`super::transport`]): it runs as soon as the
-//!   batch is done, before the batch's bookkeeping. Only a transition to False is written
-//!   here; every request runs in a task of its own with the request timeout, at most
-//!   [`MAX_IN_FLIGHT`] at once, so a hung API server never holds up the next death or the
-//!   reader.
+//! - The request is written to the socket right there, on connections the reader's thread owns
+//!   ([`wire`]): HTTP/1.1, pipelined, non-blocking; answers are read when the reader's poll(2)
+//!   says they arrived. Connections are opened and proven at normal priority ([`dial`]). Only a
+//!   transition to False is written here; a request not answered within the request timeout
+//!   gives its connection up and every death on it to the status manager, so a hung API server
+//!   never holds up the next death or the reader; at most [`MAX_IN_FLIGHT`] are in flight.
 //! - One owner of the condition's truth: the [`AliveLedger`], shared with the status manager,
 //!   holds the last `ContainersAlive` either side submitted per pod. The fast path claims the
 //!   False transition there (and skips when the ledger already says False); the manager does not
@@ -29,24 +28,21 @@
 //!   the manager's alone.
 use std::{
     collections::HashMap,
-    ffi::OsString,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use ::kube::api::PatchParams;
-use k8s_openapi::api::core::v1::PodCondition;
-
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
 use super::{
     conditions::{observer_conditions, ConditionTypes},
-    patch::conditions_patch,
-    transport::Transport,
-    writer::{send_patch, WriteOutcome},
+    patch::{conditions_patch, CONTENT_TYPE},
+    transport::api_message,
+    writer::status_path,
 };
 use crate::{
     cgroup::{ContainerId, PodUid},
@@ -58,10 +54,9 @@ use crate::{
 /// Requests in flight at once; beyond, deaths are left to the status manager.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
-/// How often the writer's idle connection is used (`GET /version`), so that it stays open.
+/// How often an idle connection is used (`GET /version`), so that neither the server nor
+/// anything on the way closes it.
 const KEEPALIVE: Duration = Duration::from_secs(30);
-/// How often the first request is tried while the API does not answer.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// One death, as the PLEG sent it.
 #[derive(Clone, Debug)]
@@ -96,8 +91,23 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+pub mod dial;
 mod prepared;
+pub mod wire;
 pub use prepared::Prepared;
+
+/// What a request on the fast path's connections was for.
+pub enum Tag {
+    /// `GET /version`: the dialer's proof, or an idle connection kept alive.
+    Probe,
+    Death {
+        pod: PodUid,
+        container: ContainerId,
+        name: String,
+        /// From the kernel's exit to the request written.
+        written: Duration,
+    },
+}
 
 /// A death's patch, decided on the PLEG's thread.
 pub struct FastJob {
@@ -121,55 +131,51 @@ pub struct Decider {
 
 /// What the fast path's requests need, known before the agent starts.
 pub struct WriterConfig {
-    pub kubeconfig: Option<OsString>,
     pub field_manager: String,
     pub request_timeout: Duration,
     /// Set once the agent has its reconciler: a pod whose patch was answered is marked changed
     /// there, for the status manager's turn.
     pub reconcile: Arc<OnceLock<ReconcileHandle>>,
-    /// Observes the seconds from the kernel's exit to the patch handed to the HTTP client.
+    /// Observes the seconds from the kernel's exit to the patch written to the socket.
     pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
-struct Writer {
-    cfg: WriterConfig,
-    params: PatchParams,
-    ledger: Arc<AliveLedger>,
-    stats: Arc<FastStats>,
-    clock: BootClock,
-    /// Set when the first request through it was answered.
-    client: OnceLock<Transport>,
-    in_flight: AtomicUsize,
-    panicked: Mutex<Option<String>>,
-}
-
 /// The fast path, on the PLEG's thread: every death with a known exit decided, claimed, and
-/// its patch sent from a task on that thread's runtime.
+/// its patch written to one of the thread's own connections.
 pub struct FastDeaths {
     decider: Decider,
     clock: BootClock,
-    writer: Arc<Writer>,
+    cfg: WriterConfig,
+    dialed: dial::Dialed,
+    conns: Vec<wire::Conn<Tag>>,
+    template: Option<Arc<wire::Template>>,
+    /// `?fieldManager=…`, as kube encodes it.
+    query: String,
 }
 
 impl FastDeaths {
-    pub fn new(decider: Decider, clock: BootClock, cfg: WriterConfig) -> Self {
-        let writer = Arc::new(Writer {
-            params: PatchParams {
-                field_manager: Some(cfg.field_manager.clone()),
-                ..Default::default()
-            },
-            cfg,
-            ledger: Arc::clone(&decider.ledger),
-            stats: Arc::clone(&decider.stats),
-            clock: clock.clone(),
-            client: OnceLock::new(),
-            in_flight: AtomicUsize::new(0),
-            panicked: Mutex::new(None),
-        });
+    pub fn new(
+        decider: Decider,
+        clock: BootClock,
+        cfg: WriterConfig,
+        dialed: dial::Dialed,
+    ) -> Self {
+        let params = PatchParams {
+            field_manager: Some(cfg.field_manager.clone()),
+            ..Default::default()
+        };
+        let query = status_path(&params, "n", "p")
+            .ok()
+            .and_then(|p| p.split_once('?').map(|(_, q)| format!("?{q}")))
+            .unwrap_or_default();
         Self {
             decider,
             clock,
-            writer,
+            cfg,
+            dialed,
+            conns: Vec::new(),
+            template: None,
+            query,
         }
     }
 
@@ -187,7 +193,7 @@ impl FastDeaths {
             return None;
         }
         // A hung API server holds at most this many requests: beyond, the manager writes.
-        if self.writer.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+        if self.in_flight() >= MAX_IN_FLIGHT {
             bump(&d.stats.dropped);
             return None;
         }
@@ -203,44 +209,193 @@ impl FastDeaths {
         };
         Some(FastJob { death, patch })
     }
+
+    fn in_flight(&self) -> usize {
+        self.conns.iter().map(wire::Conn::in_flight).sum()
+    }
+
+    /// Takes what the dialer opened since the last call.
+    fn take_handed(&mut self) {
+        let before = self.conns.len();
+        while let Some(h) = self.dialed.take() {
+            match h {
+                dial::Handed::Conn(c, t) => {
+                    self.conns.push(c);
+                    self.template = Some(t);
+                }
+                dial::Handed::Template(t) => self.template = Some(t),
+            }
+        }
+        if self.conns.len() != before {
+            self.decider.ledger.writer_running(!self.conns.is_empty());
+        }
+    }
+
+    /// Writes the patch on the connection with the fewest requests in flight.
+    fn write(&mut self, job: FastJob) {
+        let FastJob { death, patch } = job;
+        let i = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.open_for_requests())
+            .min_by_key(|(_, c)| c.in_flight())
+            .map(|(i, _)| i);
+        let (Some(i), Some(t)) = (i, self.template.as_deref()) else {
+            self.decider.ledger.fail(&death.pod, death.container);
+            bump(&self.decider.stats.dropped);
+            return;
+        };
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}/status{}",
+            patch.namespace, patch.name, self.query
+        );
+        let request = t.request("PATCH", &path, CONTENT_TYPE, &patch.body);
+        let tag = Tag::Death {
+            pod: death.pod,
+            container: death.container,
+            name: patch.name,
+            written: Duration::ZERO,
+        };
+        let sent = self.conns[i].send(tag, &request, self.cfg.request_timeout);
+        // Taken now, observed once answered: the histogram is memory the request need not
+        // touch first.
+        let written = SystemTime::now()
+            .duration_since(self.clock.to_system_time(death.at))
+            .unwrap_or_default();
+        match sent {
+            Ok(()) => {
+                if let Some(Tag::Death { written: w, .. }) = self.conns[i].newest_mut() {
+                    *w = written;
+                }
+            }
+            Err(e) => self.give_up(i, &e),
+        }
+    }
+
+    /// A connection failed: every death on it goes to the status manager, and the dialer opens
+    /// another.
+    fn give_up(&mut self, i: usize, why: &wire::ConnError) {
+        let conn = self.conns.swap_remove(i);
+        tracing::debug!("fast status path: connection given up: {why}");
+        for tag in conn.into_unanswered() {
+            self.unanswered(tag);
+        }
+        self.dialed.lost();
+        if self.conns.is_empty() {
+            self.decider.ledger.writer_running(false);
+        }
+    }
+
+    fn unanswered(&mut self, tag: Tag) {
+        if let Tag::Death { pod, container, .. } = tag {
+            self.decider.ledger.fail(&pod, container);
+            bump(&self.decider.stats.failed);
+            if let Some(r) = self.cfg.reconcile.get() {
+                r.touch(pod);
+            }
+        }
+    }
+
+    fn answered(&mut self, tag: Tag, r: &wire::Response) {
+        let ok = (200..300).contains(&r.status);
+        let Tag::Death {
+            pod,
+            container,
+            name,
+            written,
+        } = tag
+        else {
+            if !ok {
+                tracing::debug!(
+                    status = r.status,
+                    "fast status path's keep-alive answered {}",
+                    api_message(&r.body)
+                );
+            }
+            return;
+        };
+        if let Some(h) = &self.cfg.latency {
+            h.observe(written.as_secs_f64());
+        }
+        if ok {
+            bump(&self.decider.stats.written);
+            self.decider.ledger.confirm(&pod, container);
+        } else {
+            // The manager writes the same condition once its view caught up, through its
+            // retrying writer.
+            self.decider.ledger.fail(&pod, container);
+            bump(&self.decider.stats.failed);
+            tracing::debug!(pod = %name, status = r.status, "fast status write not accepted ({}); the status manager writes it", api_message(&r.body));
+        }
+        // The manager held the pod while the patch was in flight: its turn now.
+        if let Some(rc) = self.cfg.reconcile.get() {
+            rc.touch(pod);
+        }
+    }
 }
 
 impl FastPath for FastDeaths {
-    fn wants_runtime(&self) -> bool {
-        true
-    }
-
-    fn start(&mut self) {
-        tokio::spawn(Arc::clone(&self.writer).connect());
-    }
-
-    fn failed(&mut self) -> Option<String> {
-        crate::sync::lock(&self.writer.panicked).take()
-    }
-
     fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
-        let Some(FastJob { death, patch }) = self.claim(ev) else {
-            return;
-        };
-        let w = Arc::clone(&self.writer);
-        let Some(client) = w.client.get().cloned() else {
-            w.ledger.fail(&death.pod, death.container);
-            return;
-        };
-        w.in_flight.fetch_add(1, Ordering::Relaxed);
-        // A task per request, on this thread's runtime: it runs as soon as the batch is done,
-        // and one that hangs never holds up the next death.
-        tokio::spawn(async move {
-            use futures::FutureExt;
-            let sent = std::panic::AssertUnwindSafe(w.write(&client, &death, patch))
-                .catch_unwind()
-                .await;
-            w.in_flight.fetch_sub(1, Ordering::Relaxed);
-            if let Err(panic) = sent {
-                w.ledger.fail(&death.pod, death.container);
-                *crate::sync::lock(&w.panicked) = Some(crate::runner::panic_message(panic));
+        self.take_handed();
+        if let Some(job) = self.claim(ev) {
+            self.write(job);
+        }
+    }
+
+    fn interest(&mut self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
+        self.take_handed();
+        let mut due: Option<Instant> = None;
+        for c in &self.conns {
+            let mut events = libc::POLLIN;
+            if c.wants_write() {
+                events |= libc::POLLOUT;
             }
-        });
+            fds.push(libc::pollfd {
+                fd: c.fd(),
+                events,
+                revents: 0,
+            });
+            let next = c.due().unwrap_or_else(|| c.used() + KEEPALIVE);
+            due = Some(due.map_or(next, |d| d.min(next)));
+        }
+        due
+    }
+
+    fn ready(&mut self, fds: &[libc::pollfd]) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.conns.len() {
+            let revents = fds
+                .get(i)
+                .filter(|p| p.fd == self.conns[i].fd())
+                .map_or(0, |p| p.revents);
+            let readable = revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            let writable = revents & libc::POLLOUT != 0;
+            let (answered, failed) = self.conns[i].ready(readable, writable, now);
+            for (tag, r) in answered {
+                self.answered(tag, &r);
+            }
+            if let Some(e) = failed {
+                self.give_up(i, &e);
+                continue;
+            }
+            if self.conns[i].spent() {
+                self.give_up(i, &wire::ConnError::Closed);
+                continue;
+            }
+            if self.conns[i].idle_for(now) >= KEEPALIVE {
+                if let Some(t) = self.template.as_deref() {
+                    let probe = t.request("GET", "/version", "", b"");
+                    if let Err(e) = self.conns[i].send(Tag::Probe, &probe, self.cfg.request_timeout)
+                    {
+                        self.give_up(i, &e);
+                        continue;
+                    }
+                }
+            }
+            i += 1;
+        }
     }
 }
 
@@ -522,87 +677,6 @@ fn decide_in_full(
     let base: Vec<PodCondition> = before.or_else(|| api_alive.cloned()).into_iter().collect();
     let body = conditions_patch(api_uid, &base, std::slice::from_ref(&alive)).ok()??;
     serde_json::to_vec(&body).ok()
-}
-
-impl Writer {
-    /// Opens the client (and its connection, kept open: a death never pays for a TCP and TLS
-    /// handshake), then claims may be made; keeps the idle connection alive.
-    async fn connect(self: Arc<Self>) {
-        let client = match super::config(self.cfg.kubeconfig.as_deref(), false)
-            .await
-            .and_then(Transport::lean)
-        {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("the fast status path has no API client ({e}): deaths reach the API through the status manager only");
-                return;
-            }
-        };
-        // Until the API first answers, every second; then often enough that the pool (which
-        // closes a connection idle for 90 s) keeps it.
-        let mut ready = false;
-        let mut failures = 0u64;
-        loop {
-            let answered = client.get("/version", self.cfg.request_timeout).await;
-            match answered {
-                Ok(_) if !ready => {
-                    let _ = self.client.set(client.clone());
-                    self.ledger.writer_running(true);
-                    if failures > 0 {
-                        tracing::info!("the fast status path reached the API server: deaths are written from the kernel reader's thread from now on");
-                    }
-                    ready = true;
-                }
-                Ok(_) => {}
-                // Said once: until the API answers, every death still reaches it through the
-                // status manager, only later.
-                Err(e) if !ready && failures == 0 => {
-                    failures += 1;
-                    tracing::warn!("the fast status path cannot reach the API server ({e}); deaths go through the status manager until it answers (retried every second; check the API server and the agent's network path to it)");
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::debug!("fast status path's keep-alive: {e}");
-                }
-            }
-            tokio::time::sleep(if ready { KEEPALIVE } else { RETRY }).await;
-        }
-    }
-
-    async fn write(&self, client: &Transport, d: &Death, patch: FastPatch) {
-        // Taken now, observed once answered: the histogram is memory the request need not
-        // touch first.
-        let handed = SystemTime::now()
-            .duration_since(self.clock.to_system_time(d.at))
-            .unwrap_or_default();
-        let FastPatch {
-            namespace,
-            name,
-            body,
-        } = patch;
-        let timeout = self.cfg.request_timeout;
-        let outcome = send_patch(client, &self.params, &namespace, &name, body, timeout).await;
-        if let Some(h) = &self.cfg.latency {
-            h.observe(handed.as_secs_f64());
-        }
-        match outcome {
-            WriteOutcome::Written { .. } => {
-                bump(&self.stats.written);
-                self.ledger.confirm(&d.pod, d.container);
-            }
-            outcome => {
-                // The manager writes the same condition once its view caught up, through its
-                // retrying writer.
-                self.ledger.fail(&d.pod, d.container);
-                bump(&self.stats.failed);
-                tracing::debug!(pod = %name, ?outcome, "fast status write not accepted; the status manager writes it");
-            }
-        }
-        // The manager held the pod while the patch was in flight: its turn now.
-        if let Some(r) = self.cfg.reconcile.get() {
-            r.touch(d.pod);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,31 +1,19 @@
-//! Where a status request goes: kube's client (the status manager's), or the fast path's lean
-//! stack.
-//!
-//! The lean stack is kube's own configuration (base URI, credentials with their refresh, TLS,
-//! impersonation headers) on hyper's pooled client, without the layers `kube::Client` puts
-//! around it: the tower `Buffer` (a channel and a worker task between caller and connection),
-//! the tracing layer, decompression, and retries (a fast-path request that fails is the status
-//! manager's to write; kube's retries could hold it for minutes). After the reader thread slept,
-//! a death's request runs with cold caches, and every layer is code and memory it touches first.
+//! The status manager's requests as raw exchanges through kube's client: the status, the
+//! `Retry-After` and the body of every answer, which the writer's outcomes are made of. (The
+//! fast path has connections of its own: [`super::fast::wire`].)
 use std::time::Duration;
 
-use ::kube::client::{Body, ConfigExt};
+use ::kube::client::Body;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
-use tower::{util::BoxCloneSyncService, BoxError, ServiceBuilder, ServiceExt};
+use tower::BoxError;
 
 use super::KubeError;
 
-type Lean =
-    BoxCloneSyncService<http::Request<Body>, http::Response<hyper::body::Incoming>, BoxError>;
-
-/// One way to the API server.
+/// The way to the API server: kube's client.
 #[derive(Clone)]
-pub enum Transport {
-    Kube(::kube::Client),
-    Lean(Lean),
-}
+pub struct Transport(pub ::kube::Client);
 
 /// What the API server answered: status, `Retry-After` (whole seconds), body.
 pub struct Answer {
@@ -35,57 +23,9 @@ pub struct Answer {
 }
 
 impl Transport {
-    /// The lean stack for `config`; kube's client where it has what the lean stack lacks (a
-    /// proxy).
-    pub fn lean(config: ::kube::Config) -> Result<Self, KubeError> {
-        if config.proxy_url.is_some() {
-            return Ok(Transport::Kube(::kube::Client::try_from(config)?));
-        }
-        let https = config.rustls_https_connector()?;
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(https);
-        let svc = ServiceBuilder::new()
-            .layer(config.base_uri_layer())
-            .option_layer(config.auth_layer()?)
-            .layer(config.extra_headers_layer()?)
-            .map_err(BoxError::from)
-            .service(client);
-        Ok(Transport::Lean(BoxCloneSyncService::new(svc)))
-    }
-
-    /// `GET path` within `timeout`; an answer other than 2xx is an error.
-    pub async fn get(&self, path: &str, timeout: Duration) -> Result<Answer, KubeError> {
-        let req = http::Request::get(path)
-            .body(Vec::new())
-            .map_err(::kube::Error::HttpError)?;
-        let a = tokio::time::timeout(timeout, self.exchange(req))
-            .await
-            .map_err(|_| KubeError::Timeout(timeout))??;
-        if !a.status.is_success() {
-            return Err(KubeError::Api {
-                code: a.status.as_u16(),
-                message: api_message(&a.body),
-                retry_after: a.retry_after,
-            });
-        }
-        Ok(a)
-    }
-
     /// One request and its whole answer.
     pub async fn exchange(&self, req: http::Request<Vec<u8>>) -> Result<Answer, KubeError> {
-        let req = req.map(Body::from);
-        match self {
-            Transport::Kube(c) => answer(c.send(req).await?).await,
-            Transport::Lean(s) => {
-                let r = s
-                    .clone()
-                    .oneshot(req)
-                    .await
-                    .map_err(::kube::Error::Service)?;
-                answer(r).await
-            }
-        }
+        answer(self.0.send(req.map(Body::from)).await?).await
     }
 }
 

@@ -94,7 +94,7 @@ impl StatusWriter {
             backoff_max: cfg.backoff_max,
             seed: cfg.backoff_seed,
         };
-        let transport = Transport::Kube(client);
+        let transport = Transport(client);
         let runner = Runner::new(runner_cfg, move |_uid: PodUid, job: WriteJob| {
             let transport = transport.clone();
             let params = params.clone();
@@ -209,6 +209,13 @@ pub async fn send_patch(
         }
         _ => WriteOutcome::Failed(err),
     }
+}
+
+/// The path and query of a pod's status subresource, as kube builds them.
+pub fn status_path(params: &PatchParams, namespace: &str, name: &str) -> Result<String, KubeError> {
+    Ok(build(params, namespace, name, Vec::new())?
+        .uri()
+        .to_string())
 }
 
 fn build(

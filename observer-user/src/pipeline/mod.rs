@@ -137,6 +137,8 @@ pub enum Turn {
     Batch(Batch),
     /// Nothing came within the timeout.
     Idle,
+    /// A descriptor of the fast path's has what it waits for.
+    Io,
     /// The stop descriptor became readable.
     Stopped,
 }
@@ -170,9 +172,6 @@ pub struct KernelPipeline {
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
     fast: FastPathSlot,
-    /// The loop sends the fast path's requests between a batch and its bookkeeping
-    /// ([`Self::after_requests`]).
-    deferred: bool,
 }
 
 impl KernelPipeline {
@@ -212,7 +211,6 @@ impl KernelPipeline {
             scan_roots: cfg.scan_roots,
             lagged,
             fast: slot,
-            deferred: false,
         };
         me.rescan();
         me.sync_inits();
@@ -232,17 +230,20 @@ impl KernelPipeline {
         Ok(self.batch(first, tap))
     }
 
-    /// [`Self::next_batch`] for a thread of its own: blocks for at most `timeout`, or until `stop`
-    /// is readable.
+    /// [`Self::next_batch`] for a thread of its own: blocks for at most `timeout`, until `stop`
+    /// is readable, or until one of `extra` has what it waits for ([`Turn::Io`]; its `revents`
+    /// say what).
     pub fn next_batch_blocking(
         &mut self,
         timeout: Duration,
         stop: Option<BorrowedFd<'_>>,
+        extra: &mut [libc::pollfd],
         tap: impl FnMut(&KernelEvent),
     ) -> Result<Turn, KernelError> {
-        Ok(match self.reader.next_blocking(timeout, stop)? {
+        Ok(match self.reader.next_blocking(timeout, stop, extra)? {
             Wait::Event(first) => Turn::Batch(self.batch(first, tap)),
             Wait::Idle => Turn::Idle,
+            Wait::Io => Turn::Io,
             Wait::Stopped => Turn::Stopped,
         })
     }
@@ -271,24 +272,8 @@ impl KernelPipeline {
             batch.resynced = true;
         }
         self.fast.batch_end();
-        if !self.deferred {
-            self.sync_inits();
-        }
-        batch
-    }
-
-    /// From now on, what a batch does besides the PLEG (the kernel's set of inits, the
-    /// consumer's wake-up) waits for [`Self::after_requests`]: the loop's thread sends the fast
-    /// path's requests first.
-    pub(crate) fn defer_bookkeeping(&mut self) {
-        self.deferred = true;
-        self.fast.defer_wakeups(true);
-    }
-
-    /// The bookkeeping a batch left (see [`Self::defer_bookkeeping`]).
-    pub(crate) fn after_requests(&mut self) {
         self.sync_inits();
-        self.fast.wake_consumer();
+        batch
     }
 
     /// Hands the PLEG's init changes to the kernel's set of known inits.

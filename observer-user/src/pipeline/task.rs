@@ -202,9 +202,9 @@ impl KernelPipeline {
         })
     }
 
-    /// The loop on a thread of its own: until `stop` reads as hung up (`None`), or the reader
-    /// fails. With a fast path that sends requests of its own, the loop runs in a current-thread
-    /// runtime on this thread ([`crate::pleg::FastPath::wants_runtime`]).
+    /// The loop on a thread of its own, waiting in poll(2): until `stop` reads as hung up
+    /// (`None`), or the reader fails. The fast path's descriptors are waited on in the same
+    /// call ([`crate::pleg::FastPath::interest`]).
     fn run_thread(
         &mut self,
         stop: &UnixStream,
@@ -212,72 +212,20 @@ impl KernelPipeline {
         on_resync: &impl Fn(),
         health: &PipelineHealth,
     ) -> Option<KernelError> {
-        if !self.fast.wants_runtime() {
-            return self.run_polling(stop, tap, on_resync, health);
-        }
-        let rt = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                tracing::warn!("the kernel reader thread has no runtime for the fast path ({e}): its requests are not sent");
-                return self.run_polling(stop, tap, on_resync, health);
-            }
-        };
-        rt.block_on(async {
-            let stop = match stop
-                .try_clone()
-                .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .and_then(tokio::net::UnixStream::from_std)
-            {
-                Ok(s) => s,
-                Err(e) => return Some(KernelError::Io(e)),
-            };
-            self.fast.start();
-            self.defer_bookkeeping();
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    // The other end hung up: readable at once, for good.
-                    _ = stop.readable() => return None,
-                    batch = self.next_batch(&mut *tap) => match batch {
-                        Ok(b) if b.resynced => on_resync(),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::error!("kernel event stream failed: {e}");
-                            return Some(e);
-                        }
-                    },
-                    _ = tick.tick() => self.reader.refresh_clock(),
-                }
-                // The requests the batch spawned go out first: the bookkeeping below (the
-                // kernel's set of inits, the consumer's wake-up, the kernel's counters) is system
-                // calls the request need not wait for.
-                tokio::task::yield_now().await;
-                self.after_requests();
-                health.turn(self.stats());
-                if let Some(why) = self.fast.failed() {
-                    panic!("the fast path failed: {why}");
-                }
-            }
-        })
-    }
-
-    /// [`Self::run_thread`] waiting in poll(2).
-    fn run_polling(
-        &mut self,
-        stop: &UnixStream,
-        tap: &mut impl FnMut(&KernelEvent),
-        on_resync: &impl Fn(),
-        health: &PipelineHealth,
-    ) -> Option<KernelError> {
+        let mut fds = Vec::new();
         loop {
-            match self.next_batch_blocking(HEARTBEAT, Some(stop.as_fd()), &mut *tap) {
+            fds.clear();
+            let timeout = match self.fast.interest(&mut fds) {
+                Some(due) => due
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(HEARTBEAT),
+                None => HEARTBEAT,
+            };
+            let turn = self.next_batch_blocking(timeout, Some(stop.as_fd()), &mut fds, &mut *tap);
+            self.fast.ready(&fds);
+            match turn {
                 Ok(Turn::Batch(b)) if b.resynced => on_resync(),
-                Ok(Turn::Batch(_)) => {}
+                Ok(Turn::Batch(_) | Turn::Io) => {}
                 Ok(Turn::Idle) => self.reader.refresh_clock(),
                 Ok(Turn::Stopped) => return None,
                 Err(e) => {

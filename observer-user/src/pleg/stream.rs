@@ -12,7 +12,7 @@
 use std::{
     collections::{HashSet, VecDeque},
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
     time::SystemTime,
@@ -46,21 +46,15 @@ pub trait FastPath: Send {
     fn event(&mut self, ev: &PodLifecycleEvent, sent: SystemTime);
     /// The end of a batch of kernel records (a flush point).
     fn batch_end(&mut self) {}
-    /// The hook sends requests of its own: the loop's thread then runs a current-thread tokio
-    /// runtime (the reader waits through epoll), [`Self::start`] is called once inside it, and
-    /// [`Self::event`] may spawn tasks there. They run when the batch is done, on the same
-    /// real-time thread: no hand-over to another thread, whose wake-up would cost more than
-    /// the rest of the way to the wire.
-    fn wants_runtime(&self) -> bool {
-        false
-    }
-    /// Inside the loop's runtime, before the first event (see [`Self::wants_runtime`]).
-    fn start(&mut self) {}
-    /// A task the hook spawned panicked: the loop ends with it (a failure of the pipeline,
-    /// said on /healthz), rather than go on without the hook's work.
-    fn failed(&mut self) -> Option<String> {
+    /// Descriptors of the hook's own (its connections) that the loop's poll(2) is to wait on
+    /// beside the ring buffer, and the latest time the loop is to call [`Self::ready`] back.
+    /// On a loop with its own thread only.
+    fn interest(&mut self, _fds: &mut Vec<libc::pollfd>) -> Option<std::time::Instant> {
         None
     }
+    /// After each of the loop's turns: the descriptors [`Self::interest`] gave, with what
+    /// poll(2) found on them (none when the turn ended otherwise).
+    fn ready(&mut self, _fds: &[libc::pollfd]) {}
 }
 
 struct Shared {
@@ -72,9 +66,6 @@ struct Shared {
     /// Events folded into a PodSync because the consumer lagged.
     lagged: AtomicU64,
     senders: AtomicUsize,
-    /// [`FastPathSlot::defer_wakeups`]: on, and a wake-up owed to the consumer.
-    defer: AtomicBool,
-    owed: AtomicBool,
 }
 
 pub struct PlegSender(Arc<Shared>);
@@ -101,8 +92,6 @@ pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
         capacity: capacity.max(1),
         lagged: AtomicU64::new(0),
         senders: AtomicUsize::new(1),
-        defer: AtomicBool::new(false),
-        owed: AtomicBool::new(false),
     });
     (PlegSender(Arc::clone(&shared)), PlegReceiver(shared))
 }
@@ -134,11 +123,7 @@ impl PlegSender {
             inner.queue.push_back(Stamped { event: ev, sent });
         }
         drop(inner);
-        if self.0.defer.load(Ordering::Relaxed) {
-            self.0.owed.store(true, Ordering::Relaxed);
-        } else {
-            self.0.notify.notify_one();
-        }
+        self.0.notify.notify_one();
     }
 
     pub fn lagged(&self) -> u64 {
@@ -173,39 +158,15 @@ impl FastPathSlot {
         }
     }
 
-    /// See [`FastPath::wants_runtime`].
-    pub fn wants_runtime(&self) -> bool {
-        crate::sync::lock(&self.0.fast)
-            .as_ref()
-            .is_some_and(|f| f.wants_runtime())
+    /// See [`FastPath::interest`].
+    pub fn interest(&self, fds: &mut Vec<libc::pollfd>) -> Option<std::time::Instant> {
+        crate::sync::lock(&self.0.fast).as_mut()?.interest(fds)
     }
 
-    /// See [`FastPath::start`].
-    pub fn start(&self) {
+    /// See [`FastPath::ready`].
+    pub fn ready(&self, fds: &[libc::pollfd]) {
         if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
-            f.start();
-        }
-    }
-
-    /// See [`FastPath::failed`].
-    pub fn failed(&self) -> Option<String> {
-        crate::sync::lock(&self.0.fast).as_mut()?.failed()
-    }
-
-    /// While on, a send leaves the consumer's wake-up (a system call, and another thread's
-    /// work) to [`Self::wake_consumer`]: the loop's thread first sends the requests the fast
-    /// path spawned, which the consumer is not on the way of.
-    pub fn defer_wakeups(&self, on: bool) {
-        self.0.defer.store(on, Ordering::Relaxed);
-        if !on {
-            self.wake_consumer();
-        }
-    }
-
-    /// The wake-ups [`Self::defer_wakeups`] held back, as one.
-    pub fn wake_consumer(&self) {
-        if self.0.owed.swap(false, Ordering::Relaxed) {
-            self.0.notify.notify_one();
+            f.ready(fds);
         }
     }
 }
@@ -317,36 +278,6 @@ mod tests {
             at: BootNs(at),
             event,
         }
-    }
-
-    /// With wake-ups deferred, a send queues the event but a waiting consumer sleeps on until
-    /// the loop hands the wake-up over; then it gets every event of the batch.
-    #[tokio::test(start_paused = true)]
-    async fn a_deferred_wake_up_comes_when_handed_over() {
-        let (tx, mut rx) = channel(8);
-        let slot = tx.fast_path_slot();
-        slot.defer_wakeups(true);
-        let consumer = tokio::spawn(async move {
-            let first = rx.recv().await.map(|e| e.kind());
-            (first, rx.try_recv().map(|e| e.kind()))
-        });
-        tokio::task::yield_now().await;
-        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
-        tx.send(ev(1, PlegEventType::ContainerDied, 2));
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        assert!(!consumer.is_finished(), "woken before the hand-over");
-        slot.wake_consumer();
-        let got = tokio::time::timeout(std::time::Duration::from_secs(1), consumer)
-            .await
-            .expect("woken by the hand-over")
-            .unwrap();
-        assert_eq!(
-            got,
-            (
-                Some(PlegEventType::ContainerStarted),
-                Some(PlegEventType::ContainerDied)
-            )
-        );
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use observer_tests::cluster::{
     agent_exclusive, apply, condition, get_json, require_cluster, set_agent_mode, status_writes,
-    Namespace, TestPod, Watch, AGENT_USER, NODE_NAME, POLL,
+    Namespace, TestPod, Watch, AGENT_ADDR, AGENT_USER, NODE_NAME, POLL,
 };
+use observer_tests::endpoint::http_get;
 use observer_tests::wait::poll_every;
 use serde_json::Value;
 
@@ -205,4 +206,34 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
         fourth <= PODS / 10,
         "{fourth} of {PODS} pods had a fourth write from the agent"
     );
+
+    // The failed deaths went out on the fast path's own connections: TLS to the real API
+    // server, the pod's service-account token, pipelined HTTP/1.1 written from the reader's
+    // thread. (A death the manager wrote first, before the fast path had the pod's basis, is
+    // not one; most are.)
+    let (code, body) =
+        http_get(AGENT_ADDR.parse().unwrap(), "/metrics").expect("the agent answers");
+    assert_eq!(code, 200);
+    let sample = |name: &str| {
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    let (fast, errors) = (
+        sample("observer_fast_path_writes_total"),
+        sample("observer_fast_path_write_errors_total"),
+    );
+    eprintln!("fast path: {fast} writes accepted, {errors} not");
+    let failed = PODS as f64 * 3.0 / 4.0;
+    assert!(
+        fast >= failed / 2.0,
+        "the fast path wrote {fast} of {failed} failed deaths ({errors} not accepted)"
+    );
+    assert_eq!(errors, 0.0, "fast writes the API did not accept");
 }

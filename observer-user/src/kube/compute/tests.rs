@@ -2557,3 +2557,36 @@ fn kubelet_cases() {
     assert_eq!(names.len(), PINNED, "kubelet cases pinned");
     assert!(failed.is_empty(), "failed kubelet cases: {failed:#?}");
 }
+
+/// The hand-made formatter gives what jiff and the API's `Time` give, over the years it
+/// formats (leap days, centuries, the last second of 9999), and jiff's beyond.
+#[test]
+fn rfc3339_is_jiffs_and_the_apis() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let mut secs: Vec<u64> = vec![
+        0,
+        59,
+        86_399,
+        951_782_400,   // 2000-02-29
+        951_868_799,   // 2000-02-29T23:59:59
+        4_107_542_400, // 2100-03-01
+        1_796_256_000, // 2026-12-02
+        253_402_207_200, // the last second jiff formats
+    ];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        secs.push(x % 253_402_207_201);
+    }
+    for s in secs {
+        let t = UNIX_EPOCH + Duration::from_secs(s) + Duration::from_nanos(s % 1_000_000_000);
+        let jiff = Timestamp::from_second(s as i64).unwrap().to_string();
+        assert_eq!(rfc3339(t), jiff, "second {s}");
+        let api = serde_json::to_string(&to_time(t)).unwrap();
+        assert_eq!(format!("\"{}\"", rfc3339(t)), api, "second {s}");
+    }
+    let last = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    assert_eq!(rfc3339(last), "9999-12-31T23:59:59Z");
+}

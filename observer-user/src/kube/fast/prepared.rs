@@ -19,7 +19,7 @@ use crate::{
     cgroup::ContainerId,
     kernel::BootClock,
     kube::{
-        compute::to_time,
+        compute::{rfc3339, to_time},
         conditions::{death_words, observer_conditions, ConditionTypes, Ending, REASON_DIED},
         patch::conditions_patch,
     },
@@ -131,9 +131,9 @@ impl Prepared {
         };
         let words = death_words(&self.name, self.restart_count, &ending);
         let message = [self.message.0.as_str(), &words, self.message.1.as_str()].concat();
-        let time = to_time(now);
         let m = serde_json::to_vec(&message).ok()?;
-        let t = serde_json::to_vec(&time).ok()?;
+        // The API's `Time` as JSON, without its serializer's runtime-parsed format.
+        let t = format!("\"{}\"", rfc3339(now)).into_bytes();
         let (a, b) = if self.message_first {
             (&m, &t)
         } else {
@@ -146,7 +146,7 @@ impl Prepared {
                 status: "False".to_string(),
                 reason: Some(REASON_DIED.to_string()),
                 message: Some(message),
-                last_transition_time: Some(time),
+                last_transition_time: Some(to_time(now)),
                 ..Default::default()
             },
             body,

@@ -836,13 +836,14 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     };
     let clock = crate::kernel::BootClock::default();
     let writer = WriterConfig {
-        kubeconfig: None,
         field_manager: "observer".into(),
         request_timeout: Duration::from_secs(5),
         reconcile: Default::default(),
         latency: None,
     };
-    let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer);
+    // No dialer runs: the hook only decides and claims here.
+    let (_dialer, dialed) = crate::kube::fast::dial::pair(None, Duration::from_secs(5));
+    let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer, dialed);
     let death = PodLifecycleEvent {
         pod_uid: uid,
         runtime: None,
