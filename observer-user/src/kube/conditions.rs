@@ -257,27 +257,39 @@ pub struct Ending<'a> {
     pub finished_at: Option<SystemTime>,
 }
 
-/// [`death`] from the parts (the fast path has no view of the ended instance).
+/// [`death`] from the parts (the fast path has no view of the ended instance). Put together by
+/// hand, not with `format!`: the fast path makes these words on the real-time reader's thread,
+/// waking cold, where `core::fmt`'s machinery took about 20 µs of the way to the wire.
 pub fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
-    let how = match (e.signal, e.exit_code) {
-        (Some(sig), _) => format!("was killed by signal {sig}"),
-        (None, Some(code)) => format!("exited with code {code}"),
-        (None, None) => "is gone, how is unknown".to_string(),
-    };
-    let reason = e.reason.map(|r| format!(" ({r})")).unwrap_or_default();
-    let at = e
-        .finished_at
-        .map(|t| format!(" at {}", rfc3339(t)))
-        .unwrap_or_default();
-    format!("{name}{} {how}{reason}{at}", restart_suffix(restart_count))
-}
-
-fn restart_suffix(restart_count: u32) -> String {
+    let mut n = itoa::Buffer::new();
+    let mut s = String::with_capacity(name.len() + 96);
+    s.push_str(name);
     if restart_count > 0 {
-        format!(" (restart {restart_count})")
-    } else {
-        String::new()
+        s.push_str(" (restart ");
+        s.push_str(n.format(restart_count));
+        s.push(')');
     }
+    match (e.signal, e.exit_code) {
+        (Some(sig), _) => {
+            s.push_str(" was killed by signal ");
+            s.push_str(n.format(sig));
+        }
+        (None, Some(code)) => {
+            s.push_str(" exited with code ");
+            s.push_str(n.format(code));
+        }
+        (None, None) => s.push_str(" is gone, how is unknown"),
+    }
+    if let Some(r) = e.reason {
+        s.push_str(" (");
+        s.push_str(r);
+        s.push(')');
+    }
+    if let Some(t) = e.finished_at {
+        s.push_str(" at ");
+        s.push_str(&rfc3339(t));
+    }
+    s
 }
 
 pub fn is_sidecar(c: &Container) -> bool {

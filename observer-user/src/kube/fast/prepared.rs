@@ -39,8 +39,10 @@ pub struct Prepared {
     pub container: ContainerId,
     name: String,
     restart_count: u32,
-    /// The condition's message before and after this container's words.
+    /// The condition's message before and after this container's words, and the same as JSON
+    /// string content (escaped, unquoted).
     message: (String, String),
+    message_json: (Vec<u8>, Vec<u8>),
     /// The body's bytes around its two holes, and which hole comes first.
     body: [Vec<u8>; 3],
     message_first: bool,
@@ -82,6 +84,7 @@ impl Prepared {
         let words = death_words(&name, restart_count, &stand_in());
         let (head, tail) = alive.message.as_deref()?.split_once(&words)?;
         let message = (head.to_string(), tail.to_string());
+        let message_json = (json_content(head)?, json_content(tail)?);
         alive.message = Some(MESSAGE.to_string());
         let body = conditions_patch(api_uid, &[], std::slice::from_ref(&alive)).ok()??;
         let bytes = serde_json::to_vec(&body).ok()?;
@@ -99,6 +102,7 @@ impl Prepared {
             name,
             restart_count,
             message,
+            message_json,
             body: [
                 bytes[..first].to_vec(),
                 bytes[first + first_len..second].to_vec(),
@@ -131,9 +135,25 @@ impl Prepared {
         };
         let words = death_words(&self.name, self.restart_count, &ending);
         let message = [self.message.0.as_str(), &words, self.message.1.as_str()].concat();
-        let m = serde_json::to_vec(&message).ok()?;
+        // The message as JSON from its escaped parts: the words need no escaping unless a
+        // name or reason brings a quote, a backslash or a control character.
+        let escaped;
+        let words_json = if words.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            words.as_bytes()
+        } else {
+            escaped = json_content(&words)?;
+            &escaped[..]
+        };
+        let m = [
+            &b"\""[..],
+            &self.message_json.0,
+            words_json,
+            &self.message_json.1,
+            b"\"",
+        ]
+        .concat();
         // The API's `Time` as JSON, without its serializer's runtime-parsed format.
-        let t = format!("\"{}\"", rfc3339(now)).into_bytes();
+        let t = [&b"\""[..], rfc3339(now).as_bytes(), b"\""].concat();
         let (a, b) = if self.message_first {
             (&m, &t)
         } else {
@@ -161,6 +181,12 @@ fn stand_in() -> Ending<'static> {
         reason: Some(REASON),
         finished_at: None,
     }
+}
+
+/// `s` as the content of a JSON string: escaped as serde_json escapes it, without the quotes.
+fn json_content(s: &str) -> Option<Vec<u8>> {
+    let quoted = serde_json::to_vec(s).ok()?;
+    Some(quoted[1..quoted.len() - 1].to_vec())
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
