@@ -246,10 +246,15 @@ impl FastDeaths {
             bump(&self.decider.stats.dropped);
             return;
         };
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{}/status{}",
-            patch.namespace, patch.name, self.query
-        );
+        let path = [
+            "/api/v1/namespaces/",
+            &patch.namespace,
+            "/pods/",
+            &patch.name,
+            "/status",
+            &self.query,
+        ]
+        .concat();
         let request = t.request("PATCH", &path, CONTENT_TYPE, &patch.body);
         let tag = Tag::Death {
             pod: death.pod,

@@ -37,23 +37,35 @@ pub struct Template {
 }
 
 impl Template {
-    /// A request's bytes: its head and `body`.
+    /// A request's bytes: its head and `body`. Put together without `core::fmt`, which the
+    /// reader's thread would run cold at a death.
     pub fn request(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
-        let mut r = Vec::with_capacity(256 + self.headers.len() + body.len());
-        let _ = write!(
-            r,
-            "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: observer/{}\r\nAccept: application/json\r\n",
-            self.prefix,
-            self.host,
-            env!("CARGO_PKG_VERSION")
-        );
-        r.extend_from_slice(&self.headers);
+        let mut r = Vec::with_capacity(320 + self.headers.len() + path.len() + body.len());
+        for part in [
+            method.as_bytes(),
+            b" ",
+            self.prefix.as_bytes(),
+            path.as_bytes(),
+            b" HTTP/1.1\r\nHost: ",
+            self.host.as_bytes(),
+            b"\r\nUser-Agent: observer/",
+            env!("CARGO_PKG_VERSION").as_bytes(),
+            b"\r\nAccept: application/json\r\n",
+            &self.headers,
+        ] {
+            r.extend_from_slice(part);
+        }
         if method != "GET" {
-            let _ = write!(
-                r,
-                "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
-                body.len()
-            );
+            let mut n = itoa::Buffer::new();
+            for part in [
+                &b"Content-Type: "[..],
+                content_type.as_bytes(),
+                b"\r\nContent-Length: ",
+                n.format(body.len()).as_bytes(),
+                b"\r\n",
+            ] {
+                r.extend_from_slice(part);
+            }
         }
         r.extend_from_slice(b"\r\n");
         r.extend_from_slice(body);
