@@ -42,6 +42,9 @@ pub struct Recorded {
     /// Path and query.
     pub uri: String,
     pub content_type: String,
+    /// `User-Agent`: the fast path's own connections say `observer/<version>`, kube's client
+    /// (the status manager) `observer`.
+    pub user_agent: String,
     pub body: Value,
 }
 
@@ -60,6 +63,9 @@ struct State {
     fail_writes: Option<u16>,
     /// A status code to answer every request with (401, 403: credentials refused or forbidden).
     refuse: Option<u16>,
+    /// While true, writes are recorded (code 0) and held unanswered: a hung API server. Released,
+    /// they are answered 504.
+    hang: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl State {
@@ -75,6 +81,7 @@ pub struct ApiStandIn {
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
     dir: tempfile::TempDir,
+    hang: tokio::sync::watch::Sender<bool>,
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -137,12 +144,15 @@ async fn handle(
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let uri = req.uri().to_string();
-    let content_type = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let user_agent = header(hyper::header::USER_AGENT);
     let bytes = req
         .into_body()
         .collect()
@@ -158,6 +168,7 @@ async fn handle(
         method: method.to_string(),
         uri: uri.clone(),
         content_type: content_type.clone(),
+        user_agent: user_agent.clone(),
         body,
     };
     let refuse = state.lock().expect("state").refuse;
@@ -256,6 +267,15 @@ async fn handle(
         }
         (Method::PATCH | Method::POST | Method::PUT, _) => {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let hang = state.lock().expect("state").hang.clone();
+            if let Some(mut hang) = hang.filter(|h| *h.borrow()) {
+                state.lock().expect("state").record(recorded(0, body));
+                let _ = hang.wait_for(|held| !*held).await;
+                return respond(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &status(504, "Timeout", "the stand-in held this write"),
+                );
+            }
             let mut st = state.lock().expect("state");
             let code = st.fail_writes.unwrap_or(200);
             st.record(recorded(code, body.clone()));
@@ -359,7 +379,11 @@ impl ApiStandIn {
     pub async fn start() -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
+        let (hang, held) = tokio::sync::watch::channel(false);
+        let state = Arc::new(Mutex::new(State {
+            hang: Some(held),
+            ..State::default()
+        }));
         let s = Arc::clone(&state);
         let task = tokio::spawn(async move {
             loop {
@@ -387,6 +411,7 @@ impl ApiStandIn {
             state,
             task,
             dir: tempfile::tempdir()?,
+            hang,
         })
     }
 
@@ -435,6 +460,12 @@ impl ApiStandIn {
     /// Answer every write with `code` from now on (`None`: success again).
     pub fn fail_writes(&self, code: Option<u16>) {
         self.state.lock().expect("state").fail_writes = code;
+    }
+
+    /// Hold every write unanswered from now on, as a hung API server does (`false`: answer the
+    /// held ones 504, and serve again).
+    pub fn hang_writes(&self, on: bool) {
+        self.hang.send_replace(on);
     }
 
     /// Answer every request with `code` from now on (401: bad credentials, 403: forbidden;

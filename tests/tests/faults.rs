@@ -11,7 +11,10 @@
 //!   is written;
 //! - containerd frozen (SIGSTOP: its socket accepts and nothing answers, a hung runtime) with the
 //!   fast path real-time: a death reaches the API through the fast path, and the status manager,
-//!   once its view shows the death, neither undoes it nor moves its transition time.
+//!   once its view shows the death, neither undoes it nor moves its transition time;
+//! - the API server hung (it reads writes and answers none): each death's patch still goes out
+//!   from the fast path at once, the second while the first is unanswered, and once the server
+//!   answers again both deaths reach it through the status manager.
 //!
 //! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
@@ -495,5 +498,77 @@ async fn containerd_frozen_a_death_reaches_the_api_through_the_fast_path_once() 
         patches = after.len(),
         "the fast path and the status manager agreed"
     );
+    Ok(())
+}
+
+/// The request timeout of `observer run` (its default): a fast request unanswered this long gives
+/// its connection up, and the death to the status manager.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_hung_the_fast_path_still_sends_every_death_at_once() -> Result<()> {
+    let Some((scene, specs)) =
+        Scene::start_with(&["first", "second"], &["--realtime-priority", "10"]).await?
+    else {
+        return Ok(());
+    };
+    let (first, pid1) = scene.alive(&specs[0], Some(3)).await?;
+    let (second, pid2) = scene.alive(&specs[1], Some(4)).await?;
+    let Scene { api, agent, .. } = &scene;
+    let errors = || metric(agent.listen, "observer_fast_path_write_errors_total");
+    let before = api.recorded().len();
+    api.hang_writes(true);
+    // Held (code 0), from the fast path's own connections.
+    let held = |pod: &str| {
+        let pod = pod.to_string();
+        move |r: &Recorded| {
+            r.seq >= before
+                && r.code == 0
+                && status_patch_of(r, &pod)
+                && alive_status(r) == Some("False")
+                && r.user_agent.starts_with("observer/")
+        }
+    };
+    go(pid1)?;
+    let a = api
+        .wait_for(WAIT, held(&first.name))
+        .await
+        .with_context(|| format!("the first death was not sent\n{}", agent.stderr()))?;
+    go(pid2)?;
+    // Within the first request's timeout, while it is still unanswered: a fast path that waited
+    // for its answer (or for the connection's) would send the second only after it.
+    let b = api
+        .wait_for(REQUEST_TIMEOUT / 2, held(&second.name))
+        .await
+        .with_context(|| {
+            format!(
+                "the second death was not sent while the first was unanswered\n{}",
+                agent.stderr()
+            )
+        })?;
+    assert!(b.seq > a.seq);
+    assert!(agent.healthy(), "{}", agent.stderr());
+    // Given up after the timeout: counted, and left to the status manager.
+    assert!(
+        eventually_async(WAIT, || errors().is_some_and(|n| n >= 2.0)).await,
+        "the unanswered fast writes were not counted as failed: {:?}\n{}",
+        errors(),
+        agent.stderr()
+    );
+    api.hang_writes(false);
+    for pod in [&first, &second] {
+        assert!(
+            alive_patch(api, &pod.name, "False", before, RECOVERY)
+                .await
+                .is_some(),
+            "{}: the death never reached the API once it answered again\n{}",
+            pod.name,
+            agent.stderr()
+        );
+        assert_eq!(
+            served_alive(api, pod).map(|c| c["status"].clone()),
+            Some("False".into())
+        );
+    }
     Ok(())
 }

@@ -385,12 +385,14 @@ impl<T> Conn<T> {
 
     /// Writes `request` (or queues what the socket does not take now), to be answered within
     /// `timeout`.
+    /// `tag` is in flight from here on, even when the write fails: the caller then gives the
+    /// connection up, and gets it back with the others unanswered.
     pub fn send(&mut self, tag: T, request: &[u8], timeout: Duration) -> Result<(), ConnError> {
-        self.out.extend_from_slice(request);
-        self.stream.flush(&mut self.out)?;
         let now = Instant::now();
         self.pending.push_back((tag, now + timeout));
         self.used = now;
+        self.out.extend_from_slice(request);
+        self.stream.flush(&mut self.out)?;
         Ok(())
     }
 
