@@ -81,7 +81,7 @@ impl Metrics {
         let fast_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
         registry.register_with_unit(
             "fast_write_latency",
-            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch leaving for the API",
+            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch written to its connection to the API",
             Unit::Seconds,
             fast_write_latency.clone(),
         );
@@ -168,7 +168,7 @@ impl Collector for Sources {
             let g = FastStats::get;
             for (name, help, v) in [
                 ("fast_path_deaths", "Deaths the fast path saw", g(&f.deaths)),
-                ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight", g(&f.dropped)),
+                ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight, or no connection of the fast path was open", g(&f.dropped)),
                 ("fast_path_skipped", "Deaths the fast path left to the status manager (no transition, its client not up, or the pod or container not computed by the manager yet)", g(&f.skipped)),
                 ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&f.written)),
                 ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&f.failed)),

@@ -9,7 +9,7 @@ use observer_tests::cluster::{
     agent_exclusive, apply, condition, get_json, require_cluster, set_agent_mode, status_writes,
     Namespace, TestPod, Watch, AGENT_ADDR, AGENT_USER, NODE_NAME, POLL,
 };
-use observer_tests::endpoint::http_get;
+use observer_tests::endpoint::metric;
 use observer_tests::wait::poll_every;
 use serde_json::Value;
 
@@ -211,19 +211,9 @@ fn conditions_mode_beside_kubelet_over_100_lifecycles() {
     // server, the pod's service-account token, pipelined HTTP/1.1 written from the reader's
     // thread. (A death the manager wrote first, before the fast path had the pod's basis, is
     // not one; most are.)
-    let (code, body) =
-        http_get(AGENT_ADDR.parse().unwrap(), "/metrics").expect("the agent answers");
-    assert_eq!(code, 200);
     let sample = |name: &str| {
-        body.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        metric(AGENT_ADDR.parse().unwrap(), name)
+            .unwrap_or_else(|| panic!("{name} missing from the agent's /metrics"))
     };
     let (fast, errors) = (
         sample("observer_fast_path_writes_total"),
