@@ -109,6 +109,19 @@ impl Default for CgroupTpOffsets {
     }
 }
 
+/// [`ProbeConfig::wake`]: only the records something waits on wake the reader (a container
+/// init's exec and exit, OOM kills, cgroup events); the others are submitted without a wake-up
+/// and read at the reader's next wake-up or poll.
+pub const WAKE_SELECTIVE: u8 = 0;
+/// [`ProbeConfig::wake`]: every record wakes the reader at once (`observer watch --all`,
+/// `--threads`: someone reads each record as it comes).
+pub const WAKE_EVERY: u8 = 1;
+/// [`ProbeConfig::wake`]: no record wakes the reader (but a ring an eighth fuller): it reads at
+/// its polls. For an onlooker beside the agent (the benchmarks' own exit timestamps): each
+/// wake-up costs the dying task an irq_work, and on the same tracepoint the onlooker's program
+/// runs before the agent's, so its wake-ups would delay the agent's.
+pub const WAKE_NONE: u8 = 2;
+
 /// The `CONFIG` global of the kernel side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -131,16 +144,14 @@ pub struct ProbeConfig {
     pub task: TaskOffsets,
     pub oom: OomTpOffsets,
     pub cgroup: CgroupTpOffsets,
-    /// 1: every record wakes the reader at once (`observer watch --all`, `--threads`: someone
-    /// reads each record as it comes). 0: only the records something waits on do (a container
-    /// init's exec and exit, OOM kills, cgroup events); the others are submitted without a
-    /// wake-up and read at the reader's next wake-up or poll. See observer-ebpf/src/wake.rs.
-    pub wake_all: u8,
+    /// Which records wake the reader as they are written ([`WAKE_SELECTIVE`], [`WAKE_EVERY`],
+    /// [`WAKE_NONE`]). See observer-ebpf/src/wake.rs.
+    pub wake: u8,
     pub _pad: [u8; 3],
     /// Depth of the node's own pid namespace (0 on a host): pid 1 of a deeper namespace is a
     /// container's init.
     pub host_ns_level: u32,
-    /// With `wake_all == 0`, a record that does not wake the reader still does when it brings the
+    /// Unless `wake` is [`WAKE_EVERY`], a record that does not wake the reader still does when it brings the
     /// unread bytes across a multiple of this (a power of two, an eighth of the ring buffer), so
     /// a reader that only polls never lets the ring buffer fill.
     pub wake_batch_bytes: u32,

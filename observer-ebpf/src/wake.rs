@@ -15,8 +15,14 @@
 //! ring: order is kept) or at its next poll (observer-user's `kernel::QUIET_RECORD_DELAY`). A quiet
 //! record still wakes the reader when it brings the unread bytes across a multiple of
 //! `wake_batch_bytes`, so a reader that only polls never lets a storm fill the ring.
+//!
+//! `WAKE_EVERY` wakes the reader for every record; `WAKE_NONE` for none but the batch crossings
+//! (an onlooker's probes, which must not delay the agent's on the same tracepoint).
 use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
-use observer_common::{stat, TaskInfo};
+use observer_common::{
+    config::{WAKE_EVERY, WAKE_NONE},
+    stat, TaskInfo,
+};
 
 use crate::{config, count, EVENTS, KNOWN_INITS};
 
@@ -31,6 +37,9 @@ pub const fn ring_bytes<T>() -> u64 {
 /// then the wake-up is forced.
 #[inline(always)]
 pub fn waking(size: u64) -> u64 {
+    if wake_mode() == WAKE_NONE {
+        return quiet(size);
+    }
     count(stat::WAKING);
     if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > size {
         BPF_RB_FORCE_WAKEUP as u64
@@ -55,11 +64,17 @@ pub fn quiet(size: u64) -> u64 {
     BPF_RB_NO_WAKEUP as u64
 }
 
-/// Whether every record wakes the reader (`ProbeConfig::wake_all`).
+/// `ProbeConfig::wake`.
+#[inline(always)]
+fn wake_mode() -> u8 {
+    // SAFETY: volatile read of the loader-filled config; see crate::config.
+    unsafe { core::ptr::read_volatile(&config().wake) }
+}
+
+/// Whether every record wakes the reader.
 #[inline(always)]
 pub fn wake_all() -> bool {
-    // SAFETY: volatile read of the loader-filled config; see crate::config.
-    unsafe { core::ptr::read_volatile(&config().wake_all) != 0 }
+    wake_mode() == WAKE_EVERY
 }
 
 /// The task is pid 1 of a pid namespace deeper than the node's: a container's init.

@@ -83,6 +83,10 @@ fn kernel_exits(shared: &Arc<Shared>) -> Result<observer::pipeline::PipelineTask
         scan_roots: vec![],
         probes: observer::kernel::ProbeOptions {
             watch: observer::kernel::Watch::Roots(roots),
+            // Read at this reader's polls: a wake-up costs the dying task an irq_work, and our
+            // probes, attached first, run before the agent's on the same tracepoint: the agent
+            // would be measured late by it.
+            wake: observer::kernel::Wake::Never,
             ..Default::default()
         },
         queue: 1024,
@@ -385,7 +389,10 @@ async fn drive_pod(
         let seen =
             eventually_async(WAIT, || shared.get(&id).is_some_and(|d| d.relist.is_some())).await;
         anyhow::ensure!(seen, "{id}: the relist never saw the death");
-        let exited = shared.exits.lock().unwrap().get(&pid).copied();
+        // Our probes do not wake their reader: the exit is read at its next poll.
+        let read = || shared.exits.lock().unwrap().get(&pid).copied();
+        eventually_async(WAIT, || read().is_some()).await;
+        let exited = read();
         shared.record(&id, |d| d.exited = exited);
         // Keeps the relist as short as on a node that garbage-collects dead containers.
         ctrd.remove_container(&id).await?;

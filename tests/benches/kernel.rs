@@ -334,6 +334,7 @@ fn print_classes(rows: &[ClassRow]) {
         let wake = match r.wake {
             Wake::Every => "every record (before)",
             Wake::Selective => "selective (after)",
+            Wake::Never => "none (an onlooker's probes)",
         };
         println!(
             "| {class} | {wake} | {:.3} s | {} | {} | {} / {} | {} | {} |",

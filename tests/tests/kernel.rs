@@ -4,7 +4,8 @@
 use std::{os::unix::process::ExitStatusExt, time::Duration};
 
 use observer::kernel::{
-    kmsg, oom_report::Constraint, Exit, GroupDeadSource, KernelEvent, OomKill, ProbeOptions, Watch,
+    kmsg, oom_report::Constraint, Exit, GroupDeadSource, KernelEvent, OomKill, ProbeOptions, Wake,
+    Watch,
 };
 use observer_tests::{
     kernel::{require_kernel, workload, KernelWatch, TestCgroup},
@@ -732,4 +733,58 @@ async fn a_registered_init_wakes_the_reader() {
     inits.remove(pid).unwrap();
     inits.remove(pid).unwrap();
     assert!(!inits.contains(pid));
+}
+
+/// An onlooker's probes (`Wake::Never`, the api_path bench's own) wake their reader for nothing,
+/// not even what wakes the agent's: a registered init's exit and a cgroup's creation are read
+/// at the reader's poll, and counted quiet.
+#[tokio::test]
+async fn an_onlookers_probes_never_wake_their_reader() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("onlooker").unwrap();
+    let mut probes = observer::kernel::Probes::load(&ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        wake: Wake::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut inits = probes.known_inits().unwrap();
+    let mut reader = probes.events().unwrap();
+    let mut child = cg.spawn(&workload(), &["sleep", "30"]).unwrap();
+    let pid = child.id();
+    observer_tests::wait::poll_until(WAIT, || loop {
+        match reader.try_next()? {
+            KernelEvent::Exec(x) if x.task.tgid == pid => return Some(()),
+            _ => {}
+        }
+    })
+    .expect("the child's exec");
+    inits.insert(pid).unwrap();
+    let before = probes.counters().unwrap();
+    let sub = cg.mkdir("sub").unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (mut made, mut exited) = (false, false);
+    observer_tests::wait::poll_until(WAIT, || loop {
+        match reader.try_next()? {
+            KernelEvent::Exit(x) if x.task.tgid == pid && x.group_dead => exited = true,
+            KernelEvent::CgroupMkdir(c) if c.path == sub => made = true,
+            _ => {}
+        }
+        if made && exited {
+            return Some(());
+        }
+    })
+    .expect("the cgroup's creation and the registered init's exit");
+    let after = probes.counters().unwrap();
+    assert_eq!(after.waking_records, before.waking_records, "a record woke");
+    assert!(
+        after.quiet_records >= before.quiet_records + 2,
+        "{} quiet records, from {}",
+        after.quiet_records,
+        before.quiet_records
+    );
+    inits.remove(pid).unwrap();
 }

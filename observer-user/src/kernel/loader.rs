@@ -29,6 +29,11 @@ pub enum Wake {
     Selective,
     /// Every record (`observer watch --all`, `--threads`: each one is printed as it comes).
     Every,
+    /// None, but one that brings the unread bytes across an eighth of the ring: records are read
+    /// at the reader's polls. For an onlooker beside the agent, whose probes run before the
+    /// agent's on the same tracepoints and whose wake-ups would delay them (the api_path bench's
+    /// own exit timestamps).
+    Never,
 }
 
 /// Which tasks' exec and exit the kernel sends.
@@ -212,7 +217,11 @@ impl Probes {
                 o => o,
             },
             cgroup: tracefs::cgroup_offsets(&tracefs)?,
-            wake_all: u8::from(opts.wake == Wake::Every),
+            wake: match opts.wake {
+                Wake::Selective => observer_common::config::WAKE_SELECTIVE,
+                Wake::Every => observer_common::config::WAKE_EVERY,
+                Wake::Never => observer_common::config::WAKE_NONE,
+            },
             _pad: [0; 3],
             host_ns_level: own_pid_ns_level(),
             // An eighth of the ring: a reader that only polls is woken well before it fills.
