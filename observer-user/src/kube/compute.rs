@@ -162,6 +162,13 @@ pub fn to_time(t: SystemTime) -> Time {
 /// two times per death on the real-time reader's thread, where jiff's general formatter (k8s
 /// -openapi's parses its format string at every call) took about 40 µs of cold code.
 pub fn rfc3339(t: SystemTime) -> String {
+    let mut s = String::with_capacity(20);
+    rfc3339_into(t, &mut s);
+    s
+}
+
+/// [`rfc3339`] appended to `out`.
+pub fn rfc3339_into(t: SystemTime, out: &mut String) {
     let Some(secs) = t
         .duration_since(std::time::UNIX_EPOCH)
         .ok()
@@ -169,9 +176,9 @@ pub fn rfc3339(t: SystemTime) -> String {
         .filter(|s| *s < 253_402_300_800)
     else {
         let ts = Timestamp::try_from(t).unwrap_or(Timestamp::UNIX_EPOCH);
-        return Timestamp::from_second(ts.as_second())
-            .unwrap_or(ts)
-            .to_string();
+        let whole = Timestamp::from_second(ts.as_second()).unwrap_or(ts);
+        out.push_str(&whole.to_string());
+        return;
     };
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Days to the civil date (H. Hinnant's `civil_from_days`, for days since 1970 only).
@@ -200,7 +207,8 @@ pub fn rfc3339(t: SystemTime) -> String {
             v /= 10;
         }
     }
-    String::from_utf8_lossy(&b).into_owned()
+    // ASCII digits and separators only.
+    out.extend(b.iter().map(|&c| char::from(c)));
 }
 
 /// The status kubelet would write for this pod, with the kernel's account and the observer's

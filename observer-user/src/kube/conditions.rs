@@ -29,7 +29,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec};
 
-use super::compute::{rfc3339, to_time, RestartPolicy};
+use super::compute::{rfc3339, rfc3339_into, to_time, RestartPolicy};
 use crate::{
     kernel::oom_report::OomReport,
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
@@ -287,7 +287,7 @@ pub fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
     }
     if let Some(t) = e.finished_at {
         s.push_str(" at ");
-        s.push_str(&rfc3339(t));
+        rfc3339_into(t, &mut s);
     }
     s
 }

@@ -94,7 +94,7 @@ fn bump(c: &AtomicU64) {
 pub mod dial;
 mod prepared;
 pub mod wire;
-pub use prepared::Prepared;
+pub use prepared::{Filled, Prepared};
 
 /// What a request on the fast path's connections was for.
 pub enum Tag {
@@ -117,9 +117,51 @@ pub struct FastJob {
 
 /// The status patch of one death, encoded.
 pub struct FastPatch {
-    pub namespace: String,
-    pub name: String,
-    pub body: Vec<u8>,
+    /// Where the pod's namespace and name come from.
+    pub basis: Arc<Basis>,
+    pub body: Body,
+}
+
+pub enum Body {
+    /// The basis's `prepared[i]` with what the death brings. Its condition goes to the ledger
+    /// after the request is written: only the request's bytes are put together before send(2).
+    Made {
+        prepared: usize,
+        filled: Filled,
+        now: SystemTime,
+    },
+    /// Computed in full, and claimed with its condition.
+    Full(Vec<u8>),
+}
+
+impl FastPatch {
+    /// The body in parts.
+    pub fn parts(&self) -> [&[u8]; 11] {
+        match &self.body {
+            Body::Made {
+                prepared, filled, ..
+            } => self.basis.prepared[*prepared].body(filled),
+            Body::Full(b) => {
+                let mut parts: [&[u8]; 11] = [&[]; 11];
+                parts[0] = b;
+                parts
+            }
+        }
+    }
+
+    /// A made-ahead death's condition into the ledger ([`AliveLedger::settle`]), once its
+    /// request is written (or could not be).
+    pub(crate) fn settle(self, d: &Decider, death: &Death) {
+        if let Body::Made {
+            prepared,
+            filled,
+            now,
+        } = &self.body
+        {
+            let alive = self.basis.prepared[*prepared].condition(&d.types, filled.words(), *now);
+            d.ledger.settle(&death.pod, death.container, alive);
+        }
+    }
 }
 
 /// What the PLEG's thread needs to decide a death's patch.
@@ -242,27 +284,31 @@ impl FastDeaths {
             .min_by_key(|(_, c)| c.in_flight())
             .map(|(i, _)| i);
         let (Some(i), Some(t)) = (i, self.template.as_deref()) else {
+            patch.settle(&self.decider, &death);
             self.decider.ledger.fail(&death.pod, death.container);
             bump(&self.decider.stats.dropped);
             return;
         };
+        let view = &patch.basis.view;
         let path = [
             "/api/v1/namespaces/",
-            &patch.namespace,
+            &view.namespace,
             "/pods/",
-            &patch.name,
+            &view.name,
             "/status",
             &self.query,
-        ]
-        .concat();
-        let request = t.request("PATCH", &path, CONTENT_TYPE, &patch.body);
+        ];
         let tag = Tag::Death {
             pod: death.pod,
             container: death.container,
-            name: patch.name,
+            name: view.name.clone(),
             written: Duration::ZERO,
         };
-        let sent = self.conns[i].send(tag, &request, self.cfg.request_timeout);
+        let sent = self.conns[i].send_with(tag, self.cfg.request_timeout, |out| {
+            t.request_into(out, "PATCH", &path, CONTENT_TYPE, &patch.parts());
+        });
+        // Before any answer (read after this batch) or failure is handled.
+        patch.settle(&self.decider, &death);
         // Taken now, observed once answered: the histogram is memory the request need not
         // touch first.
         let written = SystemTime::now()
@@ -486,6 +532,44 @@ impl AliveLedger {
         Some((before, alive))
     }
 
+    /// [`Self::claim`] of a made-ahead death, whose condition comes after its request is
+    /// written ([`Self::settle`]): `ok` says, from the last submitted condition, whether the
+    /// death is a transition. Until settled the manager sees the claim (it waits, or finds it in
+    /// flight) and the last submitted condition is the one before.
+    pub fn claim_ahead(
+        &self,
+        pod: PodUid,
+        container: ContainerId,
+        ok: impl FnOnce(Option<&PodCondition>) -> bool,
+    ) -> bool {
+        let mut map = crate::sync::lock(&self.pods);
+        let e = map.entry(pod).or_default();
+        if e.claim.is_some() || e.alive.as_ref().is_some_and(|a| a.status == "False") {
+            return false;
+        }
+        if !ok(e.alive.as_ref()) {
+            return false;
+        }
+        e.claim = Some(Claim {
+            container,
+            confirmed: false,
+            failed: false,
+        });
+        true
+    }
+
+    /// The condition of a claim made with [`Self::claim_ahead`], unless the manager settled
+    /// the pod since.
+    pub fn settle(&self, pod: &PodUid, container: ContainerId, alive: PodCondition) {
+        let mut map = crate::sync::lock(&self.pods);
+        if let Some(e) = map
+            .get_mut(pod)
+            .filter(|e| e.claim.as_ref().is_some_and(|c| c.container == container))
+        {
+            e.alive = Some(alive);
+        }
+    }
+
     /// The manager's turn on a pod: what the next death's patch starts from, and the patches
     /// of its running containers' failed deaths (none while the pod is not alive: no death is a
     /// transition then).
@@ -622,34 +706,53 @@ fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
 
 fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Option<FastPatch> {
     let basis = cfg.ledger.basis(&d.pod)?;
-    let (view, pod) = (&basis.view, &basis.pod);
-    let api_alive = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == cfg.types.alive));
     let made = Prepared::fits(d)
-        .then(|| basis.prepared.iter().find(|p| p.container == d.container))
+        .then(|| {
+            basis
+                .prepared
+                .iter()
+                .position(|p| p.container == d.container)
+        })
         .flatten();
     let body = match made {
         // Made ahead: the death's words and time spliced in.
-        Some(p) => {
-            let filled = p.fill(&cfg.types, d, clock, now)?;
-            cfg.ledger.claim(d.pod, d.container, |last| {
-                let known = last.or(api_alive);
-                known
-                    .is_none_or(|k| k.status != "False")
-                    .then_some(filled.alive)
-            })?;
-            filled.body
+        Some(i) => {
+            let filled = basis.prepared[i].fill(d, clock, now)?;
+            // The ledger refuses a False itself; the API's condition is looked at only where
+            // the ledger has none (the pod object is many cold pages).
+            let claimed = cfg.ledger.claim_ahead(d.pod, d.container, |last| {
+                last.is_some()
+                    || api_alive(&basis.pod, &cfg.types).is_none_or(|k| k.status != "False")
+            });
+            claimed.then_some(())?;
+            Body::Made {
+                prepared: i,
+                filled,
+                now,
+            }
         }
-        None => decide_in_full(cfg, d, clock, view, pod, api_alive, now)?,
+        None => {
+            let api = api_alive(&basis.pod, &cfg.types);
+            Body::Full(decide_in_full(
+                cfg,
+                d,
+                clock,
+                &basis.view,
+                &basis.pod,
+                api,
+                now,
+            )?)
+        }
     };
-    Some(FastPatch {
-        namespace: view.namespace.clone(),
-        name: view.name.clone(),
-        body,
-    })
+    Some(FastPatch { basis, body })
+}
+
+/// The pod's `ContainersAlive` as the API has it.
+fn api_alive<'a>(pod: &'a Pod, types: &ConditionTypes) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == types.alive))
 }
 
 /// [`decide`] for a death no patch was made for: the condition computed as the status manager
@@ -751,6 +854,52 @@ mod tests {
         assert!(ledger.claim(pod, b, |_| Some(down.clone())).is_some());
         ledger.forget(&pod);
         assert!(ledger.is_empty());
+    }
+
+    /// A made-ahead death is claimed before its request is written and settled after: in
+    /// between, the manager neither writes True nor takes the claim, and a record of its own
+    /// in between is not overwritten by the late settle.
+    #[test]
+    fn claimed_ahead_then_settled() {
+        let (pod, a, b) = ids();
+        let ledger = AliveLedger::default();
+        let up = cond("True", "2026-12-01T00:00:00Z");
+        let down = cond("False", "2026-12-01T00:00:05Z");
+        ledger.record(pod, up.clone());
+        assert!(ledger.claim_ahead(pod, a, |last| {
+            assert_eq!(last, Some(&up));
+            true
+        }));
+        // Claimed: no second transition, and the manager waits or finds it in flight.
+        assert!(!ledger.claim_ahead(pod, b, |_| true));
+        assert_eq!(ledger.manager_turn(&pod, |_| false), ManagerTurn::Wait);
+        assert_eq!(ledger.manager_turn(&pod, |c| c == a), ManagerTurn::InFlight);
+        ledger.settle(&pod, a, down.clone());
+        ledger.confirm(&pod, a);
+        assert_eq!(
+            ledger.manager_turn(&pod, |c| c == a),
+            ManagerTurn::Take {
+                alive: down.clone(),
+                confirmed: true
+            }
+        );
+        // The manager settled the pod (True again) before a later claim's settle arrived.
+        ledger.record(pod, up.clone());
+        assert!(ledger.claim_ahead(pod, b, |_| true));
+        ledger.record(pod, up.clone());
+        ledger.settle(&pod, b, down);
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| false),
+            ManagerTurn::Free { alive: Some(up) }
+        );
+        // `ok` refusing is no claim.
+        assert!(!ledger.claim_ahead(pod, b, |_| false));
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| false),
+            ManagerTurn::Free {
+                alive: Some(cond("True", "2026-12-01T00:00:00Z"))
+            }
+        );
     }
 
     /// A confirmation for another container than the claimed one changes nothing.
@@ -882,10 +1031,16 @@ mod tests {
                     let a = decide_at(&fast, &death, &clock, now);
                     let b = decide_at(&full, &death, &clock, now);
                     let json = |p: &Option<FastPatch>| {
-                        p.as_ref()
-                            .map(|p| serde_json::from_slice::<serde_json::Value>(&p.body).unwrap())
+                        p.as_ref().map(|p| {
+                            serde_json::from_slice::<serde_json::Value>(&p.parts().concat())
+                                .unwrap()
+                        })
                     };
                     assert_eq!(json(&a), json(&b), "{what}");
+                    // A made death's condition reaches the ledger once its request is written.
+                    if let Some(p) = a {
+                        p.settle(&fast, &death);
+                    }
                     assert!(
                         b.is_some() || !Prepared::fits(&death),
                         "{what}: every failed death here is a transition"

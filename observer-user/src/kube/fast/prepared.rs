@@ -8,8 +8,11 @@
 //! body's JSON around them and the UID precondition follow from the view the manager last
 //! computed. Made there, the condition's computation and the JSON encoding leave the death's
 //! way: on the reader thread, waking from a sleep, every page they touch is a cache miss, and
-//! they took about 200 µs (p50) of the way to the wire on the api_path bench's machine. An exit
-//! 0 (a job's end, which need not be a death) takes the full computation.
+//! they took about 200 µs (p50) of the way to the wire on the api_path bench's machine. At the
+//! death only the body's parts are made ([`Prepared::fill`], [`Prepared::body`]), and the
+//! request is put together from them in its connection's buffer; the condition the ledger keeps
+//! ([`Prepared::condition`]) waits until the request is written. An exit 0 (a job's end, which
+//! need not be a death) takes the full computation.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{PodCondition, PodSpec};
@@ -19,7 +22,7 @@ use crate::{
     cgroup::ContainerId,
     kernel::BootClock,
     kube::{
-        compute::{rfc3339, to_time},
+        compute::{rfc3339_into, to_time},
         conditions::{death_words, observer_conditions, ConditionTypes, Ending, REASON_DIED},
         patch::conditions_patch,
     },
@@ -32,6 +35,26 @@ const EXIT: i32 = i32::MIN + 7;
 const REASON: &str = "\u{1}observer:reason\u{1}";
 const MESSAGE: &str = "\u{1}observer:message\u{1}";
 const TIME: Duration = Duration::from_secs(1);
+
+/// What a death brings to its made patch: its words (how and when it ended, as the message
+/// says them, and JSON-escaped where they need it) and the transition time.
+#[derive(Debug)]
+pub struct Filled {
+    /// The words, then the time: one allocation.
+    text: String,
+    words_len: usize,
+    escaped: Option<Vec<u8>>,
+}
+
+impl Filled {
+    pub fn words(&self) -> &str {
+        &self.text[..self.words_len]
+    }
+
+    fn time(&self) -> &str {
+        &self.text[self.words_len..]
+    }
+}
 
 /// One container's death patch, less the death.
 #[derive(Debug)]
@@ -46,12 +69,6 @@ pub struct Prepared {
     /// The body's bytes around its two holes, and which hole comes first.
     body: [Vec<u8>; 3],
     message_first: bool,
-}
-
-/// What a prepared death gives: the condition (for the ledger) and the patch's body.
-pub struct Filled {
-    pub alive: PodCondition,
-    pub body: Vec<u8>,
 }
 
 impl Prepared {
@@ -118,14 +135,8 @@ impl Prepared {
         d.exit.status.is_some_and(|s| s.exit_code() != 0)
     }
 
-    /// The condition and body for `d` (which [`Self::fits`]), the transition at `now`.
-    pub fn fill(
-        &self,
-        types: &ConditionTypes,
-        d: &Death,
-        clock: &BootClock,
-        now: SystemTime,
-    ) -> Option<Filled> {
+    /// What `d` (which [`Self::fits`]) brings to the body, the transition at `now`.
+    pub fn fill(&self, d: &Death, clock: &BootClock, now: SystemTime) -> Option<Filled> {
         let status = d.exit.status?;
         let ending = Ending {
             exit_code: Some(status.exit_code()),
@@ -133,44 +144,63 @@ impl Prepared {
             reason: Some(d.exit.reason.as_str()),
             finished_at: Some(clock.to_system_time(d.at)),
         };
-        let words = death_words(&self.name, self.restart_count, &ending);
-        let message = [self.message.0.as_str(), &words, self.message.1.as_str()].concat();
-        // The message as JSON from its escaped parts: the words need no escaping unless a
-        // name or reason brings a quote, a backslash or a control character.
-        let escaped;
-        let words_json = if words.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-            words.as_bytes()
+        let mut text = death_words(&self.name, self.restart_count, &ending);
+        let words_len = text.len();
+        let words = &text[..];
+        // The words need no escaping unless a name or reason brings a quote, a backslash or a
+        // control character.
+        let escaped = if words.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            None
         } else {
-            escaped = json_content(&words)?;
-            &escaped[..]
+            Some(json_content(words)?)
         };
+        // The API's `Time`, without its serializer's runtime-parsed format.
+        rfc3339_into(now, &mut text);
+        Some(Filled {
+            text,
+            words_len,
+            escaped,
+        })
+    }
+
+    /// The body with `f` spliced in, in parts (the request is put together from them).
+    pub fn body<'a>(&'a self, f: &'a Filled) -> [&'a [u8]; 11] {
+        let words = f.escaped.as_deref().unwrap_or(f.words().as_bytes());
         let m = [
             &b"\""[..],
             &self.message_json.0,
-            words_json,
+            words,
             &self.message_json.1,
             b"\"",
-        ]
-        .concat();
-        // The API's `Time` as JSON, without its serializer's runtime-parsed format.
-        let t = [&b"\""[..], rfc3339(now).as_bytes(), b"\""].concat();
-        let (a, b) = if self.message_first {
+        ];
+        let t = [&b"\""[..], f.time().as_bytes(), b"\""];
+        let (a, b): (&[&[u8]], &[&[u8]]) = if self.message_first {
             (&m, &t)
         } else {
             (&t, &m)
         };
-        let body = [&self.body[0][..], a, &self.body[1], b, &self.body[2]].concat();
-        Some(Filled {
-            alive: PodCondition {
-                type_: types.alive.clone(),
-                status: "False".to_string(),
-                reason: Some(REASON_DIED.to_string()),
-                message: Some(message),
-                last_transition_time: Some(to_time(now)),
-                ..Default::default()
-            },
-            body,
-        })
+        let mut parts: [&[u8]; 11] = [&[]; 11];
+        let all = std::iter::once(&self.body[0][..])
+            .chain(a.iter().copied())
+            .chain(std::iter::once(&self.body[1][..]))
+            .chain(b.iter().copied())
+            .chain(std::iter::once(&self.body[2][..]));
+        for (slot, part) in parts.iter_mut().zip(all) {
+            *slot = part;
+        }
+        parts
+    }
+
+    /// The condition the body of [`Self::fill`] sets, from the death's `words`.
+    pub fn condition(&self, types: &ConditionTypes, words: &str, now: SystemTime) -> PodCondition {
+        PodCondition {
+            type_: types.alive.clone(),
+            status: "False".to_string(),
+            reason: Some(REASON_DIED.to_string()),
+            message: Some([self.message.0.as_str(), words, self.message.1.as_str()].concat()),
+            last_transition_time: Some(to_time(now)),
+            ..Default::default()
+        }
     }
 }
 

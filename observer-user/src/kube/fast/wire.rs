@@ -41,35 +41,53 @@ impl Template {
     /// reader's thread would run cold at a death.
     pub fn request(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
         let mut r = Vec::with_capacity(320 + self.headers.len() + path.len() + body.len());
+        self.request_into(&mut r, method, &[path], content_type, &[body]);
+        r
+    }
+
+    /// [`Self::request`] appended to `out`, its path and body given in parts: a death's
+    /// request goes straight into its connection's buffer, unassembled before.
+    pub fn request_into(
+        &self,
+        out: &mut Vec<u8>,
+        method: &str,
+        path: &[&str],
+        content_type: &str,
+        body: &[&[u8]],
+    ) {
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.prefix.as_bytes());
+        for p in path {
+            out.extend_from_slice(p.as_bytes());
+        }
         for part in [
-            method.as_bytes(),
-            b" ",
-            self.prefix.as_bytes(),
-            path.as_bytes(),
-            b" HTTP/1.1\r\nHost: ",
+            &b" HTTP/1.1\r\nHost: "[..],
             self.host.as_bytes(),
             b"\r\nUser-Agent: observer/",
             env!("CARGO_PKG_VERSION").as_bytes(),
             b"\r\nAccept: application/json\r\n",
             &self.headers,
         ] {
-            r.extend_from_slice(part);
+            out.extend_from_slice(part);
         }
         if method != "GET" {
             let mut n = itoa::Buffer::new();
+            let len: usize = body.iter().map(|b| b.len()).sum();
             for part in [
                 &b"Content-Type: "[..],
                 content_type.as_bytes(),
                 b"\r\nContent-Length: ",
-                n.format(body.len()).as_bytes(),
+                n.format(len).as_bytes(),
                 b"\r\n",
             ] {
-                r.extend_from_slice(part);
+                out.extend_from_slice(part);
             }
         }
-        r.extend_from_slice(b"\r\n");
-        r.extend_from_slice(body);
-        r
+        out.extend_from_slice(b"\r\n");
+        for b in body {
+            out.extend_from_slice(b);
+        }
     }
 }
 
@@ -388,10 +406,20 @@ impl<T> Conn<T> {
     /// `tag` is in flight from here on, even when the write fails: the caller then gives the
     /// connection up, and gets it back with the others unanswered.
     pub fn send(&mut self, tag: T, request: &[u8], timeout: Duration) -> Result<(), ConnError> {
+        self.send_with(tag, timeout, |out| out.extend_from_slice(request))
+    }
+
+    /// [`Self::send`] of the request `build` appends to the connection's buffer.
+    pub fn send_with(
+        &mut self,
+        tag: T,
+        timeout: Duration,
+        build: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), ConnError> {
         let now = Instant::now();
         self.pending.push_back((tag, now + timeout));
         self.used = now;
-        self.out.extend_from_slice(request);
+        build(&mut self.out);
         self.stream.flush(&mut self.out)?;
         Ok(())
     }
@@ -702,6 +730,16 @@ pub(crate) mod tests {
         assert!(
             !g.contains("Content-Length") && g.ends_with("\r\n\r\n"),
             "{g}"
+        ); // In parts, appended to what the buffer holds: the same bytes.
+        let mut out = b"held".to_vec();
+        t.request_into(
+            &mut out,
+            "PATCH",
+            &["/api/", "v1/x"],
+            "application/merge-patch+json",
+            &[b"{", b"", b"}"],
         );
+        assert_eq!(out[4..], *r.as_bytes());
+        assert_eq!(&out[..4], b"held");
     }
 }

@@ -841,7 +841,8 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
         reconcile: Default::default(),
         latency: None,
     };
-    // No dialer runs: the hook only decides and claims here.
+    // No dialer runs: the hook only decides and claims here (what it writes is the API
+    // stand-in's and the cluster's tests').
     let (_dialer, dialed) = crate::kube::fast::dial::pair(None, Duration::from_secs(5));
     let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer, dialed);
     let death = PodLifecycleEvent {
@@ -865,7 +866,9 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     assert_eq!(FastStats::get(&stats.skipped), 1);
     ledger.writer_running(true);
     let job = hook.claim(&death).expect("the death's patch");
-    let body: serde_json::Value = serde_json::from_slice(&job.patch.body).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&job.patch.parts().concat()).unwrap();
+    // As once its request is written: the claimed condition into the ledger.
+    job.patch.settle(&decider(&ledger), &job.death);
     let claimed: Vec<PodCondition> =
         serde_json::from_value(body["status"]["conditions"].clone()).unwrap();
     let claimed = claimed
