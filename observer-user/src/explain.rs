@@ -2,7 +2,7 @@
 //! its exact exit, how that is known), and each instance's last OOM kill in full: the sentence the
 //! Event and the OOMKilled condition carry, the scope, the limit and its usage, what filled the
 //! cgroup, the largest processes, the victim and the trigger; beside them, where the API's pod is
-//! at hand, what kubelet reported for each container and where it differs ([`kubelet`]).
+//! at hand, what kubelet reported for each container and where it differs (`explain::kubelet`).
 //! `observer explain` prints it; the agent serves it as JSON at `/explain/<namespace>/<pod>`.
 use std::time::SystemTime;
 

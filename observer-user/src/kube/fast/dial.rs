@@ -7,7 +7,7 @@
 //! use it: the server and its TLS (kube's rustls configuration: CA, client certificate,
 //! `tls-server-name`), and the request headers its layers add (credentials, refreshed by kube
 //! where they expire; impersonation; the config's own headers), taken by running those layers
-//! on a request and read off it ([`capture`]). They are taken again every [`REFRESH`] and
+//! on a request and read off it (`capture`). They are taken again every `REFRESH` (a minute) and
 //! handed over when they changed.
 use std::{
     net::{TcpStream, ToSocketAddrs},

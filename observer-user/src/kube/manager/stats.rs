@@ -30,7 +30,7 @@ pub struct StatusStats {
     pub fast_waits: AtomicU64,
     /// Events handed to the publisher (it counts what it published, dropped and failed).
     pub events: AtomicU64,
-    /// Audit findings by [`FindingKind`] (index [`FindingKind::index`]).
+    /// Audit findings by [`crate::kube::audit::FindingKind`] (index `FindingKind::index`).
     pub audit_findings: [AtomicU64; 4],
     /// Pod watch errors (the API unreachable).
     pub watch_errors: AtomicU64,
