@@ -696,25 +696,13 @@ async fn a_registered_init_wakes_the_reader() {
         return;
     }
     let cg = TestCgroup::new("known-init").unwrap();
-    let mut probes = observer::kernel::Probes::load(&ProbeOptions {
-        watch: Watch::Roots(vec![cg.watch_root()]),
-        ..Default::default()
-    })
-    .unwrap();
-    let mut inits = probes.known_inits().unwrap();
-    let mut reader = probes.events().unwrap();
-    let mut child = cg.spawn(&workload(), &["sleep", "30"]).unwrap();
-    let pid = child.id();
-    // Its exec (quiet: not pid 1 of a namespace) first, so that the counters below see only
-    // the exit.
-    observer_tests::wait::poll_until(WAIT, || loop {
-        match reader.try_next()? {
-            KernelEvent::Exec(x) if x.task.tgid == pid => return Some(()),
-            _ => {}
-        }
-    })
-    .expect("the child's exec");
-    inits.insert(pid).unwrap();
+    let Registered {
+        probes,
+        mut inits,
+        mut reader,
+        mut child,
+        pid,
+    } = registered_child(&cg, Wake::Selective);
     assert!(inits.contains(pid));
     assert_eq!(inits.pids(), [pid]);
     let before = probes.counters().unwrap();
@@ -735,6 +723,46 @@ async fn a_registered_init_wakes_the_reader() {
     assert!(!inits.contains(pid));
 }
 
+/// Probes on `cg` that wake their reader as `wake` says, and a child there registered as a
+/// container's init (not pid 1 of a namespace), its exec already read.
+struct Registered {
+    probes: observer::kernel::Probes,
+    inits: observer::kernel::KnownInits,
+    reader: observer::kernel::EventReader,
+    child: std::process::Child,
+    pid: u32,
+}
+
+fn registered_child(cg: &TestCgroup, wake: Wake) -> Registered {
+    let mut probes = observer::kernel::Probes::load(&ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        wake,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut inits = probes.known_inits().unwrap();
+    let mut reader = probes.events().unwrap();
+    let child = cg.spawn(&workload(), &["sleep", "30"]).unwrap();
+    let pid = child.id();
+    // Its exec (quiet: not pid 1 of a namespace) first, so that the counters the tests read
+    // after see only what follows.
+    observer_tests::wait::poll_until(WAIT, || loop {
+        match reader.try_next()? {
+            KernelEvent::Exec(x) if x.task.tgid == pid => return Some(()),
+            _ => {}
+        }
+    })
+    .expect("the child's exec");
+    inits.insert(pid).unwrap();
+    Registered {
+        probes,
+        inits,
+        reader,
+        child,
+        pid,
+    }
+}
+
 /// An onlooker's probes (`Wake::Never`, the api_path bench's own) wake their reader for nothing,
 /// not even what wakes the agent's: a registered init's exit and a cgroup's creation are read
 /// at the reader's poll, and counted quiet.
@@ -744,24 +772,13 @@ async fn an_onlookers_probes_never_wake_their_reader() {
         return;
     }
     let mut cg = TestCgroup::new("onlooker").unwrap();
-    let mut probes = observer::kernel::Probes::load(&ProbeOptions {
-        watch: Watch::Roots(vec![cg.watch_root()]),
-        wake: Wake::Never,
-        ..Default::default()
-    })
-    .unwrap();
-    let mut inits = probes.known_inits().unwrap();
-    let mut reader = probes.events().unwrap();
-    let mut child = cg.spawn(&workload(), &["sleep", "30"]).unwrap();
-    let pid = child.id();
-    observer_tests::wait::poll_until(WAIT, || loop {
-        match reader.try_next()? {
-            KernelEvent::Exec(x) if x.task.tgid == pid => return Some(()),
-            _ => {}
-        }
-    })
-    .expect("the child's exec");
-    inits.insert(pid).unwrap();
+    let Registered {
+        probes,
+        mut inits,
+        mut reader,
+        mut child,
+        pid,
+    } = registered_child(&cg, Wake::Never);
     let before = probes.counters().unwrap();
     let sub = cg.mkdir("sub").unwrap();
     child.kill().unwrap();
