@@ -8,10 +8,12 @@
 //!      real-time throttle).
 //!   2. A burst of deaths. N containers (default 1000: 100 pods × 10 container cgroups under a
 //!      `kubepods` test root, each init pid 1 of its own pid namespace: `unshare -pf sleep`) are
-//!      all SIGKILLed at once, without the agent and then with the agent's loop (reader → PLEG →
-//!      the `watch --pods` line writer, on the real-time thread). The hogs' CPU over a 3 s window
-//!      that starts with the kills, the agent thread's CPU time, and when the last death's line
-//!      was written.
+//!      all SIGKILLed at once, without the agent, then with the agent's loop (reader → PLEG →
+//!      the `watch --pods` line writer, on the real-time thread), then with `observer run`'s fast
+//!      status path instead of the line writer (the N containers then in N pods, so that every
+//!      death turns its pod's ContainersAlive False: a PATCH per death, sent from the same thread
+//!      on its own connections to the API stand-in, which runs in this process). The hogs' CPU over a 3 s window that starts with the kills, the agent thread's
+//!      CPU time, and when the last death's line was written / PATCH went on the wire.
 //!   3. A fork storm in one container (`observer-workload spin` / `spin-ns`, a process per core),
 //!      without and with the agent's loop: the storm's rate, the hogs' share, the agent thread's
 //!      CPU.
@@ -30,14 +32,19 @@ use std::{
 };
 
 use anyhow::Result;
+use observer::kube::fast;
 use observer::{
     pipeline::{FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread},
     pleg::{FastPath, PlegEventType, PodLifecycleEvent},
     sched,
 };
-use observer_tests::kernel::{read_procs, require_kernel, Hogs, TestCgroup};
+use observer_tests::{
+    apiserver::{pod_object, ApiStandIn, Recorded},
+    kernel::{read_procs, require_kernel, Hogs, TestCgroup},
+};
 
 const WINDOW: Duration = Duration::from_secs(3);
+const ALIVE: &str = "observer.dev/ContainersAlive";
 const PODS: usize = 100;
 const DEFAULT_DEATHS: usize = 1000;
 /// Children per storm process.
@@ -215,11 +222,12 @@ fn drained_pipe() -> Result<std::fs::File> {
     Ok(std::fs::File::from(w))
 }
 
-/// N container cgroups, each with an init that is pid 1 of its own pid namespace.
-fn containers(cg: &mut TestCgroup, n: usize, round: usize) -> Result<Vec<String>> {
+/// N container cgroups in `pods` pods (container `i` in pod `i % pods`), each with an init that
+/// is pid 1 of its own pid namespace.
+fn containers(cg: &mut TestCgroup, n: usize, pods: usize, round: usize) -> Result<Vec<String>> {
     let mut rels = Vec::new();
     for i in 0..n {
-        let pod = format!("kubepods/pod{:08x}-0000-4000-8000-{:012x}", round, i % PODS);
+        let pod = format!("kubepods/pod{:08x}-0000-4000-8000-{:012x}", round, i % pods);
         let rel = cg.mkdir(&format!("{pod}/{:064x}", round * 1_000_000 + i))?;
         let mut child = cg.spawn_in(
             &rel,
@@ -252,41 +260,160 @@ fn kill_all(cg: &TestCgroup, rels: &[String]) {
 
 /// A hog per core at full speed, then where the measurement starts: the agent thread's ticks,
 /// the hogs' ticks, the instant.
-fn hogs_at_speed(cores: usize) -> Result<(Hogs, u64, u64, Instant)> {
+fn hogs_at_speed(cores: usize) -> Result<(Hogs, Duration, u64, Instant)> {
     let hogs = Hogs::start(cores)?;
     // Let them reach full speed before anything is measured against them.
     std::thread::sleep(Duration::from_millis(300));
-    let agent0 = thread_ticks("observer-kernel").unwrap_or(0);
+    let agent0 = thread_cpu_of("observer-kernel").unwrap_or_default();
     let t0 = ticks(&hogs);
     Ok((hogs, agent0, t0, Instant::now()))
 }
 
-/// The CPU ticks of this process's thread named `name`.
-fn thread_ticks(name: &str) -> Option<u64> {
+/// The CPU time of this process's thread named `name`, off its CPU-time clock: exact, where
+/// /proc's ticks are samples at the timer tick (10 ms here), too coarse for a burst's work.
+fn thread_cpu_of(name: &str) -> Option<Duration> {
     for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
         if comm.trim() == name {
-            return Some(proc_ticks(&e.path().join("stat").display().to_string()));
+            let tid: i32 = e.file_name().to_str()?.parse().ok()?;
+            // The kernel's clock id of a thread's CPU time (MAKE_THREAD_CPUCLOCK(tid, SCHED)).
+            let id = ((!tid) << 3) | 6;
+            return clock(nix::time::ClockId::from_raw(id));
         }
     }
     None
 }
 
-/// The agent's loop on `cg`'s kubepods subtree (reader → PLEG → the line writer), real-time, with
-/// its queue drained as the reconciler would; and how many containers its walk found.
-fn agent(
-    cg: &TestCgroup,
-    died: Arc<AtomicUsize>,
-) -> Result<(observer::pipeline::PipelineTask, usize)> {
+/// This process's CPU time, all threads.
+fn process_cpu() -> Duration {
+    clock(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID).unwrap_or_default()
+}
+
+fn clock(id: nix::time::ClockId) -> Option<Duration> {
+    let t = nix::time::clock_gettime(id).ok()?;
+    Some(Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+}
+
+/// The `watch --pods` line writer into a drained pipe, counting deaths in `died`.
+fn line_writer(died: Arc<AtomicUsize>) -> Result<FastPathFactory> {
     let pipe = drained_pipe()?;
-    let make: FastPathFactory = Box::new(move |clock| {
+    Ok(Box::new(move |clock| {
         Box::new(Lines {
             out: std::io::BufWriter::with_capacity(1 << 16, pipe),
             clock: clock.clone(),
             died,
             pending: 0,
         })
+    }))
+}
+
+/// `observer run`'s fast status path against `api`, which is given the burst's pods (round
+/// `round`, as [`containers`] names them); its ledger holds each pod's basis as the status
+/// manager would have left it, with every container running.
+fn fast_status(
+    api: &ApiStandIn,
+    round: usize,
+    n: usize,
+    pods: usize,
+) -> Result<(FastPathFactory, Arc<fast::AliveLedger>)> {
+    use observer::{
+        cgroup::{ContainerId, PodUid},
+        kube::conditions::ConditionTypes,
+        reconcile::{ContainerPhase, ContainerView, PodView},
+    };
+    let types = ConditionTypes::default();
+    let ledger = Arc::new(fast::AliveLedger::default());
+    for p in 0..pods.min(n) {
+        let uid = format!("{round:08x}-0000-4000-8000-{p:012x}");
+        let name = format!("burst-{p}");
+        let ids: Vec<usize> = (p..n).step_by(pods).collect();
+        let names: Vec<String> = (0..ids.len()).map(|k| format!("c{k}")).collect();
+        let specs: Vec<(&str, Option<&str>)> = names.iter().map(|c| (c.as_str(), None)).collect();
+        let object = pod_object(&name, "default", &uid, "node-1", &specs, Some(ALIVE));
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(object.clone())?;
+        api.add_pod(object);
+        let id = |i: usize| {
+            ContainerId::parse(&format!("{:064x}", round * 1_000_000 + i))
+                .ok_or_else(|| anyhow::anyhow!("container id {i}"))
+        };
+        let containers = ids
+            .iter()
+            .zip(&names)
+            .map(|(&i, c)| {
+                Ok(ContainerView {
+                    id: id(i)?,
+                    name: c.clone(),
+                    restart_count: 0,
+                    image: "localhost/observer/busybox:latest".into(),
+                    phase: ContainerPhase::Running,
+                    created_at: None,
+                    started_at: None,
+                    finished_at: None,
+                    exit_code: None,
+                    signal: None,
+                    reason: None,
+                    exit_source: None,
+                    runtime_reason: None,
+                    runtime_exit_code: None,
+                    init_pid: None,
+                    oom_kills: 0,
+                    last_oom: None,
+                    kernel_seen: true,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let uid = PodUid::parse(&uid).ok_or_else(|| anyhow::anyhow!("pod uid {uid}"))?;
+        let view = PodView {
+            uid,
+            namespace: "default".into(),
+            name,
+            sandbox_id: id(9_999_999)?,
+            sandbox_ready: true,
+            created_at: None,
+            containers,
+            last_oom: None,
+        };
+        ledger.prepare(uid, &view, &Arc::new(pod), &types);
+    }
+    let decider = fast::Decider {
+        types,
+        ledger: Arc::clone(&ledger),
+        stats: Arc::default(),
+    };
+    let timeout = Duration::from_secs(5);
+    let (dialer, dialed) = fast::dial::pair(Some(api.kubeconfig()?.into()), timeout);
+    tokio::spawn(dialer.run());
+    let writer = fast::WriterConfig {
+        field_manager: "observer".into(),
+        request_timeout: timeout,
+        reconcile: Arc::default(),
+        latency: None,
+    };
+    let make: FastPathFactory = Box::new(move |clock| {
+        Box::new(fast::FastDeaths::new(
+            decider,
+            clock.clone(),
+            writer,
+            dialed,
+        ))
     });
+    Ok((make, ledger))
+}
+
+/// The fast path's PATCHes the stand-in received (its own connections say `observer/…`).
+fn fast_patches(api: &ApiStandIn) -> Vec<Recorded> {
+    api.recorded()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.user_agent.starts_with("observer/"))
+        .collect()
+}
+
+/// The agent's loop on `cg`'s kubepods subtree (reader → PLEG → `fast`), real-time, with its
+/// queue drained as the reconciler would; and how many containers its walk found.
+fn agent(
+    cg: &TestCgroup,
+    make: FastPathFactory,
+) -> Result<(observer::pipeline::PipelineTask, usize)> {
     let (pipeline, mut rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified: cg.mount.clone(),
@@ -325,7 +452,7 @@ async fn storm(cores: usize, forks: usize) -> Result<()> {
                 1
             ))?;
             let task = if with_agent {
-                Some(agent(&cg, Arc::new(AtomicUsize::new(0)))?.0)
+                Some(agent(&cg, line_writer(Arc::new(AtomicUsize::new(0)))?)?.0)
             } else {
                 None
             };
@@ -348,8 +475,7 @@ async fn storm(cores: usize, forks: usize) -> Result<()> {
                 "the storm failed: {statuses:?}"
             );
             let hogs_share = share(&hogs, t0, took, cores);
-            let agent =
-                thread_ticks("observer-kernel").map(|t| (t - agent0) as f64 / ticks_per_sec());
+            let agent = thread_cpu_of("observer-kernel").map(|t| (t - agent0).as_secs_f64());
             drop(hogs);
             let realtime = task.as_ref().is_some_and(|t| t.health().realtime());
             drop(task);
@@ -377,64 +503,125 @@ async fn storm(cores: usize, forks: usize) -> Result<()> {
 }
 
 /// Part 2: the burst, without and with the agent's loop.
+/// Where a burst's deaths go.
+#[derive(Clone, Copy, PartialEq)]
+enum Sink {
+    None,
+    Lines,
+    Api,
+}
+
 async fn burst(cores: usize, n: usize) -> Result<()> {
     println!(
-        "\n### A burst of {n} container deaths ({PODS} pods, all SIGKILLed at once) beside a hog per core, {} s window from the kills\n",
+        "\n### A burst of {n} container deaths ({PODS} pods, or one per container where said; all SIGKILLed at once) beside a hog per core, {} s window from the kills\n",
         WINDOW.as_secs()
     );
-    println!("| the agent | hogs' share of all cores | the agent's real-time thread: CPU in the window | deaths written | last death's line written after the kills |");
-    println!("|---|---:|---:|---:|---:|");
-    for (round, with_agent) in [(1usize, false), (2, true)] {
+    println!("| the agent | hogs' share of all cores | the agent's real-time thread: CPU in the window | the bench process's other threads: CPU in the window | deaths written | the last death's line / PATCH written after the kills |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (round, sink) in [(1usize, Sink::None), (2, Sink::Lines), (3, Sink::Api)] {
         let mut cg = TestCgroup::new("rt-burst")?;
-        let rels = containers(&mut cg, n, round)?;
+        // Only a pod's first death turns its ContainersAlive False: for a PATCH per death, the
+        // fast status path's round has a pod per container.
+        let pods = if sink == Sink::Api { n } else { PODS };
+        let rels = containers(&mut cg, n, pods, round)?;
         let died = Arc::new(AtomicUsize::new(0));
-        let task = if with_agent {
-            let task = agent(&cg, Arc::clone(&died))?;
-            let started = task.1;
-            anyhow::ensure!(started >= n, "the walk found {started} of {n} containers");
-            Some(task.0)
-        } else {
-            None
+        let api = match sink {
+            Sink::Api => Some(ApiStandIn::start().await?),
+            _ => None,
         };
+        let task = match (sink, &api) {
+            (Sink::None, _) => None,
+            (Sink::Lines, _) => Some(agent(&cg, line_writer(Arc::clone(&died))?)?),
+            (Sink::Api, Some(api)) => {
+                let (make, ledger) = fast_status(api, round, n, pods)?;
+                let task = agent(&cg, make)?;
+                let writing =
+                    observer_tests::wait::eventually_async(Duration::from_secs(30), || {
+                        ledger.writing()
+                    })
+                    .await;
+                anyhow::ensure!(writing, "the fast path never had its connection");
+                Some(task)
+            }
+            (Sink::Api, None) => unreachable!("started above"),
+        };
+        if let Some((_, started)) = &task {
+            anyhow::ensure!(*started >= n, "the walk found {started} of {n} containers");
+        }
+        let task = task.map(|t| t.0);
         let (hogs, agent0, t0, start) = hogs_at_speed(cores)?;
+        let own0 = process_cpu();
+        let killed = std::time::SystemTime::now();
         kill_all(&cg, &rels);
+        let sent = |api: &ApiStandIn| fast_patches(api).len();
         let mut last = None;
         while start.elapsed() < WINDOW {
-            if last.is_none() && died.load(Ordering::Relaxed) >= n {
+            let done = match &api {
+                Some(api) => sent(api) >= n,
+                None => died.load(Ordering::Relaxed) >= n,
+            };
+            if last.is_none() && done {
                 last = Some(start.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let hogs_share = share(&hogs, t0, start.elapsed(), cores);
-        let agent = thread_ticks("observer-kernel").map(|t| (t - agent0) as f64 / ticks_per_sec());
+        let agent_cpu = thread_cpu_of("observer-kernel").map(|t| t - agent0);
+        let agent = agent_cpu.map(|t| t.as_secs_f64());
+        // This process less the agent's thread: the stand-in, the PLEG queue's consumer, this
+        // loop.
+        let others = (process_cpu() - own0)
+            .saturating_sub(agent_cpu.unwrap_or_default())
+            .as_secs_f64();
         drop(hogs);
         let realtime = task.as_ref().is_some_and(|t| t.health().realtime());
         drop(task);
+        let rt = if realtime {
+            "real-time"
+        } else {
+            "(real-time REFUSED)"
+        };
+        let (who, written, last) = match (sink, &api) {
+            (Sink::None, _) => ("none".to_string(), "-".to_string(), None),
+            (Sink::Lines, _) => (
+                format!("reader → PLEG → line writer, {rt}"),
+                died.load(Ordering::Relaxed).to_string(),
+                last,
+            ),
+            (Sink::Api, Some(api)) => {
+                // From the kills to the last PATCH's first bytes on the wire.
+                let wire = fast_patches(api)
+                    .iter()
+                    .filter_map(|r| r.wire?.duration_since(killed).ok())
+                    .max();
+                (
+                    format!(
+                        "reader → PLEG → fast status path, {rt} ({pods} pods of one container: a PATCH per death)"
+                    ),
+                    format!("{} PATCHes", sent(api)),
+                    wire.filter(|_| last.is_some()),
+                )
+            }
+            (Sink::Api, None) => unreachable!("started above"),
+        };
         println!(
-            "| {} | {:.1} % | {} | {} | {} |",
-            if with_agent {
-                if realtime {
-                    "reader → PLEG → line writer, real-time"
-                } else {
-                    "reader → PLEG → line writer (real-time REFUSED)"
-                }
-            } else {
-                "none"
-            },
+            "| {who} | {:.1} % | {} | {:.0} ms | {written} | {} |",
             hogs_share * 100.0,
             agent.map_or("-".into(), |s| format!(
                 "{:.0} ms ({:.1} % of one core)",
                 s * 1e3,
                 s / WINDOW.as_secs_f64() * 100.0
             )),
-            if with_agent {
-                died.load(Ordering::Relaxed).to_string()
-            } else {
-                "-".into()
-            },
+            others * 1e3,
             last.map_or("-".into(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3)),
         );
         drop(cg);
     }
+    println!(
+        "\nThe API stand-in answers in this process, at normal priority beside the hogs (the other \
+         threads' column): with the \
+         fast status path, the hogs' share also pays for its answers (on a node, that is the API \
+         server's side)."
+    );
     Ok(())
 }

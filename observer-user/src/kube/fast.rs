@@ -599,6 +599,11 @@ impl AliveLedger {
         self.writer.store(on, Ordering::Release);
     }
 
+    /// Whether the fast path has its client (claims are made).
+    pub fn writing(&self) -> bool {
+        self.writer.load(Ordering::Acquire)
+    }
+
     fn basis(&self, pod: &PodUid) -> Option<Arc<Basis>> {
         crate::sync::lock(&self.pods)
             .get(pod)
