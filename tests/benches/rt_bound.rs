@@ -341,24 +341,9 @@ fn fast_status(
             .zip(&names)
             .map(|(&i, c)| {
                 Ok(ContainerView {
-                    id: id(i)?,
-                    name: c.clone(),
-                    restart_count: 0,
                     image: "localhost/observer/busybox:latest".into(),
-                    phase: ContainerPhase::Running,
-                    created_at: None,
-                    started_at: None,
-                    finished_at: None,
-                    exit_code: None,
-                    signal: None,
-                    reason: None,
-                    exit_source: None,
-                    runtime_reason: None,
-                    runtime_exit_code: None,
-                    init_pid: None,
-                    oom_kills: 0,
-                    last_oom: None,
                     kernel_seen: true,
+                    ..ContainerView::new(id(i)?, c.clone(), ContainerPhase::Running)
                 })
             })
             .collect::<Result<Vec<_>>>()?;

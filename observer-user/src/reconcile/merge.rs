@@ -167,24 +167,8 @@ fn oom_cgroup(k: &LoggedOomKill) -> Option<String> {
 /// One container's view from everything known about it.
 pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
     let mut v = ContainerView {
-        id: i.id,
-        name: String::new(),
-        restart_count: 0,
-        image: String::new(),
-        phase: ContainerPhase::Unknown,
-        created_at: None,
-        started_at: None,
-        finished_at: None,
-        exit_code: None,
-        signal: None,
-        reason: None,
-        exit_source: None,
-        runtime_reason: None,
-        runtime_exit_code: None,
-        init_pid: None,
-        oom_kills: 0,
-        last_oom: None,
         kernel_seen: i.kernel.is_some(),
+        ..ContainerView::new(i.id, String::new(), ContainerPhase::Unknown)
     };
     if let Some(s) = i.runtime {
         runtime_account(&mut v, s);

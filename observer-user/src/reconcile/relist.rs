@@ -169,24 +169,8 @@ mod tests {
 
     fn cview(n: u8, phase: ContainerPhase) -> ContainerView {
         ContainerView {
-            id: cid(n),
-            name: format!("c{n}"),
-            restart_count: 0,
-            image: String::new(),
-            phase,
-            created_at: None,
-            started_at: None,
-            finished_at: None,
-            exit_code: None,
-            signal: None,
-            reason: None,
-            exit_source: None,
-            runtime_reason: None,
-            runtime_exit_code: None,
-            init_pid: None,
-            oom_kills: 0,
-            last_oom: None,
             kernel_seen: true,
+            ..ContainerView::new(cid(n), format!("c{n}"), phase)
         }
     }
 

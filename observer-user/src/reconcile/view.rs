@@ -138,6 +138,33 @@ pub struct ContainerView {
     pub kernel_seen: bool,
 }
 
+impl ContainerView {
+    /// An instance of which only its id, name and phase are known yet: the rest is filled in
+    /// as the runtime's and the kernel's accounts come.
+    pub fn new(id: ContainerId, name: impl Into<String>, phase: ContainerPhase) -> Self {
+        Self {
+            id,
+            name: name.into(),
+            restart_count: 0,
+            image: String::new(),
+            phase,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            signal: None,
+            reason: None,
+            exit_source: None,
+            runtime_reason: None,
+            runtime_exit_code: None,
+            init_pid: None,
+            oom_kills: 0,
+            last_oom: None,
+            kernel_seen: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodView {
     pub uid: PodUid,
