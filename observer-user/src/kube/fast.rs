@@ -460,12 +460,30 @@ pub struct Claim {
     pub failed: bool,
 }
 
+impl Claim {
+    fn new(container: ContainerId) -> Self {
+        Self {
+            container,
+            confirmed: false,
+            failed: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Entry {
     /// `ContainersAlive` as last submitted by either side.
     alive: Option<PodCondition>,
     claim: Option<Claim>,
     basis: Option<Arc<Basis>>,
+}
+
+impl Entry {
+    /// A death can be claimed: no claim is held, and the last submitted condition is not False
+    /// already (then no death is a transition).
+    fn claimable(&self) -> bool {
+        self.claim.is_none() && self.alive.as_ref().is_none_or(|a| a.status != "False")
+    }
 }
 
 /// What a death's patch is computed from: the pod's reconciled view and its API object as the
@@ -519,16 +537,12 @@ impl AliveLedger {
     ) -> Option<(Option<PodCondition>, PodCondition)> {
         let mut map = crate::sync::lock(&self.pods);
         let e = map.entry(pod).or_default();
-        if e.claim.is_some() || e.alive.as_ref().is_some_and(|a| a.status == "False") {
+        if !e.claimable() {
             return None;
         }
         let alive = decide(e.alive.as_ref())?;
         let before = e.alive.replace(alive.clone());
-        e.claim = Some(Claim {
-            container,
-            confirmed: false,
-            failed: false,
-        });
+        e.claim = Some(Claim::new(container));
         Some((before, alive))
     }
 
@@ -544,17 +558,10 @@ impl AliveLedger {
     ) -> bool {
         let mut map = crate::sync::lock(&self.pods);
         let e = map.entry(pod).or_default();
-        if e.claim.is_some() || e.alive.as_ref().is_some_and(|a| a.status == "False") {
+        if !e.claimable() || !ok(e.alive.as_ref()) {
             return false;
         }
-        if !ok(e.alive.as_ref()) {
-            return false;
-        }
-        e.claim = Some(Claim {
-            container,
-            confirmed: false,
-            failed: false,
-        });
+        e.claim = Some(Claim::new(container));
         true
     }
 
