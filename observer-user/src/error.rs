@@ -25,30 +25,3 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// An error with its causes, each once: a cause whose text the message already holds (an I/O
-/// error repeated by its wrapper) is not said again.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_chain_says_each_cause_once() {
-        let io = std::io::Error::from_raw_os_error(111);
-        let wrapped = std::io::Error::new(io.kind(), io);
-        let shown = super::chain(&wrapped);
-        assert_eq!(shown.matches("Connection refused").count(), 1, "{shown}");
-    }
-}

@@ -132,7 +132,7 @@ struct Shared {
 /// would. The time is taken when the flush returned.
 struct LineWriter {
     out: std::io::BufWriter<std::fs::File>,
-    clock: observer::kernel::BootClock,
+    clock: observer::model::BootClock,
     shared: Arc<Shared>,
     deaths: Vec<String>,
 }
@@ -140,7 +140,7 @@ struct LineWriter {
 impl pleg::FastPath for LineWriter {
     fn event(&mut self, ev: &pleg::PodLifecycleEvent, _sent: SystemTime) {
         use std::io::Write;
-        let line = observer::cli::render::pleg_line(ev, self.clock.to_system_time(ev.at));
+        let line = observer::present::render::pleg_line(ev, self.clock.to_system_time(ev.at));
         let _ = serde_json::to_writer(&mut self.out, &line);
         let _ = self.out.write_all(b"\n");
         if ev.kind() == PlegEventType::ContainerDied {
@@ -515,7 +515,7 @@ async fn drive_pod(
 /// this consumer task on the runtime received it.
 async fn consume_pleg(
     mut rx: pleg::PlegReceiver,
-    clock: observer::kernel::BootClock,
+    clock: observer::model::BootClock,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<u64> {

@@ -32,7 +32,7 @@ use std::{
 };
 
 use anyhow::Result;
-use observer::kube::fast;
+use observer::fastpath as fast;
 use observer::{
     pipeline::{FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread},
     pleg::{FastPath, PlegEventType, PodLifecycleEvent},
@@ -189,14 +189,14 @@ fn thread_cpu() -> Duration {
 /// The agent's line writer, counting the deaths' lines (to a drained pipe, as `watch --pods`).
 struct Lines {
     out: std::io::BufWriter<std::fs::File>,
-    clock: observer::kernel::BootClock,
+    clock: observer::model::BootClock,
     died: Arc<AtomicUsize>,
     pending: usize,
 }
 
 impl FastPath for Lines {
     fn event(&mut self, ev: &PodLifecycleEvent, _: std::time::SystemTime) {
-        let line = observer::cli::render::pleg_line(ev, self.clock.to_system_time(ev.at));
+        let line = observer::present::render::pleg_line(ev, self.clock.to_system_time(ev.at));
         let _ = serde_json::to_writer(&mut self.out, &line);
         let _ = self.out.write_all(b"\n");
         if ev.kind() == PlegEventType::ContainerDied {
@@ -315,14 +315,14 @@ fn fast_status(
     round: usize,
     n: usize,
     pods: usize,
-) -> Result<(FastPathFactory, Arc<fast::AliveLedger>)> {
+) -> Result<(FastPathFactory, Arc<observer::status::AliveLedger>)> {
     use observer::{
-        cgroup::{ContainerId, PodUid},
-        kube::conditions::ConditionTypes,
+        model::{ContainerId, PodUid},
         reconcile::{ContainerPhase, ContainerView, PodView},
+        status::conditions::ConditionTypes,
     };
     let types = ConditionTypes::default();
-    let ledger = Arc::new(fast::AliveLedger::default());
+    let ledger = Arc::new(observer::status::AliveLedger::default());
     for p in 0..pods.min(n) {
         let uid = format!("{round:08x}-0000-4000-8000-{p:012x}");
         let name = format!("burst-{p}");

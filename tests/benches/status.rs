@@ -22,8 +22,8 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::client::Body;
 use observer::{
-    kube::{StatusConfig, StatusHandle, StatusManager, StatusMode, StatusStats},
     reconcile::{ContainerPhase, ContainerView, PodView, ReconcileHandle},
+    status::{StatusConfig, StatusHandle, StatusManager, StatusMode, StatusStats},
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -33,7 +33,7 @@ const UID: &str = "0b6a3f5e-0000-4000-8000-00000000beef";
 fn container(restart: u32, phase: ContainerPhase) -> ContainerView {
     let now = SystemTime::now();
     ContainerView {
-        id: observer::cgroup::ContainerId::parse(&format!("{:0>64}", restart)).unwrap(),
+        id: observer::model::ContainerId::parse(&format!("{:0>64}", restart)).unwrap(),
         name: "app".into(),
         restart_count: restart,
         image: "registry.local/app:1".into(),
@@ -57,10 +57,10 @@ fn container(restart: u32, phase: ContainerPhase) -> ContainerView {
 
 fn view(c: ContainerView) -> PodView {
     PodView {
-        uid: observer::cgroup::PodUid::parse(UID).unwrap(),
+        uid: observer::model::PodUid::parse(UID).unwrap(),
         namespace: "default".into(),
         name: "web".into(),
-        sandbox_id: observer::cgroup::ContainerId::parse(&"5".repeat(64)).unwrap(),
+        sandbox_id: observer::model::ContainerId::parse(&"5".repeat(64)).unwrap(),
         sandbox_ready: true,
         created_at: Some(UNIX_EPOCH),
         containers: vec![c],

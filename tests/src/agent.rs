@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use observer::{
     agent::{Agent, AgentConfig},
-    cgroup::{ContainerId, PodUid},
+    model::{ContainerId, PodUid},
     pleg::{PlegEventType, PodLifecycleEvent},
     reconcile::{ContainerView, PodView, ReconcileStats},
 };

@@ -17,11 +17,11 @@ use observer::{
     cgroup::{CgroupMounts, ContainerId, PodUid},
     cri::{api, keys, ConnectionState, ContainerEventStream, CriError},
     kernel::{kmsg, ProbeOptions, Watch},
-    kube::{StatusConfig, StatusHandle, StatusManager, StatusMode},
     pipeline::{KernelPipeline, PipelineConfig, PipelineTask, ReaderThread},
     reconcile::{
         inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler, RuntimeService,
     },
+    status::{StatusConfig, StatusHandle, StatusManager, StatusMode},
 };
 use tokio::sync::{mpsc, watch};
 

@@ -78,8 +78,8 @@ fn env<'a>(c: &'a Container, name: &str) -> Option<&'a k8s_openapi::api::core::v
 }
 
 /// The agent's status-manager settings where the manifest does not set them.
-fn agent_defaults() -> observer::kube::StatusConfig {
-    observer::kube::StatusConfig::new("node", observer::kube::StatusMode::default())
+fn agent_defaults() -> observer::status::StatusConfig {
+    observer::status::StatusConfig::new("node", observer::status::StatusMode::default())
 }
 
 fn kustomization() -> Value {
@@ -670,7 +670,7 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
 }
 
 /// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace.
-/// The kubectl plugin's ClusterRole: exactly what `kube::remote::explain` asks (the pod, the
+/// The kubectl plugin's ClusterRole: exactly what `present::remote::explain` asks (the pod, the
 /// agents' pods by selector, a GET through the pod proxy), and bound to nobody by deploy/.
 #[test]
 fn plugin_role_is_exactly_what_the_plugin_does() {

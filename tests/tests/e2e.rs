@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use observer::{
-    kube::conditions::describe_kill,
     pleg::{ExitReason, PlegEventType},
     reconcile::{ContainerPhase, OomScope, ReconcileStats, ScopeUnknown, Source},
+    status::conditions::describe_kill,
 };
 use observer_tests::{
     agent::{has, kinds, AgentEnv, WAIT},
@@ -104,7 +104,7 @@ async fn exit_3_is_error_code_3() -> Result<()> {
         (
             pod.namespace.as_str(),
             pod.name.as_str(),
-            pod.status().as_str()
+            observer::present::view_status(&pod).as_str()
         ),
         ("default", "exit3", "Error")
     );
@@ -191,7 +191,10 @@ async fn init_oom_kill_is_oomkilled_with_the_victim() -> Result<()> {
     if let Some(rss) = ev.anon_rss_kb {
         assert!(rss > 16 << 10, "anon rss {rss} kB at the kill");
     }
-    assert_eq!(env.pod(&uid).unwrap().status(), "OOMKilled");
+    assert_eq!(
+        observer::present::view_status(&env.pod(&uid).unwrap()),
+        "OOMKilled"
+    );
     // The kernel log's report comes milliseconds after the probes: then the scope is the
     // container's own limit, and the sentence says what filled it and who held it.
     let v = env
@@ -341,7 +344,11 @@ async fn recreated_container_counts_a_restart_and_removal_is_reported() -> Resul
     assert_eq!(v.name, "app");
     let view = env.pod(&pod.uid).unwrap();
     assert_eq!(
-        (view.restarts(), view.ready(), view.status().as_str()),
+        (
+            view.restarts(),
+            view.ready(),
+            observer::present::view_status(&view).as_str()
+        ),
         (1, (1, 1), "Running")
     );
 

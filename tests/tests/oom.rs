@@ -158,14 +158,14 @@ impl Pod {
     fn explained(&self, stack: &AgentStack) -> Result<(Value, String)> {
         let view = stack.reconcile.pod(&self.uid).context("the pod's view")?;
         let api = stack.status.pods().of_view(&view);
-        let e = observer::explain::explain(
+        let e = observer::present::explain::explain(
             &view,
             None,
             api.as_deref().ok_or("the reflector has no such pod"),
         );
         Ok((
             serde_json::to_value(&e)?,
-            observer::explain::render_text(&e),
+            observer::present::explain::render_text(&e),
         ))
     }
 }

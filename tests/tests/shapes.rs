@@ -6,9 +6,9 @@
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use anyhow::Result;
 use observer::{
-    kube::conditions::describe_kill,
     pleg::{ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent},
     reconcile::{ContainerPhase, OomScope, ReconcileStats, Source},
+    status::conditions::describe_kill,
 };
 use observer_tests::{
     agent::{cid, has, kinds, AgentEnv, WAIT},
@@ -291,7 +291,7 @@ async fn init_containers_one_after_another_then_the_main_container() -> Result<(
     }
     let m = view.containers.iter().find(|c| c.id == cid(&main)).unwrap();
     assert_eq!(m.phase, ContainerPhase::Running);
-    assert_eq!(view.status(), "Running");
+    assert_eq!(observer::present::view_status(&view), "Running");
     env.assert_no_misses();
     Ok(())
 }

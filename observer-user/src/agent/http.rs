@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 
 use super::{metrics::Metrics, tasks::TaskHealth};
 use crate::{
-    cri::ReconnectingCri, kube::StatusHandle, pipeline::PipelineHealth, reconcile::ReconcileHandle,
+    cri::ReconnectingCri, pipeline::PipelineHealth, reconcile::ReconcileHandle,
+    status::StatusHandle,
 };
 
 /// What the health checks look at.
@@ -126,7 +127,7 @@ fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Byte
     }
 }
 
-/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::explain`]);
+/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::present::explain`]);
 /// with `?output=text`, as `observer explain` prints it.
 fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
@@ -162,9 +163,14 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
             }),
         },
     };
-    let e = crate::explain::explain(view, container, api.as_deref().map_err(String::as_str));
+    let e =
+        crate::present::explain::explain(view, container, api.as_deref().map_err(String::as_str));
     if text {
-        return reply(StatusCode::OK, TEXT, crate::explain::render_text(&e));
+        return reply(
+            StatusCode::OK,
+            TEXT,
+            crate::present::explain::render_text(&e),
+        );
     }
     match serde_json::to_string_pretty(&e) {
         Ok(body) => reply(StatusCode::OK, "application/json", body + "\n"),
@@ -216,11 +222,9 @@ mod tests {
     use crate::{
         agent::tasks::Tasks,
         cri::{CriConfig, CriEndpoint},
-        kube::{
-            testkit::api::{self, status, Reply},
-            StatusConfig, StatusManager, StatusMode,
-        },
+        kube::testkit::api::{self, status, Reply},
         pipeline::PipelineStats,
+        status::{StatusConfig, StatusManager, StatusMode},
     };
 
     async fn get(path: &str, health: &Health) -> (u16, String) {

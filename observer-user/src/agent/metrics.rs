@@ -21,9 +21,9 @@ use crate::{
     cri::ReconnectingCri,
     exposition::{counter, gauge},
     kernel::Probes,
-    kube::StatusHandle,
     pipeline::PipelineHealth,
     reconcile::ReconcileHandle,
+    status::StatusHandle,
 };
 
 pub use crate::reconcile::{ContainerLabels, OomKillLabels};
@@ -51,7 +51,7 @@ pub struct Sources {
     /// The status manager once it runs.
     pub status: Arc<OnceLock<StatusHandle>>,
     /// The fast path's counters (`conditions` mode).
-    pub fast: Option<Arc<crate::kube::fast::FastStats>>,
+    pub fast: Option<Arc<crate::fastpath::FastStats>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -164,7 +164,7 @@ impl Collector for Sources {
             h.encode_metrics(&mut e)?;
         }
         if let Some(f) = &self.fast {
-            use crate::kube::fast::FastStats;
+            use crate::fastpath::FastStats;
             let g = FastStats::get;
             for (name, help, v) in [
                 ("fast_path_deaths", "Deaths the fast path saw", g(&f.deaths)),

@@ -16,9 +16,10 @@ use std::{
 
 use super::{http, metrics::Metrics, metrics::Sources, Agent, AgentConfig};
 use crate::{
-    kube::{self, fast, StatusConfig, StatusManager},
+    fastpath as fast, kube,
     pipeline::ReaderThread,
     reconcile::inits::StateAccess,
+    status::{self, StatusConfig, StatusManager},
     Error,
 };
 
@@ -67,8 +68,8 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         && cfg
             .status
             .as_ref()
-            .is_some_and(|s| s.status.mode == kube::StatusMode::Conditions);
-    let ledger = Arc::new(fast::AliveLedger::default());
+            .is_some_and(|s| s.status.mode == status::StatusMode::Conditions);
+    let ledger = Arc::new(status::AliveLedger::default());
     let fast_reconcile = Arc::new(OnceLock::new());
     let hook = match cfg.status.as_ref().filter(|_| conditions) {
         Some(s) => {
@@ -130,7 +131,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
     let mode = cfg
         .status
         .as_ref()
-        .map_or(kube::StatusMode::Off, |s| s.status.mode);
+        .map_or(status::StatusMode::Off, |s| s.status.mode);
     tracing::info!(%listen, %mode, %endpoint, "agent running");
 
     if let (Some(setup), Some(api)) = (cfg.status, api) {
@@ -140,7 +141,7 @@ pub async fn run(mut cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Resu
         // Only the full status names the runtime (container ids are `<runtime>://<id>`): only
         // then is its answer waited for, which holds the API's first list back meanwhile.
         let wait = match scfg.mode {
-            kube::StatusMode::Full => Duration::from_secs(10),
+            status::StatusMode::Full => Duration::from_secs(10),
             _ => Duration::ZERO,
         };
         scfg.runtime_name = agent.runtime_name(wait).await;

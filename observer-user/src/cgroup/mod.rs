@@ -42,8 +42,6 @@ pub enum CgroupError {
     OutsideMount { path: String, mount_point: PathBuf },
     #[error("no kubepods cgroup found below {}", mount_point.display())]
     NoKubepodsRoot { mount_point: PathBuf },
-    #[error("invalid pod uid {0:?}")]
-    InvalidPodUid(String),
-    #[error("invalid container id {0:?}")]
-    InvalidContainerId(String),
+    #[error(transparent)]
+    Id(#[from] crate::model::IdError),
 }

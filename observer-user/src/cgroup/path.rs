@@ -6,9 +6,8 @@
 //! [`container_cgroup_path`], ...) write the same layouts, so tests can lay out cgroup trees
 //! exactly as kubelet and the runtimes do.
 use std::fmt;
-use std::str::FromStr;
 
-use super::CgroupError;
+pub use crate::model::{ContainerId, PodUid};
 
 /// Pod QoS class, as kubelet names it in `status.qosClass`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,129 +102,14 @@ impl fmt::Display for Runtime {
     }
 }
 
-fn is_lower_hex(b: u8) -> bool {
-    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
-}
-
-/// A pod UID in its API form: a dashed lowercase UUID (`8-4-4-4-12`), or the 32 lowercase hex
-/// digits kubelet gives static pods read from files (an md5 sum, no dashes).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodUid {
-    bytes: [u8; 36],
-    len: u8,
-}
-
-const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
-
-impl PodUid {
-    /// Parses the API form; `None` for anything else (uppercase, wrong length, stray characters).
-    pub fn parse(s: &str) -> Option<PodUid> {
-        Self::parse_with_sep(s.as_bytes(), b'-')
-    }
-
-    /// `sep` is what stands for '-' in the source: the systemd driver writes '_' because '-'
-    /// separates slice levels.
-    fn parse_with_sep(b: &[u8], sep: u8) -> Option<PodUid> {
-        let mut bytes = [0u8; 36];
-        match b.len() {
-            32 if b.iter().all(|&c| is_lower_hex(c)) => {
-                bytes[..32].copy_from_slice(b);
-                Some(PodUid { bytes, len: 32 })
-            }
-            36 => {
-                for (i, &c) in b.iter().enumerate() {
-                    if UUID_DASHES.contains(&i) {
-                        if c != sep {
-                            return None;
-                        }
-                        bytes[i] = b'-';
-                    } else if is_lower_hex(c) {
-                        bytes[i] = c;
-                    } else {
-                        return None;
-                    }
-                }
-                Some(PodUid { bytes, len: 36 })
-            }
-            _ => None,
+/// The uid as the driver writes it in a cgroup name: the systemd driver puts '_' for '-',
+/// which separates slice levels.
+fn push_uid(uid: &PodUid, driver: CgroupDriver, out: &mut String) {
+    match driver {
+        CgroupDriver::Cgroupfs => out.push_str(uid.as_str()),
+        CgroupDriver::Systemd => {
+            out.extend(uid.as_str().chars().map(|c| if c == '-' { '_' } else { c }))
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        // Only ASCII hex digits and '-' are ever stored.
-        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
-    }
-
-    fn push_escaped(&self, driver: CgroupDriver, out: &mut String) {
-        match driver {
-            CgroupDriver::Cgroupfs => out.push_str(self.as_str()),
-            CgroupDriver::Systemd => {
-                out.extend(
-                    self.as_str()
-                        .chars()
-                        .map(|c| if c == '-' { '_' } else { c }),
-                )
-            }
-        }
-    }
-}
-
-impl FromStr for PodUid {
-    type Err = CgroupError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PodUid::parse(s).ok_or_else(|| CgroupError::InvalidPodUid(s.to_owned()))
-    }
-}
-
-impl fmt::Display for PodUid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for PodUid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PodUid({})", self.as_str())
-    }
-}
-
-/// A container id as the runtimes put it in cgroup names: 64 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ContainerId([u8; 64]);
-
-impl ContainerId {
-    pub fn parse(s: &str) -> Option<ContainerId> {
-        Self::parse_bytes(s.as_bytes())
-    }
-
-    fn parse_bytes(b: &[u8]) -> Option<ContainerId> {
-        let arr: [u8; 64] = b.try_into().ok()?;
-        arr.iter()
-            .all(|&c| is_lower_hex(c))
-            .then_some(ContainerId(arr))
-    }
-
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).unwrap_or("")
-    }
-}
-
-impl FromStr for ContainerId {
-    type Err = CgroupError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ContainerId::parse(s).ok_or_else(|| CgroupError::InvalidContainerId(s.to_owned()))
-    }
-}
-
-impl fmt::Display for ContainerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for ContainerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ContainerId({})", self.as_str())
     }
 }
 
@@ -501,7 +385,7 @@ pub fn pod_cgroup_path(driver: CgroupDriver, qos: Qos, uid: &PodUid) -> String {
             s.push_str("pod");
         }
     }
-    uid.push_escaped(driver, &mut s);
+    push_uid(uid, driver, &mut s);
     if driver == CgroupDriver::Systemd {
         s.push_str(".slice");
     }

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::{
     agent::AgentConfig,
     cri::CriEndpoint,
-    explain::{explain, render_text},
     kube::pods::is_pod_of,
+    present::explain::{explain, render_text},
 };
 
 #[derive(Debug, clap::Args)]

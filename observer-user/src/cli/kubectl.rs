@@ -5,7 +5,7 @@ use std::{ffi::OsString, process::ExitCode};
 
 use anyhow::Context;
 
-use crate::kube::remote::{self, Agents};
+use crate::present::remote::{self, Agents};
 
 #[derive(Debug, clap::Args)]
 pub struct KubectlArgs {

@@ -3,7 +3,6 @@
 mod check;
 mod explain;
 mod kubectl;
-pub mod render;
 mod run;
 mod status;
 mod stdout;

@@ -14,7 +14,8 @@ use anyhow::Context;
 use crate::{
     agent::{self, AgentConfig, RunConfig, StatusSetup},
     cri::CriEndpoint,
-    kube::{self, StatusConfig, StatusMode},
+    kube,
+    status::{StatusConfig, StatusMode},
 };
 
 /// The agent's port: metrics, health and readiness.
@@ -141,6 +142,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// `--condition-prefix`: refused at start unless the API would accept the condition types.
 fn condition_prefix(s: &str) -> Result<String, kube::KubeError> {
-    kube::check_prefix(s)?;
+    crate::status::check_prefix(s)?;
     Ok(s.to_string())
 }

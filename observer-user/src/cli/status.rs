@@ -11,15 +11,13 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use super::render::rfc3339;
+use crate::present::render::rfc3339;
 use crate::{
     agent::AgentConfig,
     cri::CriEndpoint,
-    kube::{
-        compute::print::{columns, computed_pod, human_duration, restarts_cell, Columns},
-        ConditionTypes, Unknown,
-    },
+    present::print::{columns, computed_pod, human_duration, restarts_cell, Columns},
     reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView, ReconcileStats},
+    status::{ConditionTypes, Unknown},
 };
 
 #[derive(Debug, clap::Args)]
@@ -265,7 +263,7 @@ struct ContainerRow {
 
 impl Row {
     fn of(p: &PodView, columns: &Columns) -> Self {
-        let name_of = |id: &crate::cgroup::ContainerId| {
+        let name_of = |id: &crate::model::ContainerId| {
             p.containers
                 .iter()
                 .find(|c| c.id == *id)
@@ -307,7 +305,7 @@ fn oom_row(o: &OomEvidence, container: &str, c: Option<&ContainerView>) -> OomRo
             s => s.as_str(),
         },
         scope: o.scope.label(),
-        message: crate::kube::conditions::describe_kill(o, c, None),
+        message: crate::status::conditions::describe_kill(o, c, None),
     }
 }
 
@@ -483,7 +481,7 @@ mod tests {
             ("OOMKilled", "?/2", 1)
         );
         assert_eq!(
-            v.status(),
+            crate::present::view_status(&v),
             row.status,
             "the view's STATUS is the same computation"
         );

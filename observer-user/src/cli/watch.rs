@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{bail, Context};
 
-use super::render::{
+use crate::present::render::{
     pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, PlegLine, WatchLine,
 };
 use crate::{
@@ -429,11 +429,11 @@ async fn watch_pods_reconciled(
                             for c in &pod.containers {
                                 if let Some(o) = &c.last_oom {
                                     if o.source != crate::reconcile::Source::Kernel && p.killed.insert((c.id, o.pid)) {
-                                        lines.push(super::render::view_oom_line(&pod, c, o));
+                                        lines.push(crate::present::render::view_oom_line(&pod, c, o));
                                     }
                                 }
                                 if c.phase == crate::reconcile::ContainerPhase::Exited && p.died.insert(c.id) {
-                                    lines.push(super::render::view_died_line(&pod, c));
+                                    lines.push(crate::present::render::view_died_line(&pod, c));
                                 }
                             }
                         }

@@ -87,7 +87,7 @@ impl CriError {
 
     /// The message with every cause, for logs and state that keep only a string.
     pub fn chain(&self) -> String {
-        crate::error::chain(self)
+        crate::model::chain(self)
     }
 
     /// What the operator should check, for the errors a wrong `--cri-endpoint` gives.

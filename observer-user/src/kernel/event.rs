@@ -2,9 +2,7 @@
 //! decoder (PLEG, `observer watch`) works on these and can be tested without a kernel.
 use std::fmt;
 
-/// Nanoseconds since boot (`CLOCK_BOOTTIME`), the kernel side's clock. See [`super::clock`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BootNs(pub u64);
+pub use crate::model::BootNs;
 
 /// A task name as the kernel keeps it: at most 15 bytes, stored inline so events don't allocate.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]

@@ -1,7 +1,6 @@
 //! The kernel side's userspace half: load and attach the eBPF programs, read the ring buffer,
 //! decode records into typed events.
 pub mod btf;
-pub mod clock;
 pub mod decode;
 pub mod event;
 pub mod kmsg;
@@ -13,7 +12,7 @@ pub mod tracefs;
 
 use std::{path::PathBuf, time::Duration};
 
-pub use clock::BootClock;
+pub use crate::model::BootClock;
 pub use event::*;
 pub use known_inits::KnownInits;
 pub use loader::{

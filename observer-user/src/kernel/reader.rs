@@ -17,9 +17,11 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
+use crate::model::BootClock;
+
 use super::{
-    clock::BootClock, decode::decode, event::KernelEvent, loader::Stats, KernelError,
-    QUIET_IDLE_DELAY, QUIET_RECORD_DELAY,
+    decode::decode, event::KernelEvent, loader::Stats, KernelError, QUIET_IDLE_DELAY,
+    QUIET_RECORD_DELAY,
 };
 
 pub struct EventReader {

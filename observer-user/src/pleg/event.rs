@@ -6,6 +6,15 @@ use crate::{
     kernel::{BootNs, Comm, OomKill, WaitStatus},
 };
 
+/// A container's death, as the PLEG sent it: what a death's status patch is made from.
+#[derive(Clone, Debug)]
+pub struct Death {
+    pub pod: PodUid,
+    pub container: ContainerId,
+    pub at: BootNs,
+    pub exit: ContainerExit,
+}
+
 /// kubelet's `PodLifeCycleEventType`, plus `OomKill`, which kubelet has no event for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PlegEventType {

@@ -9,7 +9,7 @@ pub mod stream;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-pub use event::{ContainerExit, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
+pub use event::{ContainerExit, Death, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
 pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
 pub use stream::{channel, FastPath, FastPathSlot, LagCounter, PlegReceiver, PlegSender, Stamped};
 

@@ -21,7 +21,7 @@ use std::{
 use tokio::sync::Notify;
 
 use super::event::PodLifecycleEvent;
-use crate::{cgroup::PodUid, kernel::BootNs};
+use crate::{model::BootNs, model::PodUid};
 
 /// An event and the wall time the PLEG sent it.
 #[derive(Clone, Debug)]
@@ -245,7 +245,7 @@ impl PlegReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup::ContainerId;
+    use crate::model::ContainerId;
     use crate::pleg::{PlegEvent, PlegEventType};
 
     fn uid(n: u8) -> PodUid {

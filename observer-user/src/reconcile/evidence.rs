@@ -1,7 +1,7 @@
 //! What the kernel said about each container, gathered from the PLEG's events.
 use crate::{
-    cgroup::ContainerId,
     kernel::{BootNs, Comm, OomKill},
+    model::ContainerId,
     pleg::{ContainerExit, PlegEvent, PodLifecycleEvent},
 };
 

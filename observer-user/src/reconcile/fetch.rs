@@ -5,8 +5,8 @@ use k8s_cri::v1 as api;
 
 use super::runtime::RuntimeService;
 use crate::{
-    cgroup::PodUid,
     cri::{keys, CriError},
+    model::PodUid,
 };
 
 #[derive(Debug, Default)]

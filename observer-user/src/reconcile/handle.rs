@@ -12,7 +12,7 @@ use std::{
 use tokio::sync::{broadcast, watch, Notify};
 
 use super::view::PodView;
-use crate::{cgroup::PodUid, pleg::PodLifecycleEvent};
+use crate::{model::PodUid, pleg::PodLifecycleEvent};
 
 /// How often the reconciler's loop turns at the least.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);

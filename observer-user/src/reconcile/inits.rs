@@ -29,7 +29,7 @@ use std::{
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::cgroup::ContainerId;
+use crate::model::ContainerId;
 
 const FILE: &str = "inits";
 const LOCK: &str = "lock";

@@ -16,10 +16,10 @@ use prometheus_client::{
 };
 
 use super::view::{OomScope, PodView, ScopeUnknown};
-use crate::cgroup::{ContainerId, PodUid};
+use crate::model::{ContainerId, PodUid};
 
 /// How long a kill waits for the kernel log's report before it is counted (and its Event
-/// published, `kube::manager`) with scope `unknown`.
+/// published, `status::manager`) with scope `unknown`.
 pub const SCOPE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -162,7 +162,7 @@ impl KillCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::testkit::{cv, oom, t, view};
+    use crate::reconcile::testkit::{cv, oom, t, view};
     use crate::reconcile::ContainerPhase;
 
     fn count(f: &Family<OomKillLabels, Counter>, scope: &'static str) -> u64 {

@@ -361,12 +361,7 @@ fn log_covers(i: &Inputs<'_>, v: &ContainerView) -> bool {
 
 /// Whether the probes' victim `pid`, chosen at `at`, is the log's kill `k`: the same pid, chosen
 /// within 2 s of each other on the wall clock (pids are reused, never within seconds).
-pub fn same_kill(
-    pid: u32,
-    at: crate::kernel::BootNs,
-    k: &LoggedOomKill,
-    clock: &BootClock,
-) -> bool {
+pub fn same_kill(pid: u32, at: crate::model::BootNs, k: &LoggedOomKill, clock: &BootClock) -> bool {
     pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
 }
 

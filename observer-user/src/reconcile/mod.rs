@@ -27,6 +27,8 @@ pub mod relist;
 pub mod runtime;
 mod runtime_events;
 mod snapshot;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod view;
 
 use std::{collections::HashMap, time::Duration};
@@ -47,9 +49,9 @@ pub use view::{
 };
 
 use crate::{
-    cgroup::{ContainerId, PodUid},
     cri::{CriError, KubeletLabels, ReconnectingCri},
     kernel::{kmsg::LoggedOomKill, BootClock},
+    model::{ContainerId, PodUid},
     pleg::{PlegReceiver, PodLifecycleEvent},
     runner::{Finished, Runner, RunnerConfig, Step},
     sync::AbortOnDrop,

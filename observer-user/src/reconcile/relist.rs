@@ -7,8 +7,8 @@ use k8s_cri::v1 as api;
 
 use super::{handle::NodeView, merge::cri_phase, view::ContainerPhase};
 use crate::{
-    cgroup::{ContainerId, PodUid},
     cri::KubeletLabels,
+    model::{ContainerId, PodUid},
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use tokio::sync::mpsc;
 
 use super::runtime::RuntimeService;
-use crate::{cgroup::PodUid, cri::KubeletLabels};
+use crate::{cri::KubeletLabels, model::PodUid};
 
 pub async fn follow<R: RuntimeService>(cri: R, tx: mpsc::Sender<PodUid>) {
     let mut conn = cri.connection();

@@ -6,7 +6,7 @@ use k8s_cri::v1 as api;
 use tokio::time::Instant;
 
 use super::{fetch::PodSnapshot, merge::cri_phase, view::ContainerPhase, Tracked};
-use crate::cgroup::{ContainerId, PodUid};
+use crate::model::{ContainerId, PodUid};
 
 #[derive(Debug)]
 pub(super) struct SnapshotPlan {

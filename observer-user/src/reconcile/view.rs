@@ -2,8 +2,8 @@
 use std::time::SystemTime;
 
 use crate::{
-    cgroup::{ContainerId, PodUid},
     kernel::oom_report::SharedReport,
+    model::{ContainerId, PodUid},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,7 +200,7 @@ impl PodView {
     }
 
     /// Running containers / containers of the view (the table's READY is the computed
-    /// status's, `kube::compute::print`).
+    /// status's, `present::print`).
     pub fn ready(&self) -> (usize, usize) {
         let cur: Vec<_> = self.current().collect();
         (
@@ -214,13 +214,6 @@ impl PodView {
     /// The sum of the current instances' restart counts.
     pub fn restarts(&self) -> u32 {
         self.current().map(|c| c.restart_count).sum()
-    }
-
-    /// kubectl's STATUS column for the status the agent computes from what CRI and the kernel
-    /// know (`kube::compute`; without the API, so without the pod's spec): one computation for
-    /// every output.
-    pub fn status(&self) -> String {
-        crate::kube::compute::print::view_columns(self, SystemTime::now()).status
     }
 }
 

@@ -1,0 +1,523 @@
+//! Events (events.k8s.io/v1) through kube's [`Recorder`]: OOM kills, container deaths, audit
+//! findings. Rate-limited per pod, with bounded memory, published off the status path.
+//!
+//! kube 5's Recorder de-duplicates on (type, action, reason, reporter, regarding, related), not
+//! on the note: a repeat bumps the first event's series count and keeps the first note. So the
+//! key must determine the note:
+//! - `regarding` is the pod with kubelet's container field path (`spec.containers{app}`), so
+//!   two containers never share an event (ObjectReference equality includes the field path);
+//! - an OOM kill's action names the victim (`OOMKill/<pid>@<unix second>`): each victim is its
+//!   own event, its note naming it; the action does not show in `kubectl describe`;
+//! - a death's action is its exit (`Exit/<code>` or `Signal/<n>`) and its reason the exit
+//!   reason: a crash loop dying the same way folds into one event with a series count, and a
+//!   different death is a new event;
+//! - an audit finding's action names the container instance (`Audit/<container id>`).
+//!
+//! Memory: the per-pod token buckets are dropped when the pod leaves and capped in number; the
+//! queue to the publishing task is bounded (overflow is dropped and counted); the Recorder's own
+//! cache keeps an event for 6 minutes, so it holds at most what the rate limit lets through.
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, UNIX_EPOCH},
+};
+
+use ::kube::{
+    runtime::events::{Event, EventType, Recorder, Reporter},
+    Client,
+};
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::mpsc;
+
+use super::{
+    audit::Finding,
+    conditions::{describe_kill, kib},
+};
+use crate::{
+    cri::PodRef,
+    ratelimit::{KeyedLimiter, Rate},
+    reconcile::{ContainerView, OomEvidence},
+};
+
+/// Events' limits.
+#[derive(Clone, Debug)]
+pub struct EventConfig {
+    /// Events waiting to be published, over all pods.
+    pub queue: usize,
+    /// Events a pod may publish at once...
+    pub burst: u32,
+    /// ...then one per this period.
+    pub refill: Duration,
+    /// Pods whose rate limit is remembered at once.
+    pub max_pods: usize,
+    /// Per publish (create or patch).
+    pub timeout: Duration,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        Self {
+            queue: 512,
+            burst: 8,
+            refill: Duration::from_secs(15),
+            max_pods: 4096,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Clone, Debug)]
+pub enum PodEvent {
+    OomKill {
+        container: String,
+        init_container: bool,
+        victim: Box<OomEvidence>,
+        /// Whether the container outlived the kill (None: unknown).
+        survived: Option<bool>,
+        /// The container's memory limit, from its spec.
+        limit: Option<String>,
+        /// The container as the view had it (for the note).
+        view: Option<Box<ContainerView>>,
+    },
+    ContainerDied {
+        container: String,
+        init_container: bool,
+        exit_code: Option<i32>,
+        signal: Option<u8>,
+        reason: Option<String>,
+    },
+    Audit(Finding),
+}
+
+/// Counters, readable while the publisher runs.
+#[derive(Debug, Default)]
+pub struct EventStats {
+    pub queued: AtomicU64,
+    pub published: AtomicU64,
+    pub failed: AtomicU64,
+    /// Over the pod's rate limit.
+    pub rate_limited: AtomicU64,
+    /// The queue was full.
+    pub overflow: AtomicU64,
+    /// Queued, not yet published or failed (a gauge).
+    pub pending: AtomicU64,
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+impl EventStats {
+    pub fn snapshot(&self) -> [u64; 6] {
+        [
+            get(&self.queued),
+            get(&self.published),
+            get(&self.failed),
+            get(&self.rate_limited),
+            get(&self.overflow),
+            get(&self.pending),
+        ]
+    }
+}
+
+const NOTE_LIMIT: usize = 1024;
+
+impl PodEvent {
+    /// The Recorder's event, and the field path of `regarding`.
+    pub fn render(&self) -> (Event, String) {
+        let field = |c: &str, init: bool| {
+            if init {
+                format!("spec.initContainers{{{c}}}")
+            } else {
+                format!("spec.containers{{{c}}}")
+            }
+        };
+        let (type_, reason, action, note, path) = match self {
+            PodEvent::OomKill {
+                container,
+                init_container,
+                victim,
+                limit,
+                view,
+                ..
+            } => {
+                let secs = victim
+                    .time
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let note = describe_kill(victim, view.as_deref(), limit.as_deref());
+                (
+                    EventType::Warning,
+                    if victim.init == Some(true) {
+                        "OOMKilled"
+                    } else {
+                        "ProcessOOMKilled"
+                    }
+                    .to_string(),
+                    format!("OOMKill/{}@{secs}", victim.pid),
+                    note,
+                    field(container, *init_container),
+                )
+            }
+            PodEvent::ContainerDied {
+                container,
+                init_container,
+                exit_code,
+                signal,
+                reason,
+            } => {
+                let reason = reason.clone().unwrap_or_else(|| "Unknown".into());
+                let (action, how) = match (signal, exit_code) {
+                    (Some(s), code) => (
+                        format!("Signal/{s}"),
+                        format!(
+                            "was killed by signal {s} (exit code {})",
+                            code.unwrap_or(128 + i32::from(*s))
+                        ),
+                    ),
+                    (None, Some(c)) => (format!("Exit/{c}"), format!("exited with code {c}")),
+                    (None, None) => ("Exit/unknown".into(), "is gone, how is unknown".into()),
+                };
+                let ok = *exit_code == Some(0) && signal.is_none();
+                (
+                    if ok {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    },
+                    if ok {
+                        "ContainerCompleted".into()
+                    } else {
+                        format!("ContainerDied{reason}")
+                    },
+                    action,
+                    format!("container {container} {how}: {reason} (seen by the kernel)"),
+                    field(container, *init_container),
+                )
+            }
+            PodEvent::Audit(f) => (
+                EventType::Warning,
+                f.kind.reason().to_string(),
+                format!("Audit/{}", &f.container_id[..f.container_id.len().min(64)]),
+                f.message(),
+                field(&f.container, f.init),
+            ),
+        };
+        let mut note = note;
+        if note.len() > NOTE_LIMIT {
+            let mut cut = NOTE_LIMIT - 3;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str("...");
+        }
+        (
+            Event {
+                type_,
+                reason: truncate(reason, 128),
+                note: Some(note),
+                action: truncate(action, 128),
+                secondary: None,
+            },
+            path,
+        )
+    }
+}
+
+fn truncate(mut s: String, n: usize) -> String {
+    if s.len() > n {
+        let mut cut = n;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// kubelet's reference to a container of a pod.
+pub fn regarding(pod: &PodRef, field_path: String) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.clone()),
+        uid: Some(pod.uid.clone()),
+        field_path: Some(field_path),
+        resource_version: None,
+    }
+}
+
+/// Takes events from the status manager, rate-limits them per pod and queues them for the
+/// publishing task.
+pub struct EventPublisher {
+    tx: mpsc::Sender<(ObjectReference, Event)>,
+    limits: KeyedLimiter<String>,
+    stats: Arc<EventStats>,
+}
+
+impl EventPublisher {
+    /// The publisher, and the task that publishes (spawn it; it ends when the publisher is
+    /// dropped and its queue is empty). `url` names the API server in reports.
+    pub fn new(
+        client: Client,
+        reporter: Reporter,
+        cfg: EventConfig,
+        url: &str,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let url = url.to_string();
+        let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(cfg.queue.max(1));
+        let stats = Arc::new(EventStats::default());
+        let worker_stats = Arc::clone(&stats);
+        let recorder = Recorder::new(client, reporter);
+        let timeout = cfg.timeout;
+        let worker = async move {
+            while let Some((reference, event)) = rx.recv().await {
+                let r = tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await;
+                match r {
+                    Ok(Ok(())) => {
+                        worker_stats.published.fetch_add(1, Ordering::Relaxed);
+                    }
+                    failed => {
+                        let n = worker_stats.failed.fetch_add(1, Ordering::Relaxed);
+                        // One line per power of two: an API outage does not flood the log.
+                        if n.is_power_of_two() || n == 0 {
+                            let why = match failed {
+                                Ok(Err(e)) => crate::kube::describe_api_error(&e, &url),
+                                _ => format!("no answer within {timeout:?}"),
+                            };
+                            tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}");
+                        }
+                    }
+                }
+                worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
+            }
+        };
+        (
+            Self {
+                tx,
+                limits: KeyedLimiter::new(
+                    Rate {
+                        burst: cfg.burst,
+                        refill: cfg.refill,
+                    },
+                    cfg.max_pods,
+                ),
+                stats,
+            },
+            worker,
+        )
+    }
+
+    /// Queues the event unless the pod is over its rate or the queue is full (both counted).
+    /// Returns whether it was queued.
+    pub fn publish(&mut self, pod: &PodRef, ev: &PodEvent) -> bool {
+        if !self.limits.take(pod.uid.as_str()).allowed() {
+            self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(pod = %pod.name, "event over the pod's rate limit: dropped");
+            return false;
+        }
+        let (event, path) = ev.render();
+        self.stats.pending.fetch_add(1, Ordering::Relaxed);
+        match self.tx.try_send((regarding(pod, path), event)) {
+            Ok(()) => {
+                self.stats.queued.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+                self.stats.overflow.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// The pod left the node: its rate limit is forgotten.
+    pub fn forget(&mut self, uid: &str) {
+        self.limits.forget(uid);
+    }
+
+    pub fn stats(&self) -> Arc<EventStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Pods whose rate limit is remembered.
+    pub fn tracked_pods(&self) -> usize {
+        self.limits.len()
+    }
+}
+
+/// "63.5 MiB" for the notes of other modules.
+pub fn memory(kb: Option<u64>) -> String {
+    kb.map(kib).unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+
+    use super::*;
+    use crate::kube::testkit::{api::*, *};
+    use crate::reconcile::ContainerPhase;
+
+    fn pod_ref() -> PodRef {
+        PodRef {
+            uid: UID.into(),
+            namespace: NS.into(),
+            name: NAME.into(),
+        }
+    }
+
+    fn kill(pid: u32, comm: &str) -> PodEvent {
+        let c = cv("app", 0, ContainerPhase::Running);
+        PodEvent::OomKill {
+            container: "app".into(),
+            init_container: false,
+            victim: Box::new(oom(&c, pid, comm, false)),
+            survived: Some(true),
+            limit: Some("64Mi".into()),
+            view: Some(Box::new(c)),
+        }
+    }
+
+    fn publisher(cfg: EventConfig) -> (EventPublisher, Arc<std::sync::Mutex<Vec<Seen>>>) {
+        let (client, handle) = client();
+        let seen = serve(handle, vec![]);
+        let reporter = Reporter {
+            controller: "observer".into(),
+            instance: Some("node-1".into()),
+        };
+        let (p, worker) = EventPublisher::new(client, reporter, cfg, "");
+        tokio::spawn(worker);
+        (p, seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_oom_victim_is_its_own_event_with_its_own_note() {
+        let (mut p, seen) = publisher(EventConfig::default());
+        assert!(p.publish(&pod_ref(), &kill(4100, "hog")));
+        assert!(p.publish(&pod_ref(), &kill(4200, "worker")));
+        let s = wait_for(&seen, 2, Duration::from_secs(5)).await;
+        assert_eq!(s.len(), 2);
+        for (req, (pid, comm)) in s.iter().zip([(4100, "hog"), (4200, "worker")]) {
+            assert_eq!(
+                req.method,
+                http::Method::POST,
+                "a new event, not a series bump"
+            );
+            assert_eq!(req.path, "/apis/events.k8s.io/v1/namespaces/default/events");
+            assert_eq!(req.content_type, "application/json");
+            let e: K8sEvent = serde_json::from_value(req.body.clone()).unwrap();
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            assert_eq!(e.reason.as_deref(), Some("ProcessOOMKilled"));
+            assert_eq!(e.reporting_controller.as_deref(), Some("observer"));
+            assert_eq!(e.reporting_instance.as_deref(), Some("node-1"));
+            let r = e.regarding.unwrap();
+            assert_eq!(
+                (
+                    r.kind.as_deref(),
+                    r.name.as_deref(),
+                    r.uid.as_deref(),
+                    r.field_path.as_deref()
+                ),
+                (
+                    Some("Pod"),
+                    Some(NAME),
+                    Some(UID),
+                    Some("spec.containers{app}")
+                )
+            );
+            let note = e.note.unwrap();
+            assert!(
+                note.contains(&format!("process {comm} (pid {pid})")),
+                "{note}"
+            );
+            assert!(
+                note.contains("limit 64Mi") && note.contains("survived"),
+                "{note}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_death_again_is_a_series_of_one_event() {
+        let (mut p, seen) = publisher(EventConfig::default());
+        let died = PodEvent::ContainerDied {
+            container: "app".into(),
+            init_container: false,
+            exit_code: Some(1),
+            signal: None,
+            reason: Some("Error".into()),
+        };
+        assert!(p.publish(&pod_ref(), &died));
+        wait_for(&seen, 1, Duration::from_secs(5)).await;
+        assert!(p.publish(&pod_ref(), &died));
+        let s = wait_for(&seen, 2, Duration::from_secs(5)).await;
+        assert_eq!(s[0].method, http::Method::POST);
+        assert_eq!(s[1].method, http::Method::PATCH);
+        assert_eq!(s[1].content_type, "application/merge-patch+json");
+        let e: K8sEvent = serde_json::from_value(s[1].body.clone()).unwrap();
+        assert_eq!(e.series.unwrap().count, 2);
+        assert_eq!(
+            e.note.as_deref(),
+            Some("container app exited with code 1: Error (seen by the kernel)")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_is_rate_limited_and_refills() {
+        let cfg = EventConfig {
+            burst: 3,
+            refill: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let (mut p, _seen) = publisher(cfg);
+        let accepted = (0..10)
+            .filter(|i| p.publish(&pod_ref(), &kill(5000 + i, "x")))
+            .count();
+        assert_eq!(accepted, 3);
+        assert_eq!(p.stats().rate_limited.load(Ordering::Relaxed), 7);
+        // Another pod has its own budget.
+        let other = PodRef {
+            uid: "other".into(),
+            ..pod_ref()
+        };
+        assert!(p.publish(&other, &kill(1, "y")));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            p.publish(&pod_ref(), &kill(6000, "z")),
+            "one token back after the period"
+        );
+        assert!(!p.publish(&pod_ref(), &kill(6001, "z")));
+        p.forget("other");
+        assert_eq!(p.tracked_pods(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_is_bounded_in_pods_and_queue() {
+        let cfg = EventConfig {
+            max_pods: 4,
+            queue: 2,
+            ..Default::default()
+        };
+        let (client, _handle) = client(); // nobody answers: the queue fills
+        let (mut p, _worker) = EventPublisher::new(client, "observer".into(), cfg, "");
+        for i in 0..100 {
+            let pod = PodRef {
+                uid: format!("pod-{i}"),
+                ..pod_ref()
+            };
+            p.publish(&pod, &kill(i, "x"));
+        }
+        assert!(p.tracked_pods() <= 4);
+        let s = p.stats();
+        assert_eq!(s.queued.load(Ordering::Relaxed), 2);
+        assert_eq!(s.overflow.load(Ordering::Relaxed), 98);
+    }
+}

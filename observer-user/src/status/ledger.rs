@@ -1,0 +1,414 @@
+//! The one owner of `ContainersAlive`'s truth, shared by the status manager and the fast path
+//! (the only state the two writers share): the last condition either side submitted per pod, the
+//! fast path's claim on a death's False transition, and each pod's [`Basis`] (the view and API
+//! pod the manager last computed, with each running container's failed-death patch made ahead).
+//!
+//! The protocol: the fast path [`AliveLedger::claim`]s (or [`AliveLedger::claim_ahead`] then
+//! [`AliveLedger::settle`]s) a death, then [`AliveLedger::confirm`]s or [`AliveLedger::fail`]s
+//! it by the API's answer; the manager asks [`AliveLedger::manager_turn`] before computing a pod,
+//! and [`AliveLedger::record`]s what it submitted. Its lock is held for map operations only.
+use std::{
+    collections::HashMap,
+    sync::{atomic::Ordering, Arc, Mutex},
+};
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+
+use super::{conditions::ConditionTypes, prepared::Prepared};
+use crate::{
+    model::{ContainerId, PodUid},
+    reconcile::{ContainerPhase, PodView},
+};
+
+/// A death the fast path claimed: its False transition is the fast path's to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub container: ContainerId,
+    /// The API accepted the fast path's patch.
+    pub confirmed: bool,
+    /// The fast path's patch was not accepted (an error, a timeout): the manager writes it.
+    pub failed: bool,
+}
+
+impl Claim {
+    fn new(container: ContainerId) -> Self {
+        Self {
+            container,
+            confirmed: false,
+            failed: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    /// `ContainersAlive` as last submitted by either side.
+    alive: Option<PodCondition>,
+    claim: Option<Claim>,
+    basis: Option<Arc<Basis>>,
+}
+
+impl Entry {
+    /// A death can be claimed: no claim is held, and the last submitted condition is not False
+    /// already (then no death is a transition).
+    fn claimable(&self) -> bool {
+        self.claim.is_none() && self.alive.as_ref().is_none_or(|a| a.status != "False")
+    }
+}
+
+/// What a death's patch is computed from: the pod's reconciled view and its API object as the
+/// status manager last computed the pod (set at each of its turns), so that the PLEG's thread
+/// never waits for the reconciler's or the reflector's locks; and each running container's
+/// failed death, made ahead from them.
+#[derive(Debug)]
+pub struct Basis {
+    pub view: PodView,
+    pub pod: Arc<Pod>,
+    pub prepared: Vec<Prepared>,
+}
+
+/// The last `ContainersAlive` submitted per pod, the fast path's claims, and each pod's
+/// [`Basis`]. Its lock is held for map operations only, by either side.
+#[derive(Debug, Default)]
+pub struct AliveLedger {
+    pods: Mutex<HashMap<PodUid, Entry>>,
+    /// The fast path has its client (the API answered it): claims can be answered.
+    writer: std::sync::atomic::AtomicBool,
+}
+
+/// What the manager is to do with a pod, from the ledger.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ManagerTurn {
+    /// No claim: as without a fast path (`alive`: the last submitted, for its transition time).
+    Free { alive: Option<PodCondition> },
+    /// The fast path claimed a death the view does not show yet: writing now would say True.
+    Wait,
+    /// The view shows the claimed death and the fast path's patch is still in flight: writing
+    /// now would send the same condition twice. The fast path marks the pod changed when its
+    /// patch is answered, and the manager takes its turn then.
+    InFlight,
+    /// The view caught up with the claimed death: `alive` is what the fast path wrote (its
+    /// transition time to keep), `confirmed` whether the API has it.
+    Take {
+        alive: PodCondition,
+        confirmed: bool,
+    },
+}
+
+impl AliveLedger {
+    /// The fast path: claims the transition to `alive` (False) for `container`'s death, unless
+    /// the ledger already says False or another death is claimed. `decide` gets the last
+    /// submitted condition and returns the False condition to write, or `None`.
+    pub fn claim(
+        &self,
+        pod: PodUid,
+        container: ContainerId,
+        decide: impl FnOnce(Option<&PodCondition>) -> Option<PodCondition>,
+    ) -> Option<(Option<PodCondition>, PodCondition)> {
+        let mut map = crate::sync::lock(&self.pods);
+        let e = map.entry(pod).or_default();
+        if !e.claimable() {
+            return None;
+        }
+        let alive = decide(e.alive.as_ref())?;
+        let before = e.alive.replace(alive.clone());
+        e.claim = Some(Claim::new(container));
+        Some((before, alive))
+    }
+
+    /// [`Self::claim`] of a made-ahead death, whose condition comes after its request is
+    /// written ([`Self::settle`]): `ok` says, from the last submitted condition, whether the
+    /// death is a transition. Until settled the manager sees the claim (it waits, or finds it in
+    /// flight) and the last submitted condition is the one before.
+    pub fn claim_ahead(
+        &self,
+        pod: PodUid,
+        container: ContainerId,
+        ok: impl FnOnce(Option<&PodCondition>) -> bool,
+    ) -> bool {
+        let mut map = crate::sync::lock(&self.pods);
+        let e = map.entry(pod).or_default();
+        if !e.claimable() || !ok(e.alive.as_ref()) {
+            return false;
+        }
+        e.claim = Some(Claim::new(container));
+        true
+    }
+
+    /// The condition of a claim made with [`Self::claim_ahead`], unless the manager settled
+    /// the pod since.
+    pub fn settle(&self, pod: &PodUid, container: ContainerId, alive: PodCondition) {
+        let mut map = crate::sync::lock(&self.pods);
+        if let Some(e) = map
+            .get_mut(pod)
+            .filter(|e| e.claim.as_ref().is_some_and(|c| c.container == container))
+        {
+            e.alive = Some(alive);
+        }
+    }
+
+    /// The manager's turn on a pod: what the next death's patch starts from, and the patches
+    /// of its running containers' failed deaths (none while the pod is not alive: no death is a
+    /// transition then).
+    pub fn prepare(&self, pod: PodUid, view: &PodView, api: &Arc<Pod>, types: &ConditionTypes) {
+        let not_alive = crate::sync::lock(&self.pods)
+            .get(&pod)
+            .and_then(|e| e.alive.as_ref())
+            .is_some_and(|a| a.status == "False");
+        let prepared = match api.metadata.uid.as_deref() {
+            Some(uid) if !not_alive => view
+                .current()
+                .filter(|c| c.phase == ContainerPhase::Running)
+                .filter_map(|c| Prepared::new(types, api.spec.as_ref(), view, uid, c.id))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let basis = Arc::new(Basis {
+            view: view.clone(),
+            pod: Arc::clone(api),
+            prepared,
+        });
+        crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(basis);
+    }
+
+    /// The fast path has its client: only then are claims made.
+    pub fn writer_running(&self, on: bool) {
+        self.writer.store(on, Ordering::Release);
+    }
+
+    /// Whether the fast path has its client (claims are made).
+    pub fn writing(&self) -> bool {
+        self.writer.load(Ordering::Acquire)
+    }
+
+    pub fn basis(&self, pod: &PodUid) -> Option<Arc<Basis>> {
+        crate::sync::lock(&self.pods)
+            .get(pod)
+            .and_then(|e| e.basis.clone())
+    }
+
+    /// The fast path's patch for `container` was accepted.
+    pub fn confirm(&self, pod: &PodUid, container: ContainerId) {
+        if let Some(c) = crate::sync::lock(&self.pods)
+            .get_mut(pod)
+            .and_then(|e| e.claim.as_mut())
+            .filter(|c| c.container == container)
+        {
+            c.confirmed = true;
+        }
+    }
+
+    /// The fast path's patch for `container` was not accepted: the manager is to write it.
+    pub fn fail(&self, pod: &PodUid, container: ContainerId) {
+        if let Some(c) = crate::sync::lock(&self.pods)
+            .get_mut(pod)
+            .and_then(|e| e.claim.as_mut())
+            .filter(|c| c.container == container)
+        {
+            c.failed = true;
+        }
+    }
+
+    /// The manager, before computing a pod: `caught_up` says whether the view shows a container's
+    /// death (or no longer has it).
+    pub fn manager_turn(
+        &self,
+        pod: &PodUid,
+        caught_up: impl Fn(ContainerId) -> bool,
+    ) -> ManagerTurn {
+        let map = crate::sync::lock(&self.pods);
+        let Some(e) = map.get(pod) else {
+            return ManagerTurn::Free { alive: None };
+        };
+        match (&e.claim, &e.alive) {
+            (Some(c), Some(_)) if caught_up(c.container) && !c.confirmed && !c.failed => {
+                ManagerTurn::InFlight
+            }
+            (Some(c), Some(alive)) if caught_up(c.container) => ManagerTurn::Take {
+                alive: alive.clone(),
+                confirmed: c.confirmed,
+            },
+            (Some(_), _) => ManagerTurn::Wait,
+            (None, alive) => ManagerTurn::Free {
+                alive: alive.clone(),
+            },
+        }
+    }
+
+    /// The manager submitted (or found the API holding) `alive`: the claim, if any, is settled.
+    pub fn record(&self, pod: PodUid, alive: PodCondition) {
+        let mut map = crate::sync::lock(&self.pods);
+        let e = map.entry(pod).or_default();
+        e.alive = Some(alive);
+        e.claim = None;
+    }
+
+    /// The last `ContainersAlive` either side submitted for `pod`.
+    pub fn last(&self, pod: &PodUid) -> Option<PodCondition> {
+        crate::sync::lock(&self.pods)
+            .get(pod)
+            .and_then(|e| e.alive.clone())
+    }
+
+    /// Replaces a pod's basis (tests: a basis without made patches).
+    #[cfg(test)]
+    pub(crate) fn set_basis(&self, pod: PodUid, basis: Basis) {
+        crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(Arc::new(basis));
+    }
+
+    pub fn forget(&self, pod: &PodUid) {
+        crate::sync::lock(&self.pods).remove(pod);
+    }
+
+    pub fn len(&self) -> usize {
+        crate::sync::lock(&self.pods).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether `view` shows `container`'s death (or no longer has the container).
+pub fn caught_up(view: &PodView, container: ContainerId) -> bool {
+    view.containers
+        .iter()
+        .find(|c| c.id == container)
+        .is_none_or(|c| !matches!(c.phase, ContainerPhase::Running | ContainerPhase::Created))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(status: &str, t: &str) -> PodCondition {
+        PodCondition {
+            type_: "observer.dev/ContainersAlive".into(),
+            status: status.into(),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                t.parse().unwrap(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn ids() -> (PodUid, ContainerId, ContainerId) {
+        (
+            PodUid::parse("00000001-0000-0000-0000-000000000000").unwrap(),
+            ContainerId::parse(&format!("{:064x}", 1)).unwrap(),
+            ContainerId::parse(&format!("{:064x}", 2)).unwrap(),
+        )
+    }
+
+    /// The fast path claims one False transition; the manager waits until its view shows the
+    /// death, then takes the claim's condition and settles it; True is the manager's again.
+    #[test]
+    fn one_owner_of_the_transition() {
+        let (pod, a, b) = ids();
+        let ledger = AliveLedger::default();
+        let up = cond("True", "2026-12-01T00:00:00Z");
+        let down = cond("False", "2026-12-01T00:00:05Z");
+        ledger.record(pod, up.clone());
+        let (before, claimed) = ledger
+            .claim(pod, a, |last| {
+                assert_eq!(last, Some(&up));
+                Some(down.clone())
+            })
+            .expect("a transition from True is claimed");
+        assert_eq!((before, claimed), (Some(up.clone()), down.clone()));
+        // A second death while the first is claimed is not a transition.
+        assert!(ledger.claim(pod, b, |_| Some(down.clone())).is_none());
+        // The manager's view still says running: it waits rather than write True.
+        assert_eq!(ledger.manager_turn(&pod, |_| false), ManagerTurn::Wait);
+        // It shows the death, but the fast path's patch is in flight: not sent twice.
+        assert_eq!(ledger.manager_turn(&pod, |c| c == a), ManagerTurn::InFlight);
+        ledger.confirm(&pod, a);
+        assert_eq!(
+            ledger.manager_turn(&pod, |c| c == a),
+            ManagerTurn::Take {
+                alive: down.clone(),
+                confirmed: true
+            }
+        );
+        ledger.record(pod, down.clone());
+        // Settled and False: a later death is no transition for the fast path.
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| false),
+            ManagerTurn::Free {
+                alive: Some(down.clone())
+            }
+        );
+        assert!(ledger.claim(pod, b, |_| Some(down.clone())).is_none());
+        // Back to True by the manager: the next death is the fast path's again.
+        ledger.record(pod, up);
+        assert!(ledger.claim(pod, b, |_| Some(down.clone())).is_some());
+        ledger.forget(&pod);
+        assert!(ledger.is_empty());
+    }
+
+    /// A made-ahead death is claimed before its request is written and settled after: in
+    /// between, the manager neither writes True nor takes the claim, and a record of its own
+    /// in between is not overwritten by the late settle.
+    #[test]
+    fn claimed_ahead_then_settled() {
+        let (pod, a, b) = ids();
+        let ledger = AliveLedger::default();
+        let up = cond("True", "2026-12-01T00:00:00Z");
+        let down = cond("False", "2026-12-01T00:00:05Z");
+        ledger.record(pod, up.clone());
+        assert!(ledger.claim_ahead(pod, a, |last| {
+            assert_eq!(last, Some(&up));
+            true
+        }));
+        // Claimed: no second transition, and the manager waits or finds it in flight.
+        assert!(!ledger.claim_ahead(pod, b, |_| true));
+        assert_eq!(ledger.manager_turn(&pod, |_| false), ManagerTurn::Wait);
+        assert_eq!(ledger.manager_turn(&pod, |c| c == a), ManagerTurn::InFlight);
+        ledger.settle(&pod, a, down.clone());
+        ledger.confirm(&pod, a);
+        assert_eq!(
+            ledger.manager_turn(&pod, |c| c == a),
+            ManagerTurn::Take {
+                alive: down.clone(),
+                confirmed: true
+            }
+        );
+        // The manager settled the pod (True again) before a later claim's settle arrived.
+        ledger.record(pod, up.clone());
+        assert!(ledger.claim_ahead(pod, b, |_| true));
+        ledger.record(pod, up.clone());
+        ledger.settle(&pod, b, down);
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| false),
+            ManagerTurn::Free { alive: Some(up) }
+        );
+        // `ok` refusing is no claim.
+        assert!(!ledger.claim_ahead(pod, b, |_| false));
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| false),
+            ManagerTurn::Free {
+                alive: Some(cond("True", "2026-12-01T00:00:00Z"))
+            }
+        );
+    }
+
+    /// A confirmation for another container than the claimed one changes nothing.
+    #[test]
+    fn a_stale_confirmation_is_ignored() {
+        let (pod, a, b) = ids();
+        let ledger = AliveLedger::default();
+        let down = cond("False", "2026-12-01T00:00:05Z");
+        assert!(ledger.claim(pod, a, |_| Some(down.clone())).is_some());
+        ledger.confirm(&pod, b);
+        assert_eq!(ledger.manager_turn(&pod, |_| true), ManagerTurn::InFlight);
+        // Not accepted: the manager writes it (not confirmed, so it is sent).
+        ledger.fail(&pod, a);
+        assert_eq!(
+            ledger.manager_turn(&pod, |_| true),
+            ManagerTurn::Take {
+                alive: down,
+                confirmed: false
+            }
+        );
+    }
+}

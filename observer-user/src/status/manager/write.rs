@@ -1,0 +1,196 @@
+//! The write decision: what the mode writes, whether it differs from what was sent or what the
+//! API has, and what each write's outcome means.
+use std::{sync::Arc, time::SystemTime};
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use tokio::time::Instant;
+
+use super::{podlog::pod_log, stats::bump, StatusManager};
+use crate::{
+    reconcile::PodView,
+    status::{
+        compute::{compute_status, StatusInputs},
+        conditions::observer_conditions,
+        ledger::{caught_up, ManagerTurn},
+        patch::{conditions_patch, normalize, status_patch},
+        writer::{WriteDone, WriteJob, WriteOutcome},
+        StatusMode,
+    },
+};
+
+impl StatusManager {
+    pub(super) fn finished(&mut self, done: WriteDone) {
+        let stats = &*self.stats;
+        let Ok((job, outcome)) = done.output else {
+            bump(&stats.write_errors);
+            return;
+        };
+        let st = self.state.get_mut(&job.uid);
+        match outcome {
+            WriteOutcome::Written { sent_at } => {
+                bump(&stats.writes);
+                let latency = sent_at.saturating_duration_since(job.observed_at);
+                if let Some(h) = &self.cfg.write_latency {
+                    h.observe(latency.as_secs_f64());
+                }
+                if let Some(st) = st {
+                    st.written = Some(job.desired);
+                }
+            }
+            WriteOutcome::Gone | WriteOutcome::Conflict => {
+                if matches!(outcome, WriteOutcome::Gone) {
+                    bump(&stats.gone);
+                } else {
+                    bump(&stats.conflicts);
+                }
+                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                    tracing::info!(pod = %job.name, uid = %job.uid, "status not written: {outcome:?}; the pod's work is dropped");
+                });
+                if let Some(st) = st {
+                    st.gone = true;
+                    st.submitted = None;
+                }
+            }
+            WriteOutcome::Rejected(e) => {
+                bump(&stats.rejected);
+                pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                    tracing::error!(pod = %job.name, "status patch refused: {e}");
+                });
+                if let Some(st) = st {
+                    st.submitted = None;
+                }
+            }
+            WriteOutcome::Throttled(after) => {
+                bump(&stats.throttled);
+                tracing::debug!(pod = %job.name, ?after, "status write throttled");
+            }
+            WriteOutcome::Failed(e) => {
+                bump(&stats.write_errors);
+                // A crash-looping pod or an API outage would log every retry: powers of two.
+                if done.failures.is_power_of_two() {
+                    let why = crate::kube::describe(&e, &self.cfg.api_url);
+                    pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
+                        tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {why}; retrying");
+                    });
+                }
+            }
+        }
+    }
+
+    /// Computes what the mode writes and hands it to the writer unless nothing changed.
+    pub(super) fn write(&mut self, view: &PodView, pod: &Arc<Pod>, now: SystemTime) {
+        let stats = &self.stats;
+        let Some(st) = self.state.get_mut(&view.uid) else {
+            return;
+        };
+        if st.gone {
+            return;
+        }
+        bump(&stats.computed);
+        // The precondition is the API's UID (a static pod's mirror has its own).
+        let api_uid = pod
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| view.uid.to_string());
+        let api = pod.status.clone().unwrap_or_default();
+        let api_conditions = api.conditions.as_deref().unwrap_or(&[]);
+        let result = if self.cfg.mode == StatusMode::Conditions {
+            // The fast path's claim on ContainersAlive: wait for the view to show the death it
+            // wrote (writing now would say True again), then keep its transition time.
+            let turn = self.ledger.as_ref().map(|l| {
+                // What the fast path decides the pod's next death from.
+                l.prepare(view.uid, view, pod, &self.types);
+                l.manager_turn(&view.uid, |c| caught_up(view, c))
+            });
+            let (fast, confirmed) = match turn {
+                Some(ManagerTurn::Wait | ManagerTurn::InFlight) => {
+                    bump(&stats.fast_waits);
+                    return;
+                }
+                Some(ManagerTurn::Take { alive, confirmed }) => (Some(alive), confirmed),
+                Some(ManagerTurn::Free { alive }) => (alive, false),
+                None => (None, false),
+            };
+            // Transition times from the last ContainersAlive submitted (either path), what this
+            // agent last computed, else the API's.
+            let mut old: Vec<PodCondition> = fast.iter().cloned().collect();
+            old.extend(st.conditions.iter().cloned());
+            old.extend(
+                api_conditions
+                    .iter()
+                    .filter(|c| !st.conditions.iter().any(|o| o.type_ == c.type_))
+                    .cloned(),
+            );
+            let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
+            let normal = serde_json::to_value(&desired).map_err(crate::kube::KubeError::from);
+            // What the fast path wrote and the API accepted is what the API has, even before the
+            // reflector shows it: not sent again.
+            let base: Vec<PodCondition> = match fast.as_ref().filter(|_| confirmed) {
+                Some(f) => api_conditions
+                    .iter()
+                    .filter(|c| c.type_ != f.type_)
+                    .cloned()
+                    .chain(std::iter::once(f.clone()))
+                    .collect(),
+                None => api_conditions.to_vec(),
+            };
+            let patch = conditions_patch(&api_uid, &base, &desired);
+            if let (Some(l), Some(a)) = (
+                &self.ledger,
+                desired.iter().find(|c| c.type_ == self.types.alive),
+            ) {
+                l.record(view.uid, a.clone());
+            }
+            st.conditions = desired;
+            normal.and_then(|n| patch.map(|p| (n, p)))
+        } else {
+            let computed = compute_status(&StatusInputs {
+                pod: Some(pod),
+                view,
+                previous: st.status.as_ref(),
+                now,
+                runtime: &self.cfg.runtime_name,
+                types: &self.types,
+            });
+            let normal = normalize(&computed.status);
+            let patch = status_patch(&api_uid, &api, &computed.status);
+            st.status = Some(computed.status);
+            normal.and_then(|n| patch.map(|p| (n, p)))
+        };
+        let (normal, patch) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                pod_log(&mut self.logs, stats, &view.uid, &view.name, || {
+                    tracing::error!(pod = %view.name, "status not computed: {e}");
+                });
+                return;
+            }
+        };
+        let normal = Arc::new(normal);
+        if st.submitted.as_deref() == Some(&*normal) {
+            bump(&stats.unchanged);
+            st.observed_at = None;
+            return;
+        }
+        let Some(body) = patch else {
+            // The API already says so.
+            bump(&stats.unchanged);
+            st.submitted = Some(Arc::clone(&normal));
+            st.written = Some(normal);
+            st.observed_at = None;
+            return;
+        };
+        st.submitted = Some(Arc::clone(&normal));
+        let observed_at = st.observed_at.take().unwrap_or_else(Instant::now);
+        bump(&stats.submitted);
+        self.writer.submit(WriteJob {
+            namespace: view.namespace.clone(),
+            name: view.name.clone(),
+            uid: view.uid,
+            body: Arc::new(body),
+            desired: normal,
+            observed_at,
+        });
+    }
+}
