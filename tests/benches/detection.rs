@@ -137,7 +137,7 @@ struct LineWriter {
     deaths: Vec<String>,
 }
 
-impl pleg::FastPath for LineWriter {
+impl observer::pipeline::Hook for LineWriter {
     fn event(&mut self, ev: &pleg::PodLifecycleEvent, _sent: SystemTime) {
         use std::io::Write;
         let line = observer::present::render::pleg_line(ev, self.clock.to_system_time(ev.at));
@@ -351,7 +351,7 @@ async fn run_phase(
     );
     let shared = Arc::new(Shared::default());
     let pipe = drained_pipe()?;
-    let lines: observer::pipeline::FastPathFactory = {
+    let lines: observer::pipeline::HookFactory = {
         let shared = Arc::clone(&shared);
         Box::new(move |clock| {
             Box::new(LineWriter {
@@ -372,6 +372,7 @@ async fn run_phase(
             },
             queue: DEFAULT_QUEUE,
         },
+        observer::model::BootClock::new(),
         Some(lines),
     )?;
 

@@ -86,18 +86,54 @@ fn cg(p: u32, c: u32, gen: u32) -> u64 {
     1_000_000 + u64::from(gen) * 10_000 + u64::from(p) * 10 + u64::from(c)
 }
 
-fn new_pleg(capacity: usize) -> (Pleg, observer::pleg::PlegReceiver) {
+/// A PLEG and its queue, the events handed over as the pipeline does (a batch per kernel event
+/// here).
+struct Queued {
+    pleg: Pleg,
+    tx: observer::pleg::PlegSender,
+    batch: Vec<observer::pleg::Stamped>,
+}
+
+impl Queued {
+    fn handle(&mut self, ev: KernelEvent) {
+        self.pleg.handle(ev);
+        let sent = std::time::SystemTime::now();
+        self.batch.extend(
+            self.pleg
+                .take_events()
+                .map(|event| observer::pleg::Stamped { event, sent }),
+        );
+        self.tx.send_batch(&mut self.batch, true);
+    }
+}
+
+impl std::ops::Deref for Queued {
+    type Target = Pleg;
+
+    fn deref(&self) -> &Pleg {
+        &self.pleg
+    }
+}
+
+fn new_pleg(capacity: usize) -> (Queued, observer::pleg::PlegReceiver) {
     let mount = HierarchyMount {
         version: CgroupVersion::V2,
         mount_point: PathBuf::from("/nonexistent"),
         root: "/".into(),
     };
-    let (tx, rx) = channel(capacity);
-    (Pleg::new(CgroupIndex::new(mount), tx), rx)
+    let (tx, rx) = channel(capacity).expect("a wake-up socket");
+    (
+        Queued {
+            pleg: Pleg::new(CgroupIndex::new(mount)),
+            tx,
+            batch: Vec::new(),
+        },
+        rx,
+    )
 }
 
 /// The node: every pod and container created, every init running.
-fn populate(pleg: &mut Pleg, rx: &mut observer::pleg::PlegReceiver) {
+fn populate(pleg: &mut Queued, rx: &mut observer::pleg::PlegReceiver) {
     let mut t = 1;
     for p in 0..PODS {
         pleg.handle(KernelEvent::CgroupMkdir(change(

@@ -34,8 +34,8 @@ use std::{
 use anyhow::Result;
 use observer::fastpath as fast;
 use observer::{
-    pipeline::{FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread},
-    pleg::{FastPath, PlegEventType, PodLifecycleEvent},
+    pipeline::{Hook, HookFactory, KernelPipeline, PipelineConfig, ReaderThread},
+    pleg::{PlegEventType, PodLifecycleEvent},
     sched,
 };
 use observer_tests::{
@@ -194,7 +194,7 @@ struct Lines {
     pending: usize,
 }
 
-impl FastPath for Lines {
+impl Hook for Lines {
     fn event(&mut self, ev: &PodLifecycleEvent, _: std::time::SystemTime) {
         let line = observer::present::render::pleg_line(ev, self.clock.to_system_time(ev.at));
         let _ = serde_json::to_writer(&mut self.out, &line);
@@ -295,7 +295,7 @@ fn clock(id: nix::time::ClockId) -> Option<Duration> {
 }
 
 /// The `watch --pods` line writer into a drained pipe, counting deaths in `died`.
-fn line_writer(died: Arc<AtomicUsize>) -> Result<FastPathFactory> {
+fn line_writer(died: Arc<AtomicUsize>) -> Result<HookFactory> {
     let pipe = drained_pipe()?;
     Ok(Box::new(move |clock| {
         Box::new(Lines {
@@ -315,7 +315,7 @@ fn fast_status(
     round: usize,
     n: usize,
     pods: usize,
-) -> Result<(FastPathFactory, Arc<observer::status::AliveLedger>)> {
+) -> Result<(HookFactory, Arc<observer::status::AliveLedger>)> {
     use observer::{
         model::{ContainerId, PodUid},
         reconcile::{ContainerPhase, ContainerView, PodView},
@@ -366,15 +366,16 @@ fn fast_status(
         stats: Arc::default(),
     };
     let timeout = Duration::from_secs(5);
-    let (dialer, dialed) = fast::dial::pair(Some(api.kubeconfig()?.into()), timeout);
+    let (dialer, dialed) = fast::dial::pair(Some(api.kubeconfig()?.into()), timeout)?;
     tokio::spawn(dialer.run());
+    // No status manager runs here: nothing reads what was answered.
+    let (answers, _) = fast::answers()?;
     let writer = fast::WriterConfig {
         field_manager: "observer".into(),
         request_timeout: timeout,
-        reconcile: Arc::default(),
-        latency: None,
+        answers,
     };
-    let make: FastPathFactory = Box::new(move |clock| {
+    let make: HookFactory = Box::new(move |clock| {
         Box::new(fast::FastDeaths::new(
             decider,
             clock.clone(),
@@ -395,10 +396,7 @@ fn fast_patches(api: &ApiStandIn) -> Vec<Recorded> {
 
 /// The agent's loop on `cg`'s kubepods subtree (reader → PLEG → `fast`), real-time, with its
 /// queue drained as the reconciler would; and how many containers its walk found.
-fn agent(
-    cg: &TestCgroup,
-    make: FastPathFactory,
-) -> Result<(observer::pipeline::PipelineTask, usize)> {
+fn agent(cg: &TestCgroup, make: HookFactory) -> Result<(observer::pipeline::PipelineTask, usize)> {
     let (pipeline, mut rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified: cg.mount.clone(),
@@ -409,6 +407,7 @@ fn agent(
             },
             queue: 1 << 16,
         },
+        observer::model::BootClock::new(),
         Some(make),
     )?;
     let started = pipeline.pleg().model().counts().1;

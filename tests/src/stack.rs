@@ -1,8 +1,8 @@
-//! The agent's own pieces in-process, for machines with no container runtime and no API server
-//! (the VM guests of `cargo xtask vm-test`): the kernel pipeline (probes → PLEG) over one test
-//! cgroup, the kernel log followed, the reconciler, and the status manager writing to the API
-//! stand-in ([`crate::apiserver::ApiStandIn`]), as `observer run` wires them (agent/mod.rs,
-//! agent/run.rs), with the container runtime replaced by [`RuntimeStandIn`]: the test lays out a
+//! The agent in-process, for machines with no container runtime and no API server (the VM
+//! guests of `cargo xtask vm-test`): built by `Agent::build` as `observer run` builds it, the
+//! kernel pipeline over one test cgroup, the status manager writing to the API stand-in
+//! ([`crate::apiserver::ApiStandIn`]), and the container runtime replaced by
+//! [`RuntimeStandIn`]: the test lays out a
 //! pod's cgroups as kubelet and containerd do, starts its processes, and tells the stand-in what
 //! containerd would say of them.
 use std::{
@@ -14,16 +14,16 @@ use std::{
 
 use anyhow::Context;
 use observer::{
-    cgroup::{CgroupMounts, ContainerId, PodUid},
+    agent::{Agent, AgentParts, Writers},
+    cgroup::CgroupMounts,
     cri::{api, keys, ConnectionState, ContainerEventStream, CriError},
-    kernel::{kmsg, ProbeOptions, Watch},
-    pipeline::{KernelPipeline, PipelineConfig, PipelineTask, ReaderThread},
-    reconcile::{
-        inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler, RuntimeService,
-    },
-    status::{StatusConfig, StatusHandle, StatusManager, StatusMode},
+    kernel::{ProbeOptions, Watch},
+    model::{ContainerId, PodUid},
+    pipeline::{PipelineConfig, ReaderThread},
+    reconcile::{ReconcileConfig, ReconcileHandle, RuntimeService},
+    status::{StatusConfig, StatusHandle, StatusMode},
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::{apiserver::ApiStandIn, kernel::TestCgroup};
 
@@ -212,82 +212,57 @@ impl RuntimeService for RuntimeStandIn {
     }
 }
 
-/// The agent's pipeline on a [`RuntimeStandIn`], writing to an [`ApiStandIn`] in `conditions`
-/// mode. Dropping it stops everything.
+/// The agent on a [`RuntimeStandIn`], writing to an [`ApiStandIn`] in `conditions` mode: built
+/// by the agent's own constructor ([`Agent::build`]), from parts where the runtime is the
+/// stand-in and the probes watch one test cgroup. Dropping it stops everything.
 pub struct AgentStack {
     pub reconcile: ReconcileHandle,
     pub status: StatusHandle,
-    _kernel: PipelineTask,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for AgentStack {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
+    _agent: Agent<RuntimeStandIn>,
 }
 
 impl AgentStack {
     /// Probes filtered to `cg` and its start-up walk, as [`crate::kernel::PlegWatch`]; the
-    /// kernel log followed from now on (the history before it read once), as `Agent::start`.
+    /// kernel log followed from now on (the history before it read once).
     pub async fn start(
         cg: &TestCgroup,
         runtime: RuntimeStandIn,
         api: &ApiStandIn,
         node: &str,
     ) -> anyhow::Result<Self> {
-        let (pipeline, events) = KernelPipeline::start(PipelineConfig {
-            unified: cg.mount.clone(),
-            scan_roots: vec![cg.rel("")],
-            probes: ProbeOptions {
-                watch: Watch::Roots(vec![cg.watch_root()]),
-                ..ProbeOptions::default()
-            },
-            queue: 1 << 16,
-        })?;
-        let mut follower = kmsg::Follower::open().context("opening /dev/kmsg")?;
-        let history = OomHistory::read();
-        let (mut reconciler, reconcile) = Reconciler::new(
+        let client = observer::kube::client(Some(api.kubeconfig()?.as_os_str())).await?;
+        let mut status = StatusConfig::new(node, StatusMode::Conditions);
+        status.api_url = client.url.clone();
+        let agent = Agent::build(AgentParts {
             runtime,
-            ReconcileConfig {
+            runtime_fallback: "containerd".into(),
+            pipeline: PipelineConfig {
+                unified: cg.mount.clone(),
+                scan_roots: vec![cg.rel("")],
+                probes: ProbeOptions {
+                    watch: Watch::Roots(vec![cg.watch_root()]),
+                    ..ProbeOptions::default()
+                },
+                queue: 1 << 16,
+            },
+            reader: ReaderThread::default(),
+            reconcile: ReconcileConfig {
                 state_dir: None,
                 ..ReconcileConfig::default()
             },
-            pipeline.clock(),
-            history,
-            InitStore::in_memory(),
-        );
-        let (tx, rx) = mpsc::channel(256);
-        reconciler.follow_kernel_log(rx);
-        let mounts = CgroupMounts::detect(None).ok();
-        let kmsg_task = tokio::spawn(async move {
-            // The limit at the kill, where the report has none, read at once (as the agent does).
-            while let Ok(mut kill) = follower.next().await {
-                kill.limit_bytes = kill.limit_bytes.or_else(|| {
-                    mounts
-                        .as_ref()
-                        .and_then(|m| m.memory_limit(&kill.oom_memcg))
-                });
-                if tx.send(kill).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let relist = reconcile.clone();
-        let kernel = pipeline.spawn(ReaderThread::default(), move || relist.request_relist())?;
-        let reconciler_task = tokio::spawn(reconciler.run(events));
-        let client = observer::kube::client(Some(api.kubeconfig()?.as_os_str())).await?;
-        let mut cfg = StatusConfig::new(node, StatusMode::Conditions);
-        cfg.api_url = client.url.clone();
-        let (manager, status) = StatusManager::new(client.client, cfg, reconcile.clone());
-        let manager_task = tokio::spawn(manager.run());
+            mounts: CgroupMounts::detect(None).ok(),
+            hook: None,
+            writers: Some(Writers {
+                client: client.client,
+                status,
+                fast: None,
+            }),
+        })
+        .await?;
         Ok(Self {
-            reconcile,
-            status,
-            _kernel: kernel,
-            tasks: vec![kmsg_task, reconciler_task, manager_task],
+            reconcile: agent.reconcile.clone(),
+            status: agent.status.clone().context("the agent has writers")?,
+            _agent: agent,
         })
     }
 }

@@ -467,13 +467,13 @@ async fn containerd_restart_mid_test_converges_without_missing_the_death() -> Re
         (Some(5), Some(Source::Kernel))
     );
     // The agent noticed the runtime went away (the death above was seen without it).
-    let cri = env.agent.cri.clone();
+    let cri = env.agent.runtime.clone();
     assert!(
         eventually_async(WAIT, || !cri.is_connected()).await,
         "the agent never noticed containerd was gone"
     );
 
-    let before = env.agent.cri.reconnects();
+    let before = env.agent.runtime.reconnects();
     env.ctrd.resume().await?;
     assert!(
         eventually_async(WAIT, || cri.reconnects() > before && cri.is_connected()).await,

@@ -3,12 +3,7 @@
 //! fails after 3 minutes without a relist), `/readyz` (ready once the first sync is done: the
 //! start-up walk, the runtime's first relist answered, and the API's first list of this node's
 //! pods; until then it says what is missing and why).
-use std::{
-    convert::Infallible,
-    net::SocketAddr,
-    sync::{Arc, OnceLock},
-    time::Duration,
-};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response, StatusCode};
@@ -28,8 +23,8 @@ pub struct Health {
     pub reconcile: ReconcileHandle,
     pub cri: ReconnectingCri,
     pub tasks: TaskHealth,
-    /// The status manager once it runs; `None` when nothing reaches the API.
-    pub api: Option<Arc<OnceLock<StatusHandle>>>,
+    /// The status manager; `None` when nothing reaches the API.
+    pub api: Option<StatusHandle>,
     /// A loop that has not turned for this long is stuck (both turn every few seconds).
     pub stale_after: Duration,
 }
@@ -66,11 +61,8 @@ impl Health {
                 _ => "the first sync with the runtime is not done".into(),
             });
         }
-        if let Some(api) = &self.api {
-            match api.get() {
-                Some(status) => missing.extend(status.listed().err()),
-                None => missing.push("the API's first list of this node's pods is not done".into()),
-            }
+        if let Some(status) = &self.api {
+            missing.extend(status.listed().err());
         }
         if missing.is_empty() {
             Ok(())
@@ -152,10 +144,9 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
         );
     };
     // kubelet's account is the reflector's pod, where the agent reaches the API.
-    let api = match health.api.as_ref().map(|a| a.get()) {
+    let api = match health.api.as_ref() {
         None => Err("the agent does not reach the Kubernetes API (--status-mode off)".to_string()),
-        Some(None) => Err("the agent's status manager has not started".to_string()),
-        Some(Some(status)) => match status.pods().of_view(view) {
+        Some(status) => match status.pods().of_view(view) {
             Some(p) => Ok(p),
             None => Err(match status.listed() {
                 Err(why) => why,
@@ -255,24 +246,18 @@ mod tests {
         );
         let mut tasks = Tasks::default();
         tasks.spawn("status manager", manager.run());
-        let api = Arc::new(OnceLock::new());
         let health = Health {
             pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
             reconcile,
             cri,
             tasks: tasks.health(),
-            api: Some(Arc::clone(&api)),
+            api: Some(status_handle.clone()),
             stale_after: Duration::from_secs(60),
         };
         let runtime = format!("the first sync with the runtime is not done: CRI socket {} does not exist; is the runtime running, and is --cri-endpoint (OBSERVER_CRI_ENDPOINT) its socket? containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock", socket.display());
-        assert_eq!(
-            get("/readyz", &health).await,
-            (
-                503,
-                format!("{runtime}\nthe API's first list of this node's pods is not done\n")
-            )
-        );
-        let _ = api.set(status_handle.clone());
+        let (code, body) = get("/readyz", &health).await;
+        assert_eq!(code, 503);
+        assert!(body.starts_with(&format!("{runtime}\n")), "{body}");
         let unauthorized = "the API's first list of this node's pods has not succeeded: the API server refused the agent's credentials (401 Unauthorized: Unauthorized (test)): check the kubeconfig's user, or the service account's token";
         let said = tokio::time::timeout(Duration::from_secs(10), async {
             while status_handle.listed() != Err(unauthorized.into()) {

@@ -4,7 +4,7 @@
 //! connection, status manager); one collector reads them at scrape time, so nothing is counted
 //! twice and an idle agent does no work for its metrics. Two metrics are recorded as things
 //! happen: the detection latency (kernel exit → reconciler) and the OOM kills per container.
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::{
     collector::Collector,
@@ -48,8 +48,8 @@ pub struct Sources {
     pub probes: Arc<Mutex<Probes>>,
     pub reconcile: ReconcileHandle,
     pub cri: ReconnectingCri,
-    /// The status manager once it runs.
-    pub status: Arc<OnceLock<StatusHandle>>,
+    /// The status manager, when the agent writes.
+    pub status: Option<StatusHandle>,
     /// The fast path's counters (`conditions` mode).
     pub fast: Option<Arc<crate::fastpath::FastStats>>,
 }
@@ -160,7 +160,7 @@ impl Collector for Sources {
             "Times a SCHED_FIFO fast-path thread dropped itself to normal priority for using more than 2 ms of CPU in 10 ms (where SCHED_DEADLINE was refused)",
             crate::sched::demotions(),
         )?;
-        if let Some(h) = self.status.get() {
+        if let Some(h) = &self.status {
             h.encode_metrics(&mut e)?;
         }
         if let Some(f) = &self.fast {

@@ -1,14 +1,17 @@
-//! The agent, wired once for every consumer (`observer run`, `observer status`, `watch --pods`,
-//! the tests): the kernel pipeline (probes → PLEG, on its own thread) → the reconciler against the
-//! CRI, with the kernel log followed. [`run`] adds what `observer run` has: the status manager
-//! (reading the reconciler's changes), its Events worker, and the HTTP endpoint ([`http`],
-//! [`metrics`]). Every task is supervised ([`tasks`]): one that ends fails the agent.
+//! The agent, built as one chain in one place ([`Agent::build`]), for every consumer (`observer
+//! run`, `observer status`, `watch --pods`, the tests): what the chain shares first (the state
+//! store, the boot clock, the ledger), then the reconciler (the truth) and the writers that read
+//! it (the status manager; the fast path's hook), then the kernel pipeline that feeds them
+//! (probes → reader → PLEG, the hook on its thread), then the kernel log, and last every task
+//! started and supervised ([`tasks`]): one that ends fails the agent. Generic over the runtime
+//! (the CRI in the binary, a stand-in in the tests). [`run`] adds what `observer run` has around
+//! it: the metrics ([`metrics`]) and the HTTP endpoint ([`http`]).
 pub mod http;
 pub mod metrics;
 mod run;
 pub mod tasks;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{ffi::OsString, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::mpsc;
 
@@ -18,13 +21,21 @@ use tasks::Tasks;
 use crate::{
     cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
-    kernel::{kmsg, BootClock, KernelCounters, KernelError},
-    pipeline::{KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread},
-    reconcile::{inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler},
+    fastpath::{self, FastDeaths, FastStats},
+    kernel::{kmsg, KernelCounters, KernelError},
+    model::BootClock,
+    pipeline::{
+        HookFactory, KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread,
+    },
+    reconcile::{
+        inits::InitStore, OomHistory, ReconcileConfig, ReconcileHandle, Reconciler, RuntimeService,
+    },
+    status::{AliveLedger, StatusConfig, StatusHandle, StatusManager, StatusMode},
     sync::AbortOnDrop,
     Error,
 };
 
+/// Where the runtime is and how the reader runs, as the command line says it.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub cri: CriEndpoint,
@@ -46,53 +57,188 @@ impl AgentConfig {
     }
 }
 
+/// Everything the chain is built from: the binary makes them from its configuration
+/// ([`AgentParts::for_node`]), the tests from stand-ins.
+pub struct AgentParts<R: RuntimeService = ReconnectingCri> {
+    pub runtime: R,
+    /// What the runtime is called where it does not say (the socket's path tells).
+    pub runtime_fallback: String,
+    pub pipeline: PipelineConfig,
+    pub reader: ReaderThread,
+    pub reconcile: ReconcileConfig,
+    /// The host's cgroup mounts, where each OOM-ing cgroup's limit is read at the kill.
+    pub mounts: Option<CgroupMounts>,
+    /// A hook of the caller's on the reader's thread (`watch --pods` prints there); ignored
+    /// when the writers have a fast path, which is then the hook.
+    pub hook: Option<HookFactory>,
+    /// What writes to the API; `None` for the one-shot readers.
+    pub writers: Option<Writers>,
+}
+
+/// The status manager, and in `conditions` mode the fast path.
+pub struct Writers {
+    pub client: ::kube::Client,
+    pub status: StatusConfig,
+    pub fast: Option<FastSetup>,
+}
+
+/// The fast path's own connections and what it reports.
+pub struct FastSetup {
+    /// `--kubeconfig` (else in-cluster): its connections are opened from it.
+    pub kubeconfig: Option<OsString>,
+    /// Observes each fast write's latency (exit → request written), at normal priority.
+    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
+}
+
+impl AgentParts<ReconnectingCri> {
+    /// The parts for this node: the CRI at `cfg.cri`, kubelet's pods in the host's cgroup2
+    /// hierarchy, no writers.
+    pub fn for_node(cfg: AgentConfig) -> Result<Self, Error> {
+        Ok(Self {
+            runtime: ReconnectingCri::new(CriConfig::new(cfg.cri.clone())),
+            runtime_fallback: fallback_name(&cfg.cri),
+            pipeline: PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?,
+            reader: cfg.reader,
+            reconcile: cfg.reconcile,
+            mounts: CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok(),
+            hook: None,
+            writers: None,
+        })
+    }
+}
+
+/// What the socket's path says the runtime is, for kubelet's `<runtime>://` container ids.
+fn fallback_name(endpoint: &CriEndpoint) -> String {
+    if endpoint.path().to_string_lossy().contains("crio") {
+        "cri-o".into()
+    } else {
+        "containerd".into()
+    }
+}
+
 /// A running agent. Dropping it stops everything.
-pub struct Agent {
-    pub reconcile: ReconcileHandle,
-    pub cri: ReconnectingCri,
-    endpoint: CriEndpoint,
-    kernel: PipelineTask,
-    /// The reconciler, and what [`run`] adds.
+pub struct Agent<R: RuntimeService = ReconnectingCri> {
+    // Dropped first (fields drop in order): the tasks are stopped before the kernel reader, so
+    // that its stream ending under them is a normal end, not a failure.
     tasks: Tasks,
     /// The kernel log's reader: it may end (the log unreadable) and the agent goes on without.
     _kmsg: AbortOnDrop,
+    pub reconcile: ReconcileHandle,
+    pub runtime: R,
+    /// The status manager's handle, with writers.
+    pub status: Option<StatusHandle>,
+    /// The fast path's counters, with one.
+    pub fast: Option<Arc<FastStats>>,
+    runtime_fallback: String,
+    kernel: PipelineTask,
     tap: Option<tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>>,
 }
 
-impl Agent {
-    /// Loads the probes, walks the pod cgroups once, reads the kernel log's OOM kills, and starts
-    /// the pipeline and reconciler tasks.
+impl Agent<ReconnectingCri> {
+    /// The one-shot readers' agent: [`Self::build`] of [`AgentParts::for_node`].
     pub async fn start(cfg: AgentConfig) -> Result<Self, Error> {
-        Self::start_with(cfg, None).await
+        Self::build(AgentParts::for_node(cfg)?).await
     }
+}
 
-    /// [`Self::start`] with a fast path on the kernel loop's thread (see [`crate::pleg::FastPath`]).
-    pub async fn start_with(
-        cfg: AgentConfig,
-        fast: Option<crate::pipeline::FastPathFactory>,
-    ) -> Result<Self, Error> {
-        // First: a second agent on this state directory is refused before it loads anything.
-        let inits = match &cfg.reconcile.state_dir {
-            Some(dir) => InitStore::open(dir, cfg.reconcile.state_access)?,
+impl<R: RuntimeService> Agent<R> {
+    /// The chain, top to bottom: a kernel record becomes a lifecycle event on the reader's
+    /// thread (the fast path's hook sees it there and may write the death's PATCH at once),
+    /// then the reconciler's view, then the status manager's PATCH.
+    pub async fn build(parts: AgentParts<R>) -> Result<Self, Error> {
+        let AgentParts {
+            runtime,
+            runtime_fallback,
+            pipeline,
+            reader,
+            reconcile,
+            mounts,
+            hook,
+            writers,
+        } = parts;
+        // What the chain shares. The state directory first: a second agent on it is refused
+        // before anything is loaded.
+        let inits = match &reconcile.state_dir {
+            Some(dir) => InitStore::open(dir, reconcile.state_access)?,
             None => InitStore::in_memory(),
         };
-        let (pipeline, events) =
-            KernelPipeline::start_with(PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?, fast)?;
+        let clock = BootClock::new();
+        let ledger = Arc::new(AliveLedger::default());
+        let mut tasks = Tasks::default();
+
+        // The truth: the reconciler (its history of the kernel log comes once the probes are in).
+        let (mut reconciler, handle) = Reconciler::new(
+            runtime.clone(),
+            reconcile,
+            clock.clone(),
+            OomHistory::default(),
+            inits,
+        );
+
+        // The writers: the status manager, and the fast path's hook with its connections.
+        let mut status = None;
+        let mut fast = None;
+        let mut hook = hook;
+        if let Some(w) = writers {
+            let mode = w.status.mode;
+            let types = w.status.condition_types();
+            let (field_manager, request_timeout) =
+                (w.status.reporter.clone(), w.status.request_timeout);
+            let (mut manager, h) = StatusManager::new(w.client, w.status, handle.clone());
+            if let Some(setup) = w.fast.filter(|_| mode == StatusMode::Conditions) {
+                manager.set_alive_ledger(Arc::clone(&ledger));
+                let stats = Arc::new(FastStats::default());
+                let decider = fastpath::Decider {
+                    types,
+                    ledger: Arc::clone(&ledger),
+                    stats: Arc::clone(&stats),
+                };
+                // Connections are opened at normal priority and handed to the reader's thread;
+                // what is answered comes back to normal priority the same way.
+                let (dialer, dialed) = fastpath::dial::pair(setup.kubeconfig, request_timeout)
+                    .map_err(KernelError::Io)?;
+                let (answers, answered) = fastpath::answers().map_err(KernelError::Io)?;
+                tasks.spawn("fast path's dialer", dialer.run());
+                tasks.spawn(
+                    "fast path's answers",
+                    answered.run(handle.clone(), setup.latency),
+                );
+                let writer = fastpath::WriterConfig {
+                    field_manager,
+                    request_timeout,
+                    answers,
+                };
+                hook = Some(Box::new(move |clock: &BootClock| {
+                    Box::new(FastDeaths::new(decider, clock.clone(), writer, dialed))
+                        as Box<dyn crate::pipeline::Hook>
+                }));
+                fast = Some(stats);
+            }
+            if let Some(worker) = manager.take_events_worker() {
+                tasks.spawn("Events worker", worker);
+            }
+            // Only the full status names the runtime (container ids are `<runtime>://<id>`):
+            // only then is its answer waited for, which holds the API's first list back.
+            let wait = match mode {
+                StatusMode::Full => Duration::from_secs(10),
+                _ => Duration::ZERO,
+            };
+            let (named, fallback) = (runtime.clone(), runtime_fallback.clone());
+            tasks.spawn("status manager", async move {
+                let name = named.name(wait).await.unwrap_or(fallback);
+                manager.with_runtime_name(name).run().await
+            });
+            status = Some(h);
+        }
+
+        // The kernel: probes → reader → PLEG, the hook on the reader's thread.
+        let (kernel, events) = KernelPipeline::start_with(pipeline, clock, hook)?;
         // The follower first, then the history, both after the probes are attached: every kill
         // is seen by the probes, or in the log, or both (a kill in both logs counts once).
         let follower = kmsg::Follower::open();
-        let history = OomHistory::read();
-        let cri = ReconnectingCri::new(CriConfig::new(cfg.cri.clone()));
-        let (mut reconciler, handle) = Reconciler::new(
-            cri.clone(),
-            cfg.reconcile.clone(),
-            pipeline.clock(),
-            history,
-            inits,
-        );
+        reconciler.set_history(OomHistory::read());
         let (tx, rx) = mpsc::channel(256);
         reconciler.follow_kernel_log(rx);
-        let mounts = CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok();
         let kmsg_task = AbortOnDrop(match follower {
             Ok(f) => tokio::spawn(follow_kernel_log(f, mounts, tx)),
             Err(e) => {
@@ -105,16 +251,17 @@ impl Agent {
         // Subscribed before the reconciler runs, so the start-up walk's events are in it.
         let tap = handle.pleg_events();
         let relist = handle.clone();
-        let kernel = pipeline.spawn(cfg.reader, move || relist.request_relist())?;
-        let mut tasks = Tasks::default();
+        let kernel = kernel.spawn(reader, move || relist.request_relist())?;
         tasks.spawn("reconciler", reconciler.run(events));
         Ok(Self {
-            reconcile: handle,
-            cri,
-            endpoint: cfg.cri,
-            kernel,
             tasks,
             _kmsg: kmsg_task,
+            reconcile: handle,
+            runtime,
+            status,
+            fast,
+            runtime_fallback,
+            kernel,
             tap: Some(tap),
         })
     }
@@ -148,9 +295,23 @@ impl Agent {
         self.kernel.clock()
     }
 
+    /// What `/healthz` reads of the tasks.
+    pub fn task_health(&self) -> tasks::TaskHealth {
+        self.tasks.health()
+    }
+
+    /// Runs `task` under the agent's supervision (its end fails the agent).
+    pub fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.tasks.spawn(name, task);
+    }
+
     /// Waits until the runtime answers (or `timeout`).
     pub async fn wait_runtime(&self, timeout: Duration) -> bool {
-        self.cri.wait_connected(timeout).await.is_ok()
+        self.runtime.wait_connected(timeout).await
     }
 
     /// Resolves when a part of the agent stopped (the kernel reader failed, a task ended): the
@@ -165,15 +326,9 @@ impl Agent {
     /// The scheme kubelet puts before container ids in the API (`containerd://`, `cri-o://`): the
     /// runtime's own name (waiting up to `wait` for it), else what the socket's path says.
     pub async fn runtime_name(&self, wait: Duration) -> String {
-        if let Ok(client) = self.cri.wait_connected(wait).await {
-            if let Ok(v) = client.version().await {
-                return v.runtime_name;
-            }
-        }
-        if self.endpoint.path().to_string_lossy().contains("crio") {
-            "cri-o".into()
-        } else {
-            "containerd".into()
+        match self.runtime.name(wait).await {
+            Some(name) => name,
+            None => self.runtime_fallback.clone(),
         }
     }
 }

@@ -1,6 +1,14 @@
 //! The agent's tasks, supervised: each one is meant to run as long as the agent, so its end (or
-//! its panic) is a failure, reported by name to [`Tasks::failed`] and to `/healthz`.
-use std::{future::Future, panic::AssertUnwindSafe};
+//! its panic) is a failure, reported by name to [`Tasks::failed`] and to `/healthz`, unless the
+//! agent is stopping ([`Tasks::stop`], and at drop): then an end is the normal one.
+use std::{
+    future::Future,
+    panic::AssertUnwindSafe,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+};
 
 use futures::FutureExt;
 use tokio::sync::watch;
@@ -11,6 +19,7 @@ use crate::sync::AbortOnDrop;
 pub struct Tasks {
     running: Vec<AbortOnDrop>,
     ended: watch::Sender<Option<String>>,
+    stopping: Arc<AtomicBool>,
 }
 
 /// What `/healthz` reads: the first task that ended, and how.
@@ -32,6 +41,7 @@ impl Default for Tasks {
         Self {
             running: Vec::new(),
             ended: watch::Sender::new(None),
+            stopping: Arc::default(),
         }
     }
 }
@@ -40,9 +50,14 @@ impl Tasks {
     /// Runs `task` (named in reports: "the status manager") for the agent's life.
     pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
         let ended = self.ended.clone();
+        let stopping = Arc::clone(&self.stopping);
         let join = tokio::spawn(async move {
             // The panic itself is printed by the panic hook; this says which part it stopped.
             let why = match AssertUnwindSafe(task).catch_unwind().await {
+                Ok(()) if stopping.load(Ordering::Acquire) => {
+                    tracing::debug!("the {name} ended: the agent is stopping");
+                    return;
+                }
                 Ok(()) => format!("the {name} ended"),
                 Err(p) => format!("the {name} panicked: {}", crate::runner::panic_message(p)),
             };
@@ -56,6 +71,12 @@ impl Tasks {
             });
         });
         self.running.push(AbortOnDrop(join));
+    }
+
+    /// The agent is stopping: a task that ends from now on ends normally (the kernel reader's
+    /// stream closing under the reconciler, say).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
     }
 
     pub fn health(&self) -> TaskHealth {
@@ -74,6 +95,12 @@ impl Tasks {
             Some(why) => why,
             None => std::future::pending().await,
         }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -113,5 +140,26 @@ mod tests {
                 "ERROR the HTTP endpoint ended: the agent cannot go on",
             ]
         );
+    }
+
+    /// A one-shot reader's end: its tasks stop as the agent does, with no ERROR line (the
+    /// reconciler sees the kernel's stream close under it).
+    #[tokio::test(start_paused = true)]
+    async fn an_end_while_stopping_is_no_failure() {
+        let (log, _g) = crate::testlog::capture(tracing::Level::ERROR);
+        let mut tasks = Tasks::default();
+        let health = tasks.health();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        tasks.spawn("reconciler", async move {
+            let _ = rx.await;
+            let _ = done_tx.send(());
+        });
+        tasks.stop();
+        drop(tx);
+        done.await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        assert_eq!(health.check(), Ok(()));
+        assert!(log.lines().is_empty(), "{:?}", log.lines());
     }
 }

@@ -212,7 +212,7 @@ pub(crate) async fn start_reader(
     if !agent.wait_runtime(Duration::from_secs(5)).await {
         anyhow::bail!(
             "the container runtime at {endpoint} does not answer: {}",
-            agent.cri.state().last_error.unwrap_or_else(|| {
+            agent.runtime.state().last_error.unwrap_or_else(|| {
                 "no answer to CRI Version within 5 s: is --cri-endpoint the runtime's CRI socket?"
                     .into()
             })

@@ -14,12 +14,13 @@ use crate::present::render::{
 };
 use crate::{
     cgroup::{find_kubepods_roots, CgroupIndex, ContainerId, HierarchyMount},
-    kernel::{BootClock, EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
+    kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
+    model::BootClock,
     pipeline::{
-        unified_mount, watch_roots, FastPathFactory, KernelPipeline, PipelineConfig, ReaderThread,
-        DEFAULT_QUEUE, HEARTBEAT,
+        unified_mount, watch_roots, Hook, HookFactory, KernelPipeline, PipelineConfig,
+        ReaderThread, DEFAULT_QUEUE, HEARTBEAT,
     },
-    pleg::{FastPath, PlegEventType, PodLifecycleEvent},
+    pleg::{PlegEventType, PodLifecycleEvent},
 };
 
 #[derive(Debug, clap::Args)]
@@ -290,7 +291,7 @@ impl SharedPrinter {
     }
 }
 
-impl FastPath for SharedPrinter {
+impl Hook for SharedPrinter {
     fn event(&mut self, ev: &PodLifecycleEvent, _sent: std::time::SystemTime) {
         let line = {
             let mut p = crate::sync::lock(&self.0);
@@ -322,7 +323,7 @@ fn printer_factory(
     format: Format,
     out: super::stdout::Stdout,
     slot: Arc<Mutex<Option<SharedPrinter>>>,
-) -> FastPathFactory {
+) -> HookFactory {
     Box::new(move |clock: &BootClock| {
         let p = SharedPrinter::new(format, clock, out);
         *crate::sync::lock(&slot) = Some(p.clone());
@@ -340,6 +341,7 @@ async fn watch_pods(
     let stdout = super::stdout::Stdout::open()?;
     let (pipeline, mut rx) = KernelPipeline::start_with(
         cfg,
+        BootClock::new(),
         Some(printer_factory(format, stdout.clone(), Arc::clone(&slot))),
     )?;
     let printer = crate::sync::lock(&slot)
@@ -387,18 +389,16 @@ async fn watch_pods_reconciled(
     state_dir: PathBuf,
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
-    use crate::agent::{Agent, AgentConfig};
+    use crate::agent::{Agent, AgentConfig, AgentParts};
     let mut cfg = AgentConfig::new(endpoint);
     cfg.cgroupfs = cgroupfs;
     cfg.reader = reader;
     cfg.reconcile.state_dir = Some(state_dir);
     let slot = Arc::new(Mutex::new(None));
     let stdout = super::stdout::Stdout::open()?;
-    let mut agent = Agent::start_with(
-        cfg,
-        Some(printer_factory(format, stdout.clone(), Arc::clone(&slot))),
-    )
-    .await?;
+    let mut parts = AgentParts::for_node(cfg)?;
+    parts.hook = Some(printer_factory(format, stdout.clone(), Arc::clone(&slot)));
+    let mut agent = Agent::build(parts).await?;
     let printer = crate::sync::lock(&slot)
         .take()
         .context("the printer was not made")?;

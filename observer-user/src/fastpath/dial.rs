@@ -20,7 +20,6 @@ use std::{
 
 use ::kube::client::{Body, ConfigExt};
 use rustls::{pki_types::ServerName, ClientConfig, ClientConnection};
-use tokio::sync::Notify;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use super::{
@@ -28,6 +27,7 @@ use super::{
     Tag,
 };
 use crate::kube::transport::api_message;
+use crate::sync::{Bell, BellWaiter};
 
 /// Connections the reader holds: a death goes out on the one with the fewest requests in flight
 /// (a burst is answered by the API server on both at once), and one lost leaves the other.
@@ -50,13 +50,14 @@ pub enum Handed {
 struct Shared {
     /// Connections handed over and not given up yet.
     held: AtomicUsize,
-    wanted: Notify,
 }
 
 /// The reader's end: connections as they are opened.
 pub struct Dialed {
     rx: mpsc::Receiver<Handed>,
     shared: Arc<Shared>,
+    /// Rung from the reader's thread: no lock a normal-priority thread holds.
+    wanted: Bell,
 }
 
 impl Dialed {
@@ -68,7 +69,7 @@ impl Dialed {
     /// A connection was given up: the dialer opens another.
     pub fn lost(&self) {
         self.shared.held.fetch_sub(1, Ordering::Relaxed);
-        self.shared.wanted.notify_one();
+        self.wanted.ring();
     }
 }
 
@@ -78,21 +79,32 @@ pub struct Dialer {
     timeout: Duration,
     tx: mpsc::Sender<Handed>,
     shared: Arc<Shared>,
+    wanted: BellWaiter,
 }
 
-/// The dialer and the reader's end of what it opens.
-pub fn pair(kubeconfig: Option<std::ffi::OsString>, timeout: Duration) -> (Dialer, Dialed) {
+/// The dialer and the reader's end of what it opens. Fails only when the process is out of file
+/// descriptors (the wake-up is a socket pair).
+pub fn pair(
+    kubeconfig: Option<std::ffi::OsString>,
+    timeout: Duration,
+) -> std::io::Result<(Dialer, Dialed)> {
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new(Shared::default());
-    (
+    let (bell, waiter) = crate::sync::bell()?;
+    Ok((
         Dialer {
             kubeconfig,
             timeout,
             tx,
             shared: Arc::clone(&shared),
+            wanted: waiter,
         },
-        Dialed { rx, shared },
-    )
+        Dialed {
+            rx,
+            shared,
+            wanted: bell,
+        },
+    ))
 }
 
 /// Why a connection could not be opened.
@@ -160,7 +172,7 @@ impl Target {
 
 impl Dialer {
     /// Until the reader's end is dropped.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
         let config = match crate::kube::config(self.kubeconfig.as_deref(), false).await {
             Ok(c) => c,
             Err(e) => {
@@ -240,9 +252,14 @@ impl Dialer {
                 }
                 continue;
             }
+            // Armed, then looked at again: a connection lost in between rang.
+            self.wanted.arm();
+            if self.shared.held.load(Ordering::Relaxed) < CONNECTIONS {
+                continue;
+            }
             let wait = REFRESH.saturating_sub(taken.elapsed());
             tokio::select! {
-                _ = self.shared.wanted.notified() => {}
+                _ = self.wanted.wait() => {}
                 _ = tokio::time::sleep(wait) => {}
             }
         }

@@ -29,7 +29,7 @@
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, OnceLock,
+        Arc,
     },
     time::{Duration, Instant, SystemTime},
 };
@@ -40,7 +40,8 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use crate::{
     kube::transport::api_message,
     model::{BootClock, ContainerId, PodUid},
-    pleg::{Death, FastPath, PlegEvent, PodLifecycleEvent},
+    pipeline::Hook,
+    pleg::{Death, PlegEvent, PodLifecycleEvent},
     reconcile::{ContainerPhase, PodView, ReconcileHandle, Source},
     status::{
         conditions::{observer_conditions, ConditionTypes},
@@ -48,6 +49,7 @@ use crate::{
         writer::status_path,
         AliveLedger, Basis, Filled, Prepared,
     },
+    sync::{Bell, BellWaiter},
 };
 
 /// Requests in flight at once; beyond, deaths are left to the status manager.
@@ -83,6 +85,97 @@ fn bump(c: &AtomicU64) {
 
 pub mod dial;
 pub mod wire;
+
+/// A death the API answered (or that was given up): its pod is to be marked changed for the
+/// status manager's turn, and the write's latency observed, both at normal priority.
+#[derive(Clone, Copy, Debug)]
+struct Answered {
+    pod: PodUid,
+    /// From the kernel's exit to the request written; `None` when it was not answered.
+    written: Option<Duration>,
+}
+
+struct AnswersShared {
+    items: std::sync::Mutex<Vec<Answered>>,
+    bell: Bell,
+}
+
+/// The reader thread's end of the answers: kept on the thread, handed over when the lock is
+/// free (never waited for).
+pub struct AnswerSender {
+    shared: Arc<AnswersShared>,
+    local: Vec<Answered>,
+}
+
+/// The normal-priority end: [`Self::run`] marks each answered pod changed in the reconciler's
+/// view (the status manager holds a pod while its fast patch is in flight) and observes the
+/// write's latency.
+pub struct AnswerReceiver {
+    shared: Arc<AnswersShared>,
+    waiter: BellWaiter,
+}
+
+/// The two ends. Fails only when the process is out of file descriptors.
+pub fn answers() -> std::io::Result<(AnswerSender, AnswerReceiver)> {
+    let (bell, waiter) = crate::sync::bell()?;
+    let shared = Arc::new(AnswersShared {
+        items: std::sync::Mutex::new(Vec::new()),
+        bell,
+    });
+    Ok((
+        AnswerSender {
+            shared: Arc::clone(&shared),
+            local: Vec::new(),
+        },
+        AnswerReceiver { shared, waiter },
+    ))
+}
+
+impl AnswerSender {
+    fn push(&mut self, a: Answered) {
+        self.local.push(a);
+    }
+
+    fn flush(&mut self) {
+        if self.local.is_empty() {
+            return;
+        }
+        if let Some(mut items) = crate::sync::try_lock(&self.shared.items) {
+            items.append(&mut self.local);
+            drop(items);
+            self.shared.bell.ring();
+        }
+    }
+
+    /// Answers kept on the thread because the lock was busy.
+    fn kept(&self) -> usize {
+        self.local.len()
+    }
+}
+
+impl AnswerReceiver {
+    /// Runs until the agent stops.
+    pub async fn run(
+        mut self,
+        reconcile: ReconcileHandle,
+        latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    ) {
+        loop {
+            self.waiter.arm();
+            let taken = std::mem::take(&mut *crate::sync::lock(&self.shared.items));
+            if taken.is_empty() {
+                self.waiter.wait().await;
+                continue;
+            }
+            for a in taken {
+                if let (Some(h), Some(w)) = (&latency, a.written) {
+                    h.observe(w.as_secs_f64());
+                }
+                reconcile.touch(a.pod);
+            }
+        }
+    }
+}
 
 /// What a request on the fast path's connections was for.
 pub enum Tag {
@@ -163,11 +256,8 @@ pub struct Decider {
 pub struct WriterConfig {
     pub field_manager: String,
     pub request_timeout: Duration,
-    /// Set once the agent has its reconciler: a pod whose patch was answered is marked changed
-    /// there, for the status manager's turn.
-    pub reconcile: Arc<OnceLock<ReconcileHandle>>,
-    /// Observes the seconds from the kernel's exit to the patch written to the socket.
-    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// Where answered deaths go, for normal priority to act on ([`AnswerReceiver::run`]).
+    pub answers: AnswerSender,
 }
 
 /// The fast path, on the PLEG's thread: every death with a known exit decided, claimed, and
@@ -330,9 +420,7 @@ impl FastDeaths {
         if let Tag::Death { pod, container, .. } = tag {
             self.decider.ledger.fail(&pod, container);
             bump(&self.decider.stats.failed);
-            if let Some(r) = self.cfg.reconcile.get() {
-                r.touch(pod);
-            }
+            self.cfg.answers.push(Answered { pod, written: None });
         }
     }
 
@@ -354,9 +442,6 @@ impl FastDeaths {
             }
             return;
         };
-        if let Some(h) = &self.cfg.latency {
-            h.observe(written.as_secs_f64());
-        }
         if ok {
             bump(&self.decider.stats.written);
             self.decider.ledger.confirm(&pod, container);
@@ -368,18 +453,23 @@ impl FastDeaths {
             tracing::debug!(pod = %name, status = r.status, "fast status write not accepted ({}); the status manager writes it", api_message(&r.body));
         }
         // The manager held the pod while the patch was in flight: its turn now.
-        if let Some(rc) = self.cfg.reconcile.get() {
-            rc.touch(pod);
-        }
+        self.cfg.answers.push(Answered {
+            pod,
+            written: Some(written),
+        });
     }
 }
 
-impl FastPath for FastDeaths {
+impl Hook for FastDeaths {
     fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
         self.take_handed();
         if let Some(job) = self.claim(ev) {
             self.write(job);
         }
+    }
+
+    fn batch_end(&mut self) {
+        self.cfg.answers.flush();
     }
 
     fn interest(&mut self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
@@ -397,6 +487,11 @@ impl FastPath for FastDeaths {
             });
             let next = c.due().unwrap_or_else(|| c.used() + KEEPALIVE);
             due = Some(due.map_or(next, |d| d.min(next)));
+        }
+        if self.cfg.answers.kept() > 0 {
+            // Answers wait on the thread while the other end held its lock.
+            let soon = Instant::now() + Duration::from_millis(1);
+            due = Some(due.map_or(soon, |d| d.min(soon)));
         }
         due
     }
@@ -435,6 +530,7 @@ impl FastPath for FastDeaths {
             }
             i += 1;
         }
+        self.cfg.answers.flush();
     }
 }
 

@@ -55,12 +55,11 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     let writer = WriterConfig {
         field_manager: "observer".into(),
         request_timeout: Duration::from_secs(5),
-        reconcile: Default::default(),
-        latency: None,
+        answers: super::answers().unwrap().0,
     };
     // No dialer runs: the hook only decides and claims here (what it writes is the API
     // stand-in's and the cluster's tests').
-    let (_dialer, dialed) = crate::fastpath::dial::pair(None, Duration::from_secs(5));
+    let (_dialer, dialed) = crate::fastpath::dial::pair(None, Duration::from_secs(5)).unwrap();
     let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer, dialed);
     let death = PodLifecycleEvent {
         pod_uid: uid,

@@ -222,6 +222,14 @@ impl EventReader {
         self.clock.to_system_time(ev.at())
     }
 
+    /// Maps kernel times with `clock` (a clone shared with the agent's other parts, which see
+    /// this reader's refreshes).
+    pub fn with_clock(mut self, clock: BootClock) -> Self {
+        self.clock = clock;
+        self.clock.refresh();
+        self
+    }
+
     /// The clock this reader maps kernel times with; clones share its refreshes.
     pub fn clock(&self) -> BootClock {
         self.clock.clone()

@@ -5,6 +5,7 @@
 //! ([`KernelPipeline::next_batch`]). One turn of the loop is [`KernelPipeline::next_batch`] on a
 //! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
 //! the same code.
+mod hook;
 mod metrics;
 mod task;
 
@@ -13,9 +14,10 @@ use std::{
     os::fd::BorrowedFd,
     path::Path,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
+pub use hook::{Hook, HookFactory};
 pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
 
 use crate::{
@@ -23,15 +25,12 @@ use crate::{
         cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
     },
     kernel::{
-        BootClock, EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions,
-        Probes, Wait, Watch, WatchRoot,
+        EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions, Probes,
+        Wait, Watch, WatchRoot,
     },
-    pleg::{self, FastPath, FastPathSlot, InitChange, Pleg, PlegReceiver, PlegStats},
+    model::BootClock,
+    pleg::{self, InitChange, Pleg, PlegReceiver, PlegSender, PlegStats, Stamped},
 };
-
-/// Makes the [`FastPath`] once the pipeline's clock exists, before the start-up walk (whose
-/// events it sees too).
-pub type FastPathFactory = Box<dyn FnOnce(&BootClock) -> Box<dyn FastPath> + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -171,7 +170,12 @@ pub struct KernelPipeline {
     init_failures: u64,
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
-    fast: FastPathSlot,
+    /// Runs on the loop for every lifecycle event, before it is queued.
+    hook: Option<Box<dyn Hook>>,
+    tx: PlegSender,
+    /// Events made and not yet queued: handed over at the end of each batch (and at the next
+    /// turn when the consumer held the queue's lock then).
+    pending: Vec<Stamped>,
 }
 
 impl KernelPipeline {
@@ -179,26 +183,24 @@ impl KernelPipeline {
     /// roots so that containers started before us are known with their init. Returns the
     /// pipeline and the PLEG stream it feeds.
     pub fn start(cfg: PipelineConfig) -> Result<(Self, PlegReceiver), PipelineError> {
-        Self::start_with(cfg, None)
+        Self::start_with(cfg, BootClock::new(), None)
     }
 
-    /// [`Self::start`] with a fast path on the loop's thread (see [`pleg::FastPath`]).
+    /// [`Self::start`] with the clock kernel times are mapped with (the agent makes it first and
+    /// shares it), and a [`Hook`] on the loop's thread.
     pub fn start_with(
         cfg: PipelineConfig,
-        fast: Option<FastPathFactory>,
+        clock: BootClock,
+        hook: Option<HookFactory>,
     ) -> Result<(Self, PlegReceiver), PipelineError> {
         let mut probes = Probes::load(&cfg.probes)?;
-        let reader = probes.events()?;
+        let reader = probes.events()?.with_clock(clock);
         let inits = probes.known_inits()?;
-        let (tx, events) = pleg::channel(cfg.queue);
-        let lagged = tx.lag_counter();
-        let slot = tx.fast_path_slot();
-        if let Some(make) = fast {
-            slot.set(make(&reader.clock()));
-        }
+        let (tx, events) = pleg::channel(cfg.queue).map_err(KernelError::Io)?;
+        let hook = hook.map(|make| make(&reader.clock()));
         let mut index = CgroupIndex::new(cfg.unified.clone());
         index.scan();
-        let mut pleg = Pleg::new(index, tx);
+        let mut pleg = Pleg::new(index);
         // With hostPID the agent shares the node's pid namespace: its depth is the node's.
         pleg.set_host_ns_level(crate::kernel::own_pid_ns_level());
         let mut me = Self {
@@ -209,10 +211,13 @@ impl KernelPipeline {
             registered: HashSet::new(),
             init_failures: 0,
             scan_roots: cfg.scan_roots,
-            lagged,
-            fast: slot,
+            lagged: tx.lag_counter(),
+            hook,
+            tx,
+            pending: Vec::new(),
         };
         me.rescan();
+        me.hand_over(true);
         me.sync_inits();
         // The walk's scratch (every directory listed, every process read) is garbage now.
         crate::mem::release_free_memory();
@@ -227,7 +232,9 @@ impl KernelPipeline {
         tap: impl FnMut(&KernelEvent),
     ) -> Result<Batch, KernelError> {
         let first = self.reader.next().await?;
-        Ok(self.batch(first, tap))
+        let batch = self.batch(first, tap);
+        self.hand_over(true);
+        Ok(batch)
     }
 
     /// [`Self::next_batch`] for a thread of its own: blocks for at most `timeout`, until `stop`
@@ -241,7 +248,11 @@ impl KernelPipeline {
         tap: impl FnMut(&KernelEvent),
     ) -> Result<Turn, KernelError> {
         Ok(match self.reader.next_blocking(timeout, stop, extra)? {
-            Wait::Event(first) => Turn::Batch(self.batch(first, tap)),
+            Wait::Event(first) => {
+                let batch = self.batch(first, tap);
+                self.hand_over(false);
+                Turn::Batch(batch)
+            }
             Wait::Idle => Turn::Idle,
             Wait::Io => Turn::Io,
             Wait::Stopped => Turn::Stopped,
@@ -261,6 +272,7 @@ impl KernelPipeline {
         while let Some(ev) = next {
             tap(&ev);
             self.pleg.handle(ev);
+            self.deliver();
             batch.events += 1;
             if batch.events % 64 == 0 {
                 crate::sched::police();
@@ -271,9 +283,28 @@ impl KernelPipeline {
             self.rescan();
             batch.resynced = true;
         }
-        self.fast.batch_end();
+        if let Some(h) = self.hook.as_mut() {
+            h.batch_end();
+        }
         self.sync_inits();
         batch
+    }
+
+    /// The PLEG's new events: each shown to the hook as it is made, then kept for the queue.
+    fn deliver(&mut self) {
+        for event in self.pleg.take_events() {
+            let sent = SystemTime::now();
+            if let Some(h) = self.hook.as_mut() {
+                h.event(&event, sent);
+            }
+            self.pending.push(Stamped { event, sent });
+        }
+    }
+
+    /// Queues what [`Self::deliver`] kept. With `wait` false (the loop's own thread) the queue's
+    /// lock is taken only if free; else the events wait for the next turn.
+    fn hand_over(&mut self, wait: bool) -> bool {
+        self.tx.send_batch(&mut self.pending, wait)
     }
 
     /// Hands the PLEG's init changes to the kernel's set of known inits.
@@ -307,6 +338,7 @@ impl KernelPipeline {
         if let Err(e) = self.pleg.rescan(&self.scan_roots) {
             tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
         }
+        self.deliver();
     }
 
     pub fn pleg(&self) -> &Pleg {

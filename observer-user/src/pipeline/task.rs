@@ -25,6 +25,9 @@ use crate::kernel::{BootClock, KernelCounters, KernelError, KernelEvent, Probes}
 /// the loop alive. Cheap enough for a near-zero idle CPU.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
+/// How soon the loop tries again to queue events the consumer's lock kept back.
+const HAND_OVER_RETRY: Duration = Duration::from_millis(1);
+
 /// Where the read → PLEG loop runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReaderThread {
@@ -63,7 +66,10 @@ impl PipelineHealth {
     fn turn(&self, stats: PipelineStats) {
         self.last_turn_ms
             .store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
-        *crate::sync::lock(&self.stats) = stats;
+        // A scrape reading the stats never holds the loop: they are a turn older then.
+        if let Some(mut s) = crate::sync::try_lock(&self.stats) {
+            *s = stats;
+        }
     }
 
     /// Time since the loop last turned.
@@ -203,8 +209,8 @@ impl KernelPipeline {
     }
 
     /// The loop on a thread of its own, waiting in poll(2): until `stop` reads as hung up
-    /// (`None`), or the reader fails. The fast path's descriptors are waited on in the same
-    /// call ([`crate::pleg::FastPath::interest`]).
+    /// (`None`), or the reader fails. The hook's descriptors are waited on in the same call
+    /// ([`super::Hook::interest`]).
     fn run_thread(
         &mut self,
         stop: &UnixStream,
@@ -215,14 +221,23 @@ impl KernelPipeline {
         let mut fds = Vec::new();
         loop {
             fds.clear();
-            let timeout = match self.fast.interest(&mut fds) {
+            let mut timeout = match self.hook.as_mut().and_then(|h| h.interest(&mut fds)) {
                 Some(due) => due
                     .saturating_duration_since(std::time::Instant::now())
                     .min(HEARTBEAT),
                 None => HEARTBEAT,
             };
+            if !self.pending.is_empty() {
+                // The consumer held the queue's lock at the last turn.
+                timeout = timeout.min(HAND_OVER_RETRY);
+            }
             let turn = self.next_batch_blocking(timeout, Some(stop.as_fd()), &mut fds, &mut *tap);
-            self.fast.ready(&fds);
+            if let Some(h) = self.hook.as_mut() {
+                h.ready(&fds);
+            }
+            if !self.pending.is_empty() {
+                self.hand_over(false);
+            }
             match turn {
                 Ok(Turn::Batch(b)) if b.resynced => on_resync(),
                 Ok(Turn::Batch(_) | Turn::Io) => {}

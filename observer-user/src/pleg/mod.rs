@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 pub use event::{ContainerExit, Death, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
 pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
-pub use stream::{channel, FastPath, FastPathSlot, LagCounter, PlegReceiver, PlegSender, Stamped};
+pub use stream::{channel, LagCounter, PlegReceiver, PlegSender, Stamped};
 
 use crate::{
     cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},
@@ -57,7 +57,8 @@ pub struct PlegStats {
 pub struct Pleg {
     model: NodeModel,
     cgroups: CgroupIndex,
-    tx: PlegSender,
+    /// Lifecycle events made since the last [`Pleg::take_events`], in order.
+    out: Vec<PodLifecycleEvent>,
     orphans: HashMap<u64, Vec<KernelEvent>>,
     orphan_order: VecDeque<(u64, BootNs)>,
     orphan_count: usize,
@@ -70,11 +71,11 @@ pub struct Pleg {
 }
 
 impl Pleg {
-    pub fn new(cgroups: CgroupIndex, tx: PlegSender) -> Self {
+    pub fn new(cgroups: CgroupIndex) -> Self {
         Self {
             model: NodeModel::new(),
             cgroups,
-            tx,
+            out: Vec::new(),
             orphans: HashMap::new(),
             orphan_order: VecDeque::new(),
             orphan_count: 0,
@@ -263,8 +264,14 @@ impl Pleg {
                 } => self.init_changes.push(InitChange::Died(*pid)),
                 _ => {}
             }
-            self.tx.send(ev);
+            self.out.push(ev);
         }
+    }
+
+    /// The lifecycle events made since the last call, in order: the caller hands them on (the
+    /// pipeline shows each to its hook, then queues them for the consumer).
+    pub fn take_events(&mut self) -> std::vec::Drain<'_, PodLifecycleEvent> {
+        self.out.drain(..)
     }
 
     /// The inits that started and died since the last call, in order. A running container reaches

@@ -1,27 +1,28 @@
-//! A bounded queue of lifecycle events between the PLEG and its consumer. A consumer that lags
-//! never makes the PLEG block or grow without bound, and never silently loses a pod's state: once
-//! the queue is full, a pod's further events are coalesced into one PodSync for that pod, which
-//! the consumer receives after the pod's events that did fit (so per-container order holds).
+//! A bounded queue of lifecycle events between the PLEG's loop and its consumer. A consumer that
+//! lags never makes the loop block or grow without bound, and never silently loses a pod's state:
+//! once the queue is full, a pod's further events are coalesced into one PodSync for that pod,
+//! which the consumer receives after the pod's events that did fit (so per-container order holds).
 //! Each event carries the wall time the PLEG sent it ([`Stamped`]): what the detection bench and
 //! the agent's queueing figures start from.
 //!
-//! A [`FastPath`] set on the stream sees every event on the PLEG's own thread (real-time with
-//! `--realtime-priority`) as it is sent, before any consumer task could: `watch --pods` writes
-//! its lines there and `observer run` sends its fast status patches from there, so that neither
-//! waits behind the node's workloads for a normal-priority task's turn.
+//! The loop's thread may be real-time: it never waits here. It hands a batch over with
+//! [`PlegSender::send_batch`], which takes the queue's lock only if it is free (else the batch
+//! waits for the loop's next turn), and wakes the consumer with a [`Bell`] (no lock).
 use std::{
     collections::{HashSet, VecDeque},
+    io,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, MutexGuard,
     },
     time::SystemTime,
 };
 
-use tokio::sync::Notify;
-
 use super::event::PodLifecycleEvent;
-use crate::{model::BootNs, model::PodUid};
+use crate::{
+    model::{BootNs, PodUid},
+    sync::{Bell, BellWaiter},
+};
 
 /// An event and the wall time the PLEG sent it.
 #[derive(Clone, Debug)]
@@ -36,36 +37,39 @@ struct Inner {
     /// when the first was coalesced.
     coalesced: VecDeque<(PodUid, BootNs, SystemTime)>,
     coalesced_set: HashSet<PodUid>,
-    closed: bool,
-}
-
-/// Work done on the PLEG's thread for every event it sends: it must never block (a write to a
-/// pipe, a hand-over to another thread).
-pub trait FastPath: Send {
-    /// `sent`: the wall time the PLEG sent it (as [`Stamped::sent`]).
-    fn event(&mut self, ev: &PodLifecycleEvent, sent: SystemTime);
-    /// The end of a batch of kernel records (a flush point).
-    fn batch_end(&mut self) {}
-    /// Descriptors of the hook's own (its connections) that the loop's poll(2) is to wait on
-    /// beside the ring buffer, and the latest time the loop is to call [`Self::ready`] back.
-    /// On a loop with its own thread only.
-    fn interest(&mut self, _fds: &mut Vec<libc::pollfd>) -> Option<std::time::Instant> {
-        None
-    }
-    /// After each of the loop's turns: the descriptors [`Self::interest`] gave, with what
-    /// poll(2) found on them (none when the turn ended otherwise).
-    fn ready(&mut self, _fds: &[libc::pollfd]) {}
 }
 
 struct Shared {
     inner: Mutex<Inner>,
-    /// Only the PLEG's thread takes it (and whoever sets it, once).
-    fast: Mutex<Option<Box<dyn FastPath>>>,
-    notify: Notify,
+    bell: Bell,
+    closed: AtomicBool,
     capacity: usize,
     /// Events folded into a PodSync because the consumer lagged.
     lagged: AtomicU64,
     senders: AtomicUsize,
+}
+
+impl Shared {
+    fn push(&self, inner: &mut Inner, s: Stamped) {
+        let ev = &s.event;
+        if inner.coalesced_set.contains(&ev.pod_uid) {
+            // Already behind for this pod: later events must not overtake the pending sync.
+            self.lagged.fetch_add(1, Ordering::Relaxed);
+            if let Some(slot) = inner
+                .coalesced
+                .iter_mut()
+                .find(|(uid, _, _)| *uid == ev.pod_uid)
+            {
+                slot.1 = slot.1.max(ev.at);
+            }
+        } else if inner.queue.len() >= self.capacity {
+            self.lagged.fetch_add(1, Ordering::Relaxed);
+            inner.coalesced_set.insert(ev.pod_uid);
+            inner.coalesced.push_back((ev.pod_uid, ev.at, s.sent));
+        } else {
+            inner.queue.push_back(s);
+        }
+    }
 }
 
 pub struct PlegSender(Arc<Shared>);
@@ -77,97 +81,74 @@ impl Clone for PlegSender {
     }
 }
 
-pub struct PlegReceiver(Arc<Shared>);
+pub struct PlegReceiver {
+    shared: Arc<Shared>,
+    waiter: BellWaiter,
+}
 
-pub fn channel(capacity: usize) -> (PlegSender, PlegReceiver) {
+/// A queue of `capacity` events before a lagging consumer's are coalesced per pod. Fails only
+/// when the process is out of file descriptors (the wake-up is a socket pair).
+pub fn channel(capacity: usize) -> io::Result<(PlegSender, PlegReceiver)> {
+    let (bell, waiter) = crate::sync::bell()?;
     let shared = Arc::new(Shared {
         inner: Mutex::new(Inner {
             queue: VecDeque::with_capacity(capacity.min(4096)),
             coalesced: VecDeque::new(),
             coalesced_set: HashSet::new(),
-            closed: false,
         }),
-        fast: Mutex::new(None),
-        notify: Notify::new(),
+        bell,
+        closed: AtomicBool::new(false),
         capacity: capacity.max(1),
         lagged: AtomicU64::new(0),
         senders: AtomicUsize::new(1),
     });
-    (PlegSender(Arc::clone(&shared)), PlegReceiver(shared))
+    Ok((
+        PlegSender(Arc::clone(&shared)),
+        PlegReceiver { shared, waiter },
+    ))
 }
 
 impl PlegSender {
-    /// Never blocks.
+    /// One event, stamped now; waits for the queue's lock (not from the kernel reader's loop:
+    /// it hands its batches over with [`Self::send_batch`]).
     pub fn send(&self, ev: PodLifecycleEvent) {
-        let sent = SystemTime::now();
-        // First, and whether or not the consumer lags: the fast path never waits for it.
-        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
-            f.event(&ev, sent);
+        let mut one = vec![Stamped {
+            event: ev,
+            sent: SystemTime::now(),
+        }];
+        self.send_batch(&mut one, true);
+    }
+
+    /// Hands `batch` over, in order, and wakes the consumer. With `wait` false the queue's lock
+    /// is taken only if it is free: when it is not, nothing is sent, `batch` is left as it was,
+    /// and `false` says to try again later.
+    pub fn send_batch(&self, batch: &mut Vec<Stamped>, wait: bool) -> bool {
+        if batch.is_empty() {
+            return true;
         }
-        let mut inner = crate::sync::lock(&self.0.inner);
-        if inner.coalesced_set.contains(&ev.pod_uid) {
-            // Already behind for this pod: later events must not overtake the pending sync.
-            self.0.lagged.fetch_add(1, Ordering::Relaxed);
-            if let Some(slot) = inner
-                .coalesced
-                .iter_mut()
-                .find(|(uid, _, _)| *uid == ev.pod_uid)
-            {
-                slot.1 = slot.1.max(ev.at);
-            }
-        } else if inner.queue.len() >= self.0.capacity {
-            self.0.lagged.fetch_add(1, Ordering::Relaxed);
-            inner.coalesced_set.insert(ev.pod_uid);
-            inner.coalesced.push_back((ev.pod_uid, ev.at, sent));
+        let inner: Option<MutexGuard<'_, Inner>> = if wait {
+            Some(crate::sync::lock(&self.0.inner))
         } else {
-            inner.queue.push_back(Stamped { event: ev, sent });
+            crate::sync::try_lock(&self.0.inner)
+        };
+        let Some(mut inner) = inner else {
+            return false;
+        };
+        for s in batch.drain(..) {
+            self.0.push(&mut inner, s);
         }
         drop(inner);
-        self.0.notify.notify_one();
+        self.0.bell.ring();
+        true
     }
 
     pub fn lagged(&self) -> u64 {
         self.0.lagged.load(Ordering::Relaxed)
     }
 
-    /// The fast-path slot, which neither sends nor keeps the stream open.
-    pub fn fast_path_slot(&self) -> FastPathSlot {
-        FastPathSlot(Arc::clone(&self.0))
-    }
-
     /// A handle on the lag count that neither sends nor keeps the stream open.
     pub fn lag_counter(&self) -> LagCounter {
         LagCounter(Arc::clone(&self.0))
-    }
-}
-
-/// The stream's fast-path slot, for the PLEG's loop: sets the [`FastPath`] and marks batch ends.
-#[derive(Clone)]
-pub struct FastPathSlot(Arc<Shared>);
-
-impl FastPathSlot {
-    /// Sets (or replaces) the fast path; it sees the events sent from now on.
-    pub fn set(&self, fast: Box<dyn FastPath>) {
-        *crate::sync::lock(&self.0.fast) = Some(fast);
-    }
-
-    /// Called by the loop after each batch of kernel records.
-    pub fn batch_end(&self) {
-        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
-            f.batch_end();
-        }
-    }
-
-    /// See [`FastPath::interest`].
-    pub fn interest(&self, fds: &mut Vec<libc::pollfd>) -> Option<std::time::Instant> {
-        crate::sync::lock(&self.0.fast).as_mut()?.interest(fds)
-    }
-
-    /// See [`FastPath::ready`].
-    pub fn ready(&self, fds: &[libc::pollfd]) {
-        if let Some(f) = crate::sync::lock(&self.0.fast).as_mut() {
-            f.ready(fds);
-        }
     }
 }
 
@@ -185,8 +166,8 @@ impl Drop for PlegSender {
     fn drop(&mut self) {
         // The last sender closes the stream.
         if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
-            crate::sync::lock(&self.0.inner).closed = true;
-            self.0.notify.notify_one();
+            self.0.closed.store(true, Ordering::Release);
+            self.0.bell.ring();
         }
     }
 }
@@ -207,16 +188,24 @@ impl PlegReceiver {
             if let Some(ev) = self.try_recv_stamped() {
                 return Some(ev);
             }
-            if crate::sync::lock(&self.0.inner).closed {
+            if self.shared.closed.load(Ordering::Acquire) {
                 return self.try_recv_stamped();
             }
-            self.0.notify.notified().await;
+            // Armed, then looked at again: a batch handed over in between rang the bell.
+            self.waiter.arm();
+            if let Some(ev) = self.try_recv_stamped() {
+                return Some(ev);
+            }
+            if self.shared.closed.load(Ordering::Acquire) {
+                return self.try_recv_stamped();
+            }
+            self.waiter.wait().await;
         }
     }
 
     /// [`Self::try_recv`] with the time the PLEG sent the event.
     pub fn try_recv_stamped(&mut self) -> Option<Stamped> {
-        let mut inner = crate::sync::lock(&self.0.inner);
+        let mut inner = crate::sync::lock(&self.shared.inner);
         if let Some(ev) = inner.queue.pop_front() {
             return Some(ev);
         }
@@ -230,15 +219,21 @@ impl PlegReceiver {
 
     /// Events folded into PodSyncs so far because this receiver lagged.
     pub fn lagged(&self) -> u64 {
-        self.0.lagged.load(Ordering::Relaxed)
+        self.shared.lagged.load(Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {
-        crate::sync::lock(&self.0.inner).queue.len()
+        crate::sync::lock(&self.shared.inner).queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Holds the queue's lock until the guard drops: tests show that the kernel reader's
+    /// thread never waits for it.
+    pub fn hold_lock(&self) -> impl Drop + '_ {
+        crate::sync::lock(&self.shared.inner)
     }
 }
 
@@ -282,7 +277,7 @@ mod tests {
 
     #[test]
     fn in_order_under_capacity() {
-        let (tx, mut rx) = channel(8);
+        let (tx, mut rx) = channel(8).unwrap();
         tx.send(ev(1, PlegEventType::ContainerStarted, 1));
         tx.send(ev(1, PlegEventType::ContainerDied, 2));
         assert_eq!(
@@ -296,7 +291,7 @@ mod tests {
 
     #[test]
     fn overflow_coalesces_per_pod_and_keeps_order() {
-        let (tx, mut rx) = channel(2);
+        let (tx, mut rx) = channel(2).unwrap();
         tx.send(ev(1, PlegEventType::ContainerStarted, 1));
         tx.send(ev(2, PlegEventType::ContainerStarted, 2));
         // Full: pod 1's death and pod 3's start are coalesced.
@@ -327,46 +322,30 @@ mod tests {
         assert_eq!(rx.lagged(), 4);
     }
 
-    /// The fast path sees every event on the sender's side, those folded for a lagging consumer
-    /// included, and the batch ends.
+    /// A batch that finds the lock held is kept whole for the next turn, never waited for.
     #[test]
-    fn the_fast_path_sees_every_event_even_when_the_consumer_lags() {
-        struct Seen(Arc<Mutex<Vec<(PlegEventType, u64)>>>, Arc<AtomicU64>);
-        impl FastPath for Seen {
-            fn event(&mut self, ev: &PodLifecycleEvent, _: SystemTime) {
-                self.0.lock().unwrap().push((ev.kind(), ev.at.0));
-            }
-            fn batch_end(&mut self) {
-                self.1.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let ends = Arc::new(AtomicU64::new(0));
-        let (tx, mut rx) = channel(1);
-        let slot = tx.fast_path_slot();
-        slot.set(Box::new(Seen(Arc::clone(&seen), Arc::clone(&ends))));
-        tx.send(ev(1, PlegEventType::ContainerStarted, 1));
-        tx.send(ev(1, PlegEventType::ContainerDied, 2));
-        slot.batch_end();
-        assert_eq!(
-            *seen.lock().unwrap(),
-            [
-                (PlegEventType::ContainerStarted, 1),
-                (PlegEventType::ContainerDied, 2)
-            ]
-        );
-        assert_eq!(ends.load(Ordering::Relaxed), 1);
-        // The consumer got the first and a sync for the folded death.
+    fn a_batch_is_kept_while_the_consumer_holds_the_lock() {
+        let (tx, mut rx) = channel(8).unwrap();
+        let mut batch = vec![Stamped {
+            event: ev(1, PlegEventType::ContainerStarted, 1),
+            sent: SystemTime::now(),
+        }];
+        let held = rx.hold_lock();
+        let sent = std::thread::scope(|s| s.spawn(|| tx.send_batch(&mut batch, false)).join());
+        assert!(!sent.unwrap(), "not sent while the lock is held");
+        drop(held);
+        assert_eq!(batch.len(), 1, "kept for the next turn");
+        assert!(tx.send_batch(&mut batch, false));
+        assert!(batch.is_empty());
         assert_eq!(
             rx.try_recv().unwrap().kind(),
             PlegEventType::ContainerStarted
         );
-        assert_eq!(rx.try_recv().unwrap().kind(), PlegEventType::PodSync);
     }
 
     #[tokio::test]
     async fn recv_wakes_and_ends_when_senders_drop() {
-        let (tx, mut rx) = channel(4);
+        let (tx, mut rx) = channel(4).unwrap();
         let tx2 = tx.clone();
         let task = tokio::spawn(async move {
             tokio::task::yield_now().await;

@@ -37,14 +37,58 @@ fn ctr_path(uid: &str, n: u32) -> String {
 }
 
 /// A PLEG whose index cannot ask a kernel: unknown ids stay unknown.
-fn pleg(capacity: usize) -> (Pleg, PlegReceiver) {
+fn pleg(capacity: usize) -> (TestPleg, PlegReceiver) {
     let mount = HierarchyMount {
         version: CgroupVersion::V2,
         mount_point: PathBuf::from("/nonexistent-cgroup-mount"),
         root: "/".into(),
     };
-    let (tx, rx) = channel(capacity);
-    (Pleg::new(CgroupIndex::new(mount), tx), rx)
+    let (tx, rx) = channel(capacity).expect("a wake-up socket");
+    (
+        TestPleg {
+            pleg: Pleg::new(CgroupIndex::new(mount)),
+            tx,
+        },
+        rx,
+    )
+}
+
+/// A PLEG whose events go to a queue as the pipeline hands them on.
+struct TestPleg {
+    pleg: Pleg,
+    tx: PlegSender,
+}
+
+impl TestPleg {
+    fn handle(&mut self, ev: KernelEvent) {
+        self.pleg.handle(ev);
+        self.forward();
+    }
+
+    fn resync(&mut self, scan: &Scan) {
+        self.pleg.resync(scan);
+        self.forward();
+    }
+
+    fn forward(&mut self) {
+        for ev in self.pleg.take_events() {
+            self.tx.send(ev);
+        }
+    }
+}
+
+impl std::ops::Deref for TestPleg {
+    type Target = Pleg;
+
+    fn deref(&self) -> &Pleg {
+        &self.pleg
+    }
+}
+
+impl std::ops::DerefMut for TestPleg {
+    fn deref_mut(&mut self) -> &mut Pleg {
+        &mut self.pleg
+    }
 }
 
 fn change(id: u64, path: &str, at: u64) -> CgroupChange {
@@ -146,7 +190,7 @@ fn kinds(evs: &[PodLifecycleEvent]) -> Vec<PlegEventType> {
 use PlegEventType::*;
 
 /// Pod with one container (cgroup ids 10 and 11), created.
-fn setup(p: &mut Pleg) {
+fn setup(p: &mut TestPleg) {
     p.handle(mkdir(10, &pod_path(UID), 1));
     p.handle(mkdir(11, &ctr_path(UID, 1), 2));
 }

@@ -204,6 +204,12 @@ impl<R: RuntimeService> Reconciler<R> {
         (me, ReconcileHandle(shared))
     }
 
+    /// The kernel log's kills so far: read once the probes are attached (so that together they
+    /// miss none), before [`Self::run`].
+    pub fn set_history(&mut self, history: OomHistory) {
+        self.history = history;
+    }
+
     /// Merges the kills the kernel logs from now on into the evidence (see [`crate::kernel::kmsg::Follower`]).
     pub fn follow_kernel_log(&mut self, kills: mpsc::Receiver<LoggedOomKill>) {
         self.kmsg = Some(kills);

@@ -1,7 +1,7 @@
 //! What the reconciler asks the runtime, behind a trait: the CRI calls it makes and the
 //! connection's generations. Its tests drive it with a fake runtime (kubelet's generic PLEG is
 //! tested the same way); the agent passes [`ReconnectingCri`].
-use std::future::Future;
+use std::{future::Future, time::Duration};
 
 use k8s_cri::v1 as api;
 use tokio::sync::watch;
@@ -35,6 +35,22 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
     fn container_events(
         &self,
     ) -> impl Future<Output = Result<ContainerEventStream, CriError>> + Send;
+
+    /// What the runtime calls itself (CRI Version's `runtime_name`), waiting up to `wait` for it
+    /// to answer; `None` where it does not say.
+    fn name(&self, _wait: Duration) -> impl Future<Output = Option<String>> + Send {
+        std::future::ready(None)
+    }
+
+    /// Whether the runtime answers within `wait`.
+    fn wait_connected(&self, wait: Duration) -> impl Future<Output = bool> + Send {
+        let mut conn = self.connection();
+        async move {
+            tokio::time::timeout(wait, conn.wait_for(|s| s.connected))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        }
+    }
 }
 
 impl RuntimeService for ReconnectingCri {
@@ -74,5 +90,14 @@ impl RuntimeService for ReconnectingCri {
         &self,
     ) -> impl Future<Output = Result<ContainerEventStream, CriError>> + Send {
         self.get_container_events()
+    }
+
+    async fn name(&self, wait: Duration) -> Option<String> {
+        let client = ReconnectingCri::wait_connected(self, wait).await.ok()?;
+        client.version().await.ok().map(|v| v.runtime_name)
+    }
+
+    async fn wait_connected(&self, wait: Duration) -> bool {
+        ReconnectingCri::wait_connected(self, wait).await.is_ok()
     }
 }

@@ -219,7 +219,7 @@ fn start(rt: &FakeRuntime) -> (PlegSender, ReconcileHandle) {
         OomHistory::default(),
         inits::InitStore::in_memory(),
     );
-    let (tx, rx) = crate::pleg::channel(64);
+    let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
     tokio::spawn(r.run(rx));
     (tx, h)
 }
@@ -361,7 +361,7 @@ async fn a_logged_kill_above_the_container_is_placed_by_its_victim() {
     );
     let (log_tx, log_rx) = mpsc::channel(4);
     r.follow_kernel_log(log_rx);
-    let (tx, rx) = crate::pleg::channel(64);
+    let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
     tokio::spawn(r.run(rx));
     assert!(h.settled(Duration::from_secs(5)).await);
 

@@ -76,6 +76,11 @@ pub struct StatusHandle {
 }
 
 impl StatusHandle {
+    /// What the manager writes.
+    pub fn mode(&self) -> StatusMode {
+        self.cfg.mode
+    }
+
     /// Writes what is pending now, retries without waiting out back-offs, and waits until
     /// everything is written or `deadline` has passed (SIGTERM).
     pub async fn flush(&self, deadline: Duration) -> FlushReport {
@@ -256,6 +261,12 @@ impl StatusManager {
     /// Shares ContainersAlive's truth with the fast path (see [`super::fast`]).
     pub fn set_alive_ledger(&mut self, ledger: Arc<super::ledger::AliveLedger>) {
         self.ledger = Some(ledger);
+    }
+
+    /// The runtime's name for container ids (`<runtime>://<id>`), known once it answered.
+    pub fn with_runtime_name(mut self, name: String) -> Self {
+        Arc::make_mut(&mut self.cfg).runtime_name = name;
+        self
     }
 
     /// The Events' publishing, to run beside [`Self::run`] (the agent supervises it); left
