@@ -1,14 +1,15 @@
 //! observer: a node agent that learns container lifecycle from the kernel.
 //!
-//! Layers, bottom up: [`kernel`] loads the eBPF programs and turns ring-buffer records into typed
-//! [`kernel::KernelEvent`]s; [`cgroup`] tells which pod and container a cgroup path belongs to;
-//! [`pleg`] keeps the node model and emits pod lifecycle events; [`pipeline`] wires those three
-//! once; [`cri`] talks to the container runtime; [`reconcile`] merges the runtime's account with
-//! the kernel's; [`runner`] is the per-key job runner the reconciler (and the status manager)
-//! schedule work with; [`ratelimit`] keeps one pod from flooding Events or logs; [`sched`] makes
-//! the kernel reader's thread real-time; [`agent`] starts it all; [`cli`] holds the subcommands of
-//! the `observer`
-//! binary. ARCHITECTURE.md at the repository's root says how the pieces fit.
+//! Layers, bottom up (each uses only those below it; `tests/layers.rs` checks): [`model`], the
+//! shared vocabulary; the utilities ([`sync`], [`mem`], [`ratelimit`], [`runner`], [`sched`]);
+//! [`kernel`] (probes, ring buffer, typed events, the kernel log) and [`cgroup`] (what a cgroup
+//! path is); [`pleg`] (the node model, kubelet's lifecycle events) and [`cri`] (the runtime);
+//! [`pipeline`] (probes → reader → PLEG on its own thread, with the [`pipeline::Hook`] that runs
+//! there); [`reconcile`] (the kernel's account merged with the runtime's: the truth); [`kube`]
+//! (the API client and reflector); [`status`] (the status manager) and [`fastpath`] (the hook that
+//! writes a death from the reader's thread); [`present`] (what people see); [`agent`] (the chain
+//! built once); [`cli`] (the binary's subcommands). ARCHITECTURE.md at the repository's root says
+//! how the pieces fit.
 pub mod agent;
 pub mod cgroup;
 pub mod cli;

@@ -354,6 +354,18 @@ fn rtprio_limit() -> u64 {
         .unwrap_or(0)
 }
 
+/// `observer_realtime_demotions_total`.
+pub fn encode_metrics(
+    e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+) -> std::fmt::Result {
+    crate::exposition::counter(
+        e,
+        "realtime_demotions",
+        "Times a SCHED_FIFO fast-path thread dropped itself to normal priority for using more than 2 ms of CPU in 10 ms (where SCHED_DEADLINE was refused)",
+        demotions(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("exposition", 1),
     ("ratelimit", 1),
     ("runner", 1),
-    ("sched", 1),
+    ("sched", 2),
     ("testlog", 2),
     ("cgroup", 2),
     ("kernel", 2),

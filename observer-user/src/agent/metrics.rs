@@ -18,12 +18,8 @@ use prometheus_client::{
 };
 
 use crate::{
-    cri::ReconnectingCri,
-    exposition::{counter, gauge},
-    kernel::Probes,
-    pipeline::PipelineHealth,
-    reconcile::ReconcileHandle,
-    status::StatusHandle,
+    cri::ReconnectingCri, exposition::gauge, kernel::Probes, pipeline::PipelineHealth,
+    reconcile::ReconcileHandle, status::StatusHandle,
 };
 
 pub use crate::reconcile::{ContainerLabels, OomKillLabels};
@@ -140,41 +136,13 @@ impl Collector for Sources {
         }
 
         self.reconcile.encode_metrics(&mut e)?;
-        gauge(
-            &mut e,
-            "cri_connected",
-            "1 while the container runtime answers",
-            None,
-            f64::from(u8::from(self.cri.is_connected())),
-        )?;
-        counter(
-            &mut e,
-            "cri_reconnects",
-            "Connections to the runtime after the first",
-            self.cri.reconnects(),
-        )?;
-
-        counter(
-            &mut e,
-            "realtime_demotions",
-            "Times a SCHED_FIFO fast-path thread dropped itself to normal priority for using more than 2 ms of CPU in 10 ms (where SCHED_DEADLINE was refused)",
-            crate::sched::demotions(),
-        )?;
+        self.cri.encode_metrics(&mut e)?;
+        crate::sched::encode_metrics(&mut e)?;
         if let Some(h) = &self.status {
             h.encode_metrics(&mut e)?;
         }
         if let Some(f) = &self.fast {
-            use crate::fastpath::FastStats;
-            let g = FastStats::get;
-            for (name, help, v) in [
-                ("fast_path_deaths", "Deaths the fast path saw", g(&f.deaths)),
-                ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight, or no connection of the fast path was open", g(&f.dropped)),
-                ("fast_path_skipped", "Deaths the fast path left to the status manager (no transition, its client not up, or the pod or container not computed by the manager yet)", g(&f.skipped)),
-                ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&f.written)),
-                ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&f.failed)),
-            ] {
-                counter(&mut e, name, help, v)?;
-            }
+            f.encode_metrics(&mut e)?;
         }
         Ok(())
     }

@@ -79,6 +79,26 @@ impl ReconnectingCri {
         self.shared.state.borrow().connected
     }
 
+    /// `observer_cri_connected`, `observer_cri_reconnects_total`.
+    pub fn encode_metrics(
+        &self,
+        e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        crate::exposition::gauge(
+            e,
+            "cri_connected",
+            "1 while the container runtime answers",
+            None,
+            f64::from(u8::from(self.is_connected())),
+        )?;
+        crate::exposition::counter(
+            e,
+            "cri_reconnects",
+            "Connections to the runtime after the first",
+            self.reconnects(),
+        )
+    }
+
     pub fn reconnects(&self) -> u64 {
         self.shared.state.borrow().reconnects()
     }

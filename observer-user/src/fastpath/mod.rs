@@ -77,6 +77,24 @@ impl FastStats {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    /// `observer_fast_path_*_total`.
+    pub fn encode_metrics(
+        &self,
+        e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        let g = Self::get;
+        for (name, help, v) in [
+            ("fast_path_deaths", "Deaths the fast path saw", g(&self.deaths)),
+            ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight, or no connection of the fast path was open", g(&self.dropped)),
+            ("fast_path_skipped", "Deaths the fast path left to the status manager (no transition, its client not up, or the pod or container not computed by the manager yet)", g(&self.skipped)),
+            ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&self.written)),
+            ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&self.failed)),
+        ] {
+            crate::exposition::counter(e, name, help, v)?;
+        }
+        Ok(())
+    }
 }
 
 fn bump(c: &AtomicU64) {
@@ -154,6 +172,12 @@ impl AnswerSender {
 }
 
 impl AnswerReceiver {
+    /// Holds the answers' lock until the guard drops: tests show that the reader's thread never
+    /// waits for it.
+    pub fn hold_lock(&self) -> impl Drop + '_ {
+        crate::sync::lock(&self.shared.items)
+    }
+
     /// Runs until the agent stops.
     pub async fn run(
         mut self,

@@ -1,6 +1,6 @@
 //! The status manager's requests as raw exchanges through kube's client: the status, the
 //! `Retry-After` and the body of every answer, which the writer's outcomes are made of. (The
-//! fast path has connections of its own: [`super::fast::wire`].)
+//! fast path has connections of its own: [`crate::fastpath::wire`].)
 use std::time::Duration;
 
 use ::kube::client::Body;

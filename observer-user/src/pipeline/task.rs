@@ -88,6 +88,12 @@ impl PipelineHealth {
         *crate::sync::lock(&self.stats)
     }
 
+    /// Holds the stats' lock (what a scrape or a health check takes) until the guard drops:
+    /// tests show that the loop never waits for it.
+    pub fn hold_stats(&self) -> impl Drop + '_ {
+        crate::sync::lock(&self.stats)
+    }
+
     /// The loop runs on a real-time (SCHED_FIFO) thread.
     pub fn realtime(&self) -> bool {
         self.realtime.load(Ordering::Relaxed)
