@@ -358,6 +358,10 @@ impl Cluster {
     /// until the DaemonSet's pod is Ready.
     pub fn deploy(&self, agent_archive: &Path) -> Result<()> {
         self.import(agent_archive)?;
+        // Each guest node's containerd gets the same image (through its guest agent).
+        for g in self.guests() {
+            g.import(agent_archive)?;
+        }
         let overlay = self.workspace.join("cluster/overlay");
         let overlay = overlay.to_string_lossy();
         self.kubectl_ok(&["apply", "-k", &overlay])?;
@@ -375,24 +379,43 @@ impl Cluster {
     /// Waits for the DaemonSet's rollout; on failure the error carries the pod's description
     /// and the agent's log as kubelet wrote it.
     pub fn wait_rollout(&self) -> Result<()> {
+        let guests = self.guests();
+        // An agent in a guest starts under software emulation: loading its probes takes longer.
+        let after = Duration::from_secs(if guests.is_empty() { 180 } else { 600 });
         let r = self.kubectl_ok(&[
             "-n",
             "observer-system",
             "rollout",
             "status",
             "daemonset/observer",
-            "--timeout=180s",
+            &format!("--timeout={}s", after.as_secs()),
         ]);
         r.map(|_| ()).map_err(|e| Error::Timeout {
             what: "the observer DaemonSet".into(),
-            after: Duration::from_secs(180),
+            after,
             detail: format!(
-                "{e}\n{}\nagent log:\n{}",
+                "{e}\n{}\nagent log:\n{}{}",
                 self.kubectl_ok(&["-n", "observer-system", "describe", "pods"])
                     .unwrap_or_default(),
-                self.agent_log().unwrap_or_default()
+                self.agent_log().unwrap_or_default(),
+                guests
+                    .iter()
+                    .map(|g| format!(
+                        "\nagent log on {}:\n{}",
+                        g.name,
+                        g.agent_log().unwrap_or_default()
+                    ))
+                    .collect::<String>()
             ),
         })
+    }
+
+    /// The guest nodes whose qemu runs.
+    pub fn guests(&self) -> Vec<Guest<'_>> {
+        Guest::all(self)
+            .into_iter()
+            .filter(|g| g.is_running())
+            .collect()
     }
 
     /// The newest log kubelet keeps for the agent's container.

@@ -66,8 +66,8 @@ enum ClusterAction {
         #[command(subcommand)]
         action: NodeAction,
     },
-    /// Build the agent's image, import it into the node's containerd, apply deploy/ through
-    /// cluster/overlay and wait for the DaemonSet's pod to be Ready.
+    /// Build the agent's image, import it into every node's containerd, apply deploy/ through
+    /// cluster/overlay and wait for the DaemonSet's pods to be Ready.
     Deploy,
     /// Stop everything `up` started and remove its state (binaries and Go caches stay).
     Down,
@@ -130,7 +130,9 @@ fn cluster(action: ClusterAction) -> Result<()> {
             let archive = PathBuf::from("target/image/observer-image.tar");
             image(archive.clone(), None, None, None)?;
             c.deploy(&root().join(archive))?;
-            println!("observer is Ready on {}", observer_cluster::NODE_NAME);
+            let mut nodes = vec![observer_cluster::NODE_NAME.to_string()];
+            nodes.extend(c.guests().into_iter().map(|g| g.name));
+            println!("observer is Ready on {}", nodes.join(", "));
         }
     }
     Ok(())

@@ -38,7 +38,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(600);
 const MEMORY: &str = "3G";
 const CPUS: u32 = 2;
 /// Where containerd listens in the guest (its default).
-const GUEST_CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+pub const GUEST_CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// The name of the `n`th node (1 is the host's).
 pub fn node_name(n: usize) -> String {
@@ -265,6 +265,92 @@ impl<'a> Guest<'a> {
             });
         }
         Ok(())
+    }
+
+    /// Copies a program of this machine into the guest, without its debug information (the
+    /// guest agent carries it base64-encoded), and returns its path there. The guest is Debian
+    /// bookworm like this host, so a program built here runs there.
+    pub fn install(&self, program: &Path) -> Result<String> {
+        let name = program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "program".into());
+        let stripped = self.dir().join(format!("{name}.stripped"));
+        let mut strip = Command::new("objcopy");
+        strip.arg("--strip-debug").arg(program).arg(&stripped);
+        let data = match image::run(&mut strip, "objcopy --strip-debug") {
+            Ok(()) => fs::read(&stripped).map_err(Error::io(&stripped))?,
+            Err(_) => fs::read(program).map_err(Error::io(program))?,
+        };
+        let _ = fs::remove_file(&stripped);
+        let target = format!("/var/lib/observer-test/{name}");
+        let mut a = qga::Agent::connect(&self.agent_socket(), Duration::from_secs(120))?;
+        a.exec(
+            "/bin/mkdir",
+            &["-p", "/var/lib/observer-test"],
+            Duration::from_secs(30),
+        )?;
+        a.write_file(&target, &data)?;
+        a.exec("/bin/chmod", &["0755", &target], Duration::from_secs(30))?;
+        Ok(target)
+    }
+
+    /// An admin kubeconfig in the guest (the API server at 127.0.0.1:6443, through the guest's
+    /// relay), for programs the tests run there; returns its path there.
+    pub fn admin_kubeconfig(&self) -> Result<String> {
+        let pki = self.cluster.pki();
+        let data = |f: &str| -> Result<String> {
+            let p = pki.join(f);
+            Ok(qga::base64_encode(&fs::read(&p).map_err(Error::io(&p))?))
+        };
+        let text = format!(
+            r#"apiVersion: v1
+kind: Config
+clusters:
+  - name: observer
+    cluster:
+      server: https://127.0.0.1:{APISERVER_PORT}
+      certificate-authority-data: {ca}
+users:
+  - name: admin
+    user:
+      client-certificate-data: {crt}
+      client-key-data: {key}
+contexts:
+  - name: observer
+    context:
+      cluster: observer
+      user: admin
+current-context: observer
+"#,
+            ca = data("ca.crt")?,
+            crt = data("admin.crt")?,
+            key = data("admin.key")?,
+        );
+        let target = "/var/lib/observer-test/admin.kubeconfig";
+        let mut a = qga::Agent::connect(&self.agent_socket(), Duration::from_secs(60))?;
+        a.exec(
+            "/bin/mkdir",
+            &["-p", "/var/lib/observer-test"],
+            Duration::from_secs(30),
+        )?;
+        a.write_file(target, text.as_bytes())?;
+        Ok(target.into())
+    }
+
+    /// The newest log the guest's kubelet keeps for the agent's container.
+    pub fn agent_log(&self) -> Option<String> {
+        let r = self
+            .exec(
+                "/bin/sh",
+                &[
+                    "-c",
+                    "cat \"$(ls -t /var/log/pods/observer-system_observer-*/observer/*.log | head -n1)\"",
+                ],
+                Duration::from_secs(60),
+            )
+            .ok()?;
+        (r.code == 0).then_some(r.stdout)
     }
 
     fn wait(

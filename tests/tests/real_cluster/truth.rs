@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_exclusive, apply, condition, container_pid, get_json, pod_level_oom, require_cluster,
-    set_agent_mode, wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
+    agent_exclusive, apply, condition, get_json, kill_container, pod_level_oom, require_cluster,
+    set_agent_mode, test_node, wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
 };
 use observer_tests::wait::poll_every;
 use serde_json::Value;
@@ -264,12 +264,7 @@ fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
         })
         .unwrap();
         let id = status(&pod, row).unwrap()["containerID"].as_str().unwrap();
-        let pid = container_pid(id).unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        kill_container(c, id).unwrap();
     }
     let mut last = BTreeMap::new();
     for row in &rows {
@@ -493,7 +488,10 @@ fn truth_table_kubelet_agent_and_audit() {
         ));
     }
     eprintln!("{out}");
-    let _ = std::fs::write(c.dir().join("truth-table.md"), &out);
+    let _ = std::fs::write(
+        c.dir().join(format!("truth-table-{}.md", test_node())),
+        &out,
+    );
 }
 
 /// Puts the agent back in its default mode when the audit run ends, failed or not.
