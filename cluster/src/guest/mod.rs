@@ -482,6 +482,10 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
 const START_SH: &str = r#"#!/bin/sh
 # The node's start, from the seed disk: containerd, the test images, kubelet.
 set -eu
+# Debian's kernels default to perf_event_paranoid=3 (their own patch), where perf_event_open
+# wants CAP_SYS_ADMIN: the agent, with CAP_PERFMON and CAP_BPF only, then fails attaching its
+# classic tracepoints (oom/mark_victim: EACCES). 2 is the upstream default and this host's.
+sysctl -q -w kernel.perf_event_paranoid=2
 cp /opt/observer/units/* /run/systemd/system/
 systemctl daemon-reload
 systemctl start observer-apiserver.socket containerd.service
