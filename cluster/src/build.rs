@@ -13,6 +13,11 @@ use crate::{Error, Result};
 
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 pub const ETCD_VERSION: &str = "v3.6.16";
+/// The second node's runtime (`cluster/go/containerd/go.mod` requires the same).
+pub const CONTAINERD_VERSION: &str = "v2.4.2";
+
+/// What `cluster/go/containerd` builds into `target/cluster/guest/bin`.
+pub const CONTAINERD_COMMANDS: &[&str] = &["containerd", "containerd-shim-runc-v2", "ctr"];
 
 /// Every binary the cluster runs, by Go package.
 const KUBERNETES_COMMANDS: &[&str] = &[
@@ -35,7 +40,7 @@ pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
     let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
     let stamp_file = bin.join(".built-from");
-    let stamp = stamp(&go_src)?;
+    let stamp = stamp(&go_src, &["kubernetes", "etcd"])?;
     let complete = KUBERNETES_COMMANDS
         .iter()
         .chain(&["etcd"])
@@ -118,10 +123,64 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Builds the second node's containerd 2.x (with its runc shim and ctr) when missing or built
+/// from other module files: static binaries (CGO_ENABLED=0, which also leaves out the btrfs
+/// snapshotter's cgo; the devmapper and ZFS snapshotters are left out by tag), in
+/// `<dir>/guest/bin`. The same lock as [`ensure`]: one Go build at a time.
+pub fn ensure_containerd(workspace: &Path, dir: &Path) -> Result<()> {
+    let go_src = workspace.join("cluster/go");
+    let bin = dir.join("guest/bin");
+    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
+    let lock_path = dir.join(".build.lock");
+    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
+    let stamp_file = bin.join(".built-from");
+    let stamp = stamp(&go_src, &["containerd"])?;
+    let complete = CONTAINERD_COMMANDS.iter().all(|b| bin.join(b).is_file());
+    if complete && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
+        return Ok(());
+    }
+    let go = crate::which("go").ok_or_else(|| {
+        Error::Missing(
+            "Go is not installed: the second node's containerd is built with `go build` \
+             (Go 1.26.6 or newer on PATH, what containerd 2.4 requires)"
+                .into(),
+        )
+    })?;
+    let started = Instant::now();
+    eprintln!("cluster: building containerd {CONTAINERD_VERSION} with go build");
+    // What `containerd --version` and the node's containerRuntimeVersion report.
+    let ldflags = format!(
+        "-s -w -X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION} \
+         -X github.com/containerd/containerd/v2/version.Revision=observer-cluster"
+    );
+    let mut build = go_command(&go, dir, &go_src.join("containerd"));
+    build
+        .args([
+            "build",
+            "-tags=no_btrfs,no_devmapper,no_zfs,urfave_cli_no_docs",
+            "-trimpath",
+            "-ldflags",
+            &ldflags,
+            "-o",
+        ])
+        .arg(format!("{}/", bin.display()));
+    build.args(
+        CONTAINERD_COMMANDS
+            .iter()
+            .map(|c| format!("github.com/containerd/containerd/v2/cmd/{c}")),
+    );
+    run(&mut build, "go build (containerd)")?;
+    std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
+    eprintln!("cluster: containerd built in {:.0?}", started.elapsed());
+    Ok(())
+}
+
 /// The module files the binaries were built from.
-fn stamp(go_src: &Path) -> Result<String> {
+fn stamp(go_src: &Path, modules: &[&str]) -> Result<String> {
     let mut s = String::new();
-    for m in ["kubernetes", "etcd"] {
+    for m in modules {
         for f in ["go.mod", "go.sum"] {
             let p = go_src.join(m).join(f);
             s.push_str(&std::fs::read_to_string(&p).map_err(Error::io(&p))?);

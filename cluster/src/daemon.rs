@@ -44,7 +44,7 @@ pub fn first_dead(dir: &Path) -> Option<&'static str> {
         .copied()
 }
 
-fn spawn(cluster: &Cluster, name: &str, mut cmd: Command) -> Result<()> {
+pub(crate) fn spawn(cluster: &Cluster, name: &str, mut cmd: Command) -> Result<()> {
     let logs = cluster.logs();
     let run = cluster.dir().join("run");
     fs::create_dir_all(&run).map_err(Error::io(&run))?;
@@ -217,20 +217,25 @@ fn wait_for(c: &Cluster, what: &str, mut ok: impl FnMut() -> bool) -> Result<()>
     Ok(())
 }
 
-/// Stops every component, newest first: TERM, then KILL after 10 s.
+/// Stops every component, newest first.
 pub fn stop_all(c: &Cluster) {
     for name in COMPONENTS.iter().rev() {
-        if let Some(pid) = running(c.dir(), name) {
-            let pid = Pid::from_raw(pid as i32);
-            let _ = kill(pid, Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while running(c.dir(), name).is_some() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if running(c.dir(), name).is_some() {
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-        }
-        let _ = fs::remove_file(pid_file(c.dir(), name));
+        stop(c, name);
     }
+}
+
+/// Stops one started process: TERM, then KILL after 10 s.
+pub(crate) fn stop(c: &Cluster, name: &str) {
+    if let Some(pid) = running(c.dir(), name) {
+        let pid = Pid::from_raw(pid as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(c.dir(), name).is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if running(c.dir(), name).is_some() {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+    let _ = fs::remove_file(pid_file(c.dir(), name));
 }

@@ -13,9 +13,13 @@
 //! containerd's images) and `/run/observer-cluster` (containerd's socket, which the DaemonSet
 //! mounts, and runc's state). Pods' cgroups sit under `/observer-cluster/kubepods`
 //! (kubelet's `cgroupRoot`), apart from the `/kubepods` trees the host suites lay out.
+//!
+//! Further nodes ([`guest`]) are Debian guests under qemu, joined to the same control plane:
+//! `up_nodes(2)` (`cargo xtask cluster up --nodes 2`).
 pub mod build;
 mod daemon;
 mod files;
+pub mod guest;
 pub mod host;
 
 pub use files::{containerd_toml, ContainerdPaths};
@@ -25,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub use build::{ETCD_VERSION, KUBERNETES_VERSION};
+pub use build::{CONTAINERD_VERSION, ETCD_VERSION, KUBERNETES_VERSION};
+pub use guest::{Guest, GUEST_NODE_NAME};
 
 /// The node's name (kubelet's `--hostname-override`), whatever the machine's hostname.
 pub const NODE_NAME: &str = "observer-node";
@@ -231,10 +236,64 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops every component (kubelet first, so nothing is restarted), kills what runs in the
-    /// pods' cgroups, unmounts what kubelet and containerd mounted and removes all state: only
-    /// the binaries and the Go caches stay.
+    /// [`Cluster::up`], then boots guest nodes until the cluster has `nodes` nodes (the host's
+    /// one included); guests already running are kept. Returns how long each new one took.
+    pub fn up_nodes(&self, nodes: usize) -> Result<Vec<(String, guest::Started)>> {
+        self.up()?;
+        let mut started = Vec::new();
+        for n in 2..=nodes {
+            let g = Guest::new(self, &guest::node_name(n));
+            let registered = self
+                .kubectl_ok(&["get", "node", &g.name, "-o", "name"])
+                .is_ok();
+            if g.is_running() && registered {
+                eprintln!("cluster: node {} already up", g.name);
+                continue;
+            }
+            started.push((g.name.clone(), g.start()?));
+        }
+        Ok(started)
+    }
+
+    /// Boots one more guest node (the next free name) and waits until it registers.
+    pub fn add_node(&self) -> Result<(String, guest::Started)> {
+        if !self.is_up() {
+            return Err(Error::Missing(
+                "the cluster is not up: `cargo xtask cluster up` first".into(),
+            ));
+        }
+        let mut n = 2;
+        while Guest::new(self, &guest::node_name(n)).is_running() {
+            n += 1;
+        }
+        let g = Guest::new(self, &guest::node_name(n));
+        let started = g.start()?;
+        Ok((g.name, started))
+    }
+
+    /// Stops a guest node and deletes its Node object (its pods go with it).
+    pub fn remove_node(&self, name: &str) -> Result<()> {
+        if name == NODE_NAME {
+            return Err(Error::Missing(format!(
+                "{NODE_NAME} is the host's node: `cargo xtask cluster down` stops it"
+            )));
+        }
+        Guest::new(self, name).stop()?;
+        if self.is_up() {
+            self.kubectl_ok(&["delete", "node", name, "--ignore-not-found", "--wait=false"])?;
+        }
+        eprintln!("cluster: node {name} removed");
+        Ok(())
+    }
+
+    /// Stops every component (the guests first, then kubelet, so nothing is restarted), kills
+    /// what runs in the pods' cgroups, unmounts what kubelet and containerd mounted and removes
+    /// all state: only the binaries, the Go caches and the guest image stay.
     pub fn down(&self) -> Result<()> {
+        for g in Guest::all(self) {
+            g.stop()?;
+            eprintln!("cluster: guest {} stopped", g.name);
+        }
         daemon::stop_all(self);
         // containerd's shims outlive it, re-parented to init and outside the node's cgroups: the
         // node's are the ones that name its socket.
@@ -299,6 +358,10 @@ impl Cluster {
     /// until the DaemonSet's pod is Ready.
     pub fn deploy(&self, agent_archive: &Path) -> Result<()> {
         self.import(agent_archive)?;
+        // Each guest node's containerd gets the same image (through its guest agent).
+        for g in self.guests() {
+            g.import(agent_archive)?;
+        }
         let overlay = self.workspace.join("cluster/overlay");
         let overlay = overlay.to_string_lossy();
         self.kubectl_ok(&["apply", "-k", &overlay])?;
@@ -316,24 +379,43 @@ impl Cluster {
     /// Waits for the DaemonSet's rollout; on failure the error carries the pod's description
     /// and the agent's log as kubelet wrote it.
     pub fn wait_rollout(&self) -> Result<()> {
+        let guests = self.guests();
+        // An agent in a guest starts under software emulation: loading its probes takes longer.
+        let after = Duration::from_secs(if guests.is_empty() { 180 } else { 600 });
         let r = self.kubectl_ok(&[
             "-n",
             "observer-system",
             "rollout",
             "status",
             "daemonset/observer",
-            "--timeout=180s",
+            &format!("--timeout={}s", after.as_secs()),
         ]);
         r.map(|_| ()).map_err(|e| Error::Timeout {
             what: "the observer DaemonSet".into(),
-            after: Duration::from_secs(180),
+            after,
             detail: format!(
-                "{e}\n{}\nagent log:\n{}",
+                "{e}\n{}\nagent log:\n{}{}",
                 self.kubectl_ok(&["-n", "observer-system", "describe", "pods"])
                     .unwrap_or_default(),
-                self.agent_log().unwrap_or_default()
+                self.agent_log().unwrap_or_default(),
+                guests
+                    .iter()
+                    .map(|g| format!(
+                        "\nagent log on {}:\n{}",
+                        g.name,
+                        g.agent_log().unwrap_or_default()
+                    ))
+                    .collect::<String>()
             ),
         })
+    }
+
+    /// The guest nodes whose qemu runs.
+    pub fn guests(&self) -> Vec<Guest<'_>> {
+        Guest::all(self)
+            .into_iter()
+            .filter(|g| g.is_running())
+            .collect()
     }
 
     /// The newest log kubelet keeps for the agent's container.

@@ -1,13 +1,15 @@
 //! The cluster's certificates, made once per `up` by rcgen: one CA, the API server's serving
 //! certificate (loopback and the in-cluster names), a client certificate per component (kubelet's
 //! as `system:node:<node>` in `system:nodes`, which the Node authorizer and NodeRestriction key
-//! on), kubelet's serving certificate and the service-account signing key.
+//! on), kubelet's serving certificate and the service-account signing key. The CA's key stays in
+//! the directory (a test cluster's, removed by `down`) so that a node joining later gets its own
+//! kubelet certificates from the same CA ([`node`]).
 use std::fs;
 use std::path::Path;
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
 use crate::{Error, Result, NODE_NAME};
@@ -25,7 +27,7 @@ const CLIENTS: &[(&str, &str, Option<&str>)] = &[
 ];
 
 pub fn ensure(dir: &Path) -> Result<()> {
-    if dir.join("ca.crt").exists() && dir.join("service-account.pub").exists() {
+    if dir.join("ca.key").exists() && dir.join("service-account.pub").exists() {
         return Ok(());
     }
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
@@ -34,30 +36,12 @@ pub fn ensure(dir: &Path) -> Result<()> {
         fs::write(&p, pem).map_err(Error::io(&p))
     };
 
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name = dn("observer-cluster-ca", None);
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let ca_key = KeyPair::generate()?;
+    put("ca.key", ca_key.serialize_pem())?;
+    let ca = CertifiedIssuer::self_signed(ca_params()?, ca_key)?;
     put("ca.crt", ca.pem())?;
-
-    let issue = |stem: &str, cn: &str, o: Option<&str>, sans: &[&str], usage| -> Result<()> {
-        let key = KeyPair::generate()?;
-        let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-        params.distinguished_name = dn(cn, o);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &*ca)?;
-        put(&format!("{stem}.crt"), cert.pem())?;
-        put(&format!("{stem}.key"), key.serialize_pem())
+    let issue = |stem: &str, cn: &str, o: Option<&str>, sans: &[&str], usage| {
+        issue(dir, &ca, stem, cn, o, sans, usage)
     };
     issue(
         "apiserver",
@@ -74,20 +58,7 @@ pub fn ensure(dir: &Path) -> Result<()> {
         ],
         ExtendedKeyUsagePurpose::ServerAuth,
     )?;
-    issue(
-        "kubelet-serving",
-        &format!("system:node:{NODE_NAME}"),
-        Some("system:nodes"),
-        &["127.0.0.1", "localhost", NODE_NAME],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    )?;
-    issue(
-        "kubelet",
-        &format!("system:node:{NODE_NAME}"),
-        Some("system:nodes"),
-        &[],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    )?;
+    node_certs(dir, &ca, NODE_NAME, "kubelet")?;
     for (stem, cn, o) in CLIENTS {
         issue(stem, cn, *o, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
     }
@@ -96,6 +67,78 @@ pub fn ensure(dir: &Path) -> Result<()> {
     let sa = KeyPair::generate()?;
     put("service-account.pub", sa.public_key_pem())?;
     put("service-account.key", sa.serialize_pem())
+}
+
+/// Issues a joining node's kubelet certificates from the cluster's CA: `<stem>.crt`/`.key`
+/// (the client one, `system:node:<name>` in `system:nodes`) and `<stem>-serving.crt`/`.key`.
+pub fn node(dir: &Path, name: &str, stem: &str) -> Result<()> {
+    let key_path = dir.join("ca.key");
+    let pem = fs::read_to_string(&key_path).map_err(Error::io(&key_path))?;
+    // The issuer is the CA's name, key usages and key: what signing needs of it, rebuilt from
+    // the same parameters and the kept key.
+    let ca = Issuer::new(ca_params()?, KeyPair::from_pem(&pem)?);
+    node_certs(dir, &ca, name, stem)
+}
+
+fn node_certs(dir: &Path, ca: &Issuer<'_, KeyPair>, name: &str, stem: &str) -> Result<()> {
+    let user = format!("system:node:{name}");
+    issue(
+        dir,
+        ca,
+        &format!("{stem}-serving"),
+        &user,
+        Some("system:nodes"),
+        &["127.0.0.1", "localhost", name],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )?;
+    issue(
+        dir,
+        ca,
+        stem,
+        &user,
+        Some("system:nodes"),
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )
+}
+
+fn ca_params() -> Result<CertificateParams> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    p.distinguished_name = dn("observer-cluster-ca", None);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(p)
+}
+
+fn issue(
+    dir: &Path,
+    ca: &Issuer<'_, KeyPair>,
+    stem: &str,
+    cn: &str,
+    o: Option<&str>,
+    sans: &[&str],
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<()> {
+    let put = |name: &str, pem: String| -> Result<()> {
+        let p = dir.join(name);
+        fs::write(&p, pem).map_err(Error::io(&p))
+    };
+    let key = KeyPair::generate()?;
+    let mut params =
+        CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+    params.distinguished_name = dn(cn, o);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, ca)?;
+    put(&format!("{stem}.crt"), cert.pem())?;
+    put(&format!("{stem}.key"), key.serialize_pem())
 }
 
 fn dn(cn: &str, o: Option<&str>) -> DistinguishedName {

@@ -7,7 +7,7 @@ use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-pub use observer_cluster::{Cluster, NODE_NAME};
+pub use observer_cluster::{Cluster, GUEST_NODE_NAME, NODE_NAME};
 use serde_json::Value;
 
 use crate::prereq;
@@ -21,6 +21,22 @@ pub const AGENT_NAMESPACE: &str = "observer-system";
 pub const AGENT_USER: &str = "system:serviceaccount:observer-system:observer";
 /// Where the overlay has the agent serve (host network, loopback).
 pub const AGENT_ADDR: &str = "127.0.0.1:9891";
+
+/// The node the suites' pods run on: the host's (`observer-node`), or a guest node named by
+/// `OBSERVER_CLUSTER_NODE` (`observer-node-2`: Debian guest, cgroup v2, containerd 2.x, systemd
+/// driver), which the cluster is then started with.
+pub fn test_node() -> String {
+    std::env::var("OBSERVER_CLUSTER_NODE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| NODE_NAME.to_string())
+}
+
+/// The guest of the test node, when it is one.
+pub fn test_guest(c: &Cluster) -> Option<observer_cluster::Guest<'_>> {
+    let node = test_node();
+    (node != NODE_NAME).then(|| observer_cluster::Guest::new(c, &node))
+}
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// Tests that restart the agent take it exclusively; the others share it.
@@ -57,7 +73,16 @@ pub fn require_cluster() -> Option<&'static Cluster> {
 }
 
 fn start(c: Cluster, binary: &Path) -> Result<Cluster> {
-    c.up()?;
+    let node = test_node();
+    if node == NODE_NAME {
+        c.up()?;
+    } else {
+        let n: usize = node
+            .strip_prefix("observer-node-")
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("OBSERVER_CLUSTER_NODE={node}: not observer-node-<N>"))?;
+        c.up_nodes(n)?;
+    }
     let archive = c.dir().join("observer-image.tar");
     observer_image::agent::AgentImage::build(binary)?.write_archive(&archive)?;
     c.deploy(&archive)?;
@@ -298,6 +323,9 @@ impl TestPod {
         }
         if let Some(n) = &self.node_name {
             spec["nodeName"] = Value::from(n.as_str());
+        } else {
+            // With guest nodes in the cluster, the scheduler must place the pod on the test's.
+            spec["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": test_node()});
         }
         if self.share_process_namespace {
             spec["shareProcessNamespace"] = Value::from(true);
@@ -361,8 +389,9 @@ pub fn condition<'v>(pod: &'v Value, kind: &str) -> Option<&'v Value> {
         .find(|c| c["type"] == kind)
 }
 
-/// The agent's pod (the DaemonSet's one pod on the node).
+/// The agent's pod (the DaemonSet's one pod on the test's node).
 pub fn agent_pod(c: &Cluster) -> Result<Value> {
+    let node = test_node();
     let list = get_json(
         c,
         &[
@@ -378,10 +407,14 @@ pub fn agent_pod(c: &Cluster) -> Result<Value> {
     let live: Vec<Value> = items
         .into_iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| p["spec"]["nodeName"] == node.as_str())
         .collect();
     match live.as_slice() {
         [one] => Ok(one.clone()),
-        other => bail!("expected one live agent pod, found {}", other.len()),
+        other => bail!(
+            "expected one live agent pod on {node}, found {}",
+            other.len()
+        ),
     }
 }
 
@@ -408,6 +441,40 @@ pub fn container_pid(container_id: &str) -> Result<u32> {
         }
     }
     bail!("no process of container {id} found in /proc")
+}
+
+/// SIGKILL to a running container's init, on whichever node the test runs: on the host by pid,
+/// in a guest through its guest agent (a shell there finds the process by its cgroup).
+pub fn kill_container(c: &Cluster, container_id: &str) -> Result<()> {
+    let id = container_id
+        .rsplit_once("://")
+        .map_or(container_id, |(_, id)| id);
+    let Some(guest) = test_guest(c) else {
+        let pid = container_pid(container_id)?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        return Ok(());
+    };
+    // The container's processes are in its scope (cri-containerd-<id>.scope); its init is the
+    // one whose parent is outside it (the shim).
+    let script = format!(
+        r#"for p in $(cat /sys/fs/cgroup/kubepods.slice/*/*/cri-containerd-{id}.scope/cgroup.procs /sys/fs/cgroup/kubepods.slice/*/cri-containerd-{id}.scope/cgroup.procs 2>/dev/null); do
+  pp=$(awk '{{print $4}}' /proc/$p/stat)
+  grep -q 'cri-containerd-{id}.scope' /proc/$pp/cgroup || {{ kill -9 $p; exit 0; }}
+done
+exit 1"#
+    );
+    let r = guest.exec("/bin/sh", &["-c", &script], Duration::from_secs(60))?;
+    if r.code != 0 {
+        bail!(
+            "no init of container {id} found in {}: {}",
+            guest.name,
+            r.stderr
+        );
+    }
+    Ok(())
 }
 
 /// The kubelet directory of a pod's volumes (for its projected service-account token).

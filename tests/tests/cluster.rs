@@ -15,6 +15,7 @@ mod real_cluster {
     mod plugin;
     mod status_diff;
     mod truth;
+    mod two_nodes;
 
     use std::collections::BTreeSet;
     use std::net::SocketAddr;

@@ -55,28 +55,84 @@ enum Task {
 #[derive(Subcommand)]
 enum ClusterAction {
     /// Build the components if needed, start them and wait for the node (a no-op when up).
-    Up,
-    /// Build the agent's image, import it into the node's containerd, apply deploy/ through
-    /// cluster/overlay and wait for the DaemonSet's pod to be Ready.
+    Up {
+        /// Nodes in all: the host's, then Debian guests under qemu (systemd, cgroup v2 only,
+        /// containerd 2.x, the systemd cgroup driver; README: "A second node").
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+    },
+    /// Add or remove a guest node of the running cluster.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// Build the agent's image, import it into every node's containerd, apply deploy/ through
+    /// cluster/overlay and wait for the DaemonSet's pods to be Ready.
     Deploy,
     /// Stop everything `up` started and remove its state (binaries and Go caches stay).
     Down,
     /// Only build the components (target/cluster/bin).
-    Build,
+    Build {
+        /// Also build what the second node needs: containerd 2.x (target/cluster/guest/bin)
+        /// and the Debian guest's disk image (target/cluster/guest/image).
+        #[arg(long)]
+        guest: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Boot one more guest node and wait until it registers.
+    Add,
+    /// Stop a guest node and delete its Node object.
+    Remove {
+        /// The node's name (observer-node-2, …).
+        name: String,
+    },
 }
 
 fn cluster(action: ClusterAction) -> Result<()> {
     let c = observer_cluster::Cluster::new(&root());
     match action {
-        ClusterAction::Up => c.up()?,
+        ClusterAction::Up { nodes } => {
+            for (name, t) in c.up_nodes(nodes)? {
+                println!(
+                    "{name}: booted in {:.1} s, registered {:.1} s later",
+                    t.boot.as_secs_f64(),
+                    t.join.as_secs_f64()
+                );
+            }
+        }
+        ClusterAction::Node { action } => match action {
+            NodeAction::Add => {
+                let (name, t) = c.add_node()?;
+                println!(
+                    "{name}: booted in {:.1} s, registered {:.1} s later",
+                    t.boot.as_secs_f64(),
+                    t.join.as_secs_f64()
+                );
+            }
+            NodeAction::Remove { name } => c.remove_node(&name)?,
+        },
         ClusterAction::Down => c.down()?,
-        ClusterAction::Build => observer_cluster::build::ensure(&root(), c.dir())?,
+        ClusterAction::Build { guest } => {
+            if guest {
+                // First: it takes no build lock (a Kubernetes build may be running).
+                observer_cluster::guest::image::ensure(&c.dir().join("guest/image"))?;
+            }
+            observer_cluster::build::ensure(&root(), c.dir())?;
+            if guest {
+                observer_cluster::build::ensure_containerd(&root(), c.dir())?;
+            }
+        }
         ClusterAction::Deploy => {
             c.up()?;
             let archive = PathBuf::from("target/image/observer-image.tar");
             image(archive.clone(), None, None, None)?;
             c.deploy(&root().join(archive))?;
-            println!("observer is Ready on {}", observer_cluster::NODE_NAME);
+            let mut nodes = vec![observer_cluster::NODE_NAME.to_string()];
+            nodes.extend(c.guests().into_iter().map(|g| g.name));
+            println!("observer is Ready on {}", nodes.join(", "));
         }
     }
     Ok(())

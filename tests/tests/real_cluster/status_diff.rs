@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_shared, apply, condition, get_json, pod_level_oom, require_cluster, wait_pod, Cluster,
-    Namespace, TestPod, NODE_NAME, POLL, SHARED_DIR,
+    agent_shared, apply, condition, get_json, pod_level_oom, require_cluster, test_guest, wait_pod,
+    Cluster, Namespace, TestPod, NODE_NAME, POLL, SHARED_DIR,
 };
 use observer_tests::prereq;
 use serde_json::Value;
@@ -217,6 +217,9 @@ fn diff(api: &Value, agent: &[Value]) -> (Vec<String>, Vec<String>) {
 /// `observer status -o pod-json --kubeconfig` on the node: the running agent's state and the
 /// node's containerd, the specs from the API; read-only.
 fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
+    if let Some(guest) = test_guest(c) {
+        return computed_in_guest(&guest, observer);
+    }
     let out = std::process::Command::new(observer)
         .args([
             "status",
@@ -239,5 +242,49 @@ fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The same in a guest node, through its guest agent: the program copied in, the guest's
+/// containerd, an admin kubeconfig reaching the API server through the guest's relay.
+fn computed_in_guest(
+    guest: &observer_cluster::Guest<'_>,
+    observer: &std::path::Path,
+) -> Vec<Value> {
+    use std::sync::OnceLock;
+    static INSTALLED: OnceLock<(String, String)> = OnceLock::new();
+    let (program, kubeconfig) = INSTALLED.get_or_init(|| {
+        (
+            guest.install(observer).unwrap(),
+            guest.admin_kubeconfig().unwrap(),
+        )
+    });
+    let state_dir = format!("{}/agent-state", observer_cluster::RUN_DIR);
+    let r = guest
+        .exec(
+            program,
+            &[
+                "status",
+                "-o",
+                "pod-json",
+                "--node-name",
+                &guest.name,
+                "--kubeconfig",
+                kubeconfig,
+                "--cri-endpoint",
+                observer_cluster::guest::GUEST_CONTAINERD_SOCKET,
+                "--state-dir",
+                &state_dir,
+            ],
+            Duration::from_secs(300),
+        )
+        .unwrap();
+    assert!(
+        r.code == 0,
+        "observer status in {}: {}",
+        guest.name,
+        r.stderr
+    );
+    let list: Value = serde_json::from_str(&r.stdout).unwrap();
     list["items"].as_array().cloned().unwrap_or_default()
 }

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_exclusive, apply, condition, container_pid, get_json, pod_level_oom, require_cluster,
-    set_agent_mode, wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
+    agent_exclusive, apply, condition, get_json, kill_container, pod_level_oom, require_cluster,
+    set_agent_mode, test_guest, test_node, wait_pod, Cluster, Namespace, TestPod, POLL, SHARED_DIR,
 };
 use observer_tests::wait::poll_every;
 use serde_json::Value;
@@ -36,6 +36,17 @@ struct Truth {
     exit_code: i64,
     /// The process the OOM killer took, if any, and whether it was the container's init.
     oom: Option<(&'static str, bool)>,
+    /// The victim took the container's other processes with it (memory.oom.group).
+    group: bool,
+}
+
+/// Whether the test's node kills a container's processes together at an OOM: on cgroup v2 kubelet
+/// (1.28+) sets `memory.oom.group=1` on every container, and the kernel then kills every process
+/// of the container with the victim (seen in the guest's kernel log: "Killed process … (dd)",
+/// then "… (sh)"), so a child's OOM kill is the container's death. The guest nodes are cgroup v2
+/// only; the host's memory controller is v1, which has no group kill.
+fn group_kill(c: &Cluster) -> bool {
+    test_guest(c).is_some()
 }
 
 /// One row: a container of a pod, and how to tell its account is final.
@@ -53,11 +64,28 @@ struct Row {
     alive: Option<&'static str>,
 }
 
-fn rows() -> Vec<Row> {
+fn rows(group_kill: bool) -> Vec<Row> {
     let oom_init = |comm| Truth {
         reason: "OOMKilled",
         exit_code: 137,
         oom: Some((comm, true)),
+        group: false,
+    };
+    // A child's kill: the container goes on (v1), or dies with it (v2's group kill).
+    let child_oom = if group_kill {
+        Truth {
+            reason: "OOMKilled",
+            exit_code: 137,
+            oom: Some(("dd", true)),
+            group: true,
+        }
+    } else {
+        Truth {
+            reason: "Completed",
+            exit_code: 0,
+            oom: Some(("dd", false)),
+            group: false,
+        }
     };
     vec![
         Row {
@@ -67,11 +95,7 @@ fn rows() -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
-            truth: Truth {
-                reason: "Completed",
-                exit_code: 0,
-                oom: Some(("dd", false)),
-            },
+            truth: child_oom,
             alive: None,
         },
         Row {
@@ -91,11 +115,7 @@ fn rows() -> Vec<Row> {
             init: true,
             last_state: false,
             sigkill: false,
-            truth: Truth {
-                reason: "Completed",
-                exit_code: 0,
-                oom: Some(("dd", false)),
-            },
+            truth: child_oom,
             alive: None,
         },
         Row {
@@ -129,6 +149,7 @@ fn rows() -> Vec<Row> {
                 reason: "Completed",
                 exit_code: 0,
                 oom: None,
+                group: false,
             },
             alive: None,
         },
@@ -153,6 +174,7 @@ fn rows() -> Vec<Row> {
                 reason: "Error",
                 exit_code: 137,
                 oom: None,
+                group: false,
             },
             alive: Some("False"),
         },
@@ -167,6 +189,7 @@ fn rows() -> Vec<Row> {
                 reason: "Error",
                 exit_code: 3,
                 oom: None,
+                group: false,
             },
             alive: Some("False"),
         },
@@ -257,19 +280,14 @@ fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
     for p in pods(ns) {
         apply(c, &p.manifest()).unwrap();
     }
-    let rows = rows();
+    let rows = rows(group_kill(c));
     for row in rows.iter().filter(|r| r.sigkill) {
         let pod = wait_pod(c, ns, row.pod, SETTLE, |p| {
             status(p, row).is_some_and(|s| s["state"]["running"].is_object())
         })
         .unwrap();
         let id = status(&pod, row).unwrap()["containerID"].as_str().unwrap();
-        let pid = container_pid(id).unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        kill_container(c, id).unwrap();
     }
     let mut last = BTreeMap::new();
     for row in &rows {
@@ -292,7 +310,7 @@ fn truth_table_kubelet_agent_and_audit() {
 
     // Conditions mode: the agent's conditions and Events tell the truth.
     let mut table = Vec::new();
-    for row in rows() {
+    for row in rows(group_kill(c)) {
         let t = row.truth;
         let want_oom = t.oom.map(|(comm, init)| {
             (
@@ -420,7 +438,7 @@ fn truth_table_kubelet_agent_and_audit() {
             .collect()
     };
     let mut audited = Vec::new();
-    for row in rows() {
+    for row in rows(group_kill(c)) {
         let kubelet = kubelet_account(&final_pods[row.pod], &row).unwrap();
         if wrong(&row, &kubelet) {
             let f = poll_every(POLL, SETTLE, || {
@@ -441,11 +459,15 @@ fn truth_table_kubelet_agent_and_audit() {
             audited.push((row.case, kubelet, f));
         }
     }
+    // Under software emulation (a guest node) kubelet reports a death later than the agent's
+    // 10 s grace (20-26 s seen), so the agent says DeathNotReported before kubelet's right
+    // account arrives: listed in the table, not held against a row kubelet gets right.
+    let lagging = |f: &Value| test_guest(c).is_some() && f["reason"] == "DeathNotReported";
     // Where kubelet is right, nothing is flagged (watched for a window once all else is in).
     let _ = poll_every(POLL, NO_FINDING_WINDOW, || {
-        for row in rows() {
+        for row in rows(group_kill(c)) {
             let kubelet = kubelet_account(&final_pods[row.pod], &row).unwrap();
-            let f = findings(&row);
+            let f: Vec<Value> = findings(&row).into_iter().filter(|f| !lagging(f)).collect();
             assert!(
                 wrong(&row, &kubelet) || f.is_empty(),
                 "{}: kubelet wrote {kubelet:?}, which is the truth, yet audit mode flagged {f:#?}",
@@ -460,7 +482,7 @@ fn truth_table_kubelet_agent_and_audit() {
         "| case | container | kubelet wrote (pod phase) | the truth | the agent wrote (conditions mode) | audit mode |\n|---|---|---|---|---|---|\n",
     );
     for (row, kubelet, phase, agent) in &table {
-        let flagged: Vec<String> = audited
+        let mut flagged: Vec<String> = audited
             .iter()
             .filter(|(case, ..)| *case == row.case)
             .flat_map(|(_, _, f)| {
@@ -468,6 +490,17 @@ fn truth_table_kubelet_agent_and_audit() {
                     .map(|e| e["reason"].as_str().unwrap_or("?").to_string())
             })
             .collect();
+        let audit_kubelet = kubelet_account(&final_pods[row.pod], row).unwrap();
+        if !wrong(row, &audit_kubelet) {
+            flagged.extend(
+                findings(row)
+                    .iter()
+                    .filter(|f| lagging(f))
+                    .map(|_| "DeathNotReported (kubelet later than 10 s)".to_string()),
+            );
+        }
+        flagged.sort();
+        flagged.dedup();
         out.push_str(&format!(
             "| {} | {}{} | {} / {} ({phase}) | {} / {}{} | {} | {} |\n",
             row.case,
@@ -481,19 +514,39 @@ fn truth_table_kubelet_agent_and_audit() {
                 .oom
                 .map(|(comm, init)| format!(
                     ", {comm} OOM-killed{}",
-                    if init { " (init)" } else { " (child)" }
+                    if row.truth.group {
+                        " (child), the init with it (memory.oom.group)"
+                    } else if init {
+                        " (init)"
+                    } else {
+                        " (child)"
+                    }
                 ))
                 .unwrap_or_default(),
             agent,
-            if flagged.is_empty() {
-                "nothing".to_string()
-            } else {
-                format!("Warning {}", flagged.join(", "))
+            {
+                let said = if flagged.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    format!("Warning {}", flagged.join(", "))
+                };
+                // The runtime's account can differ between the two runs (a race in it).
+                if audit_kubelet != *kubelet {
+                    format!(
+                        "{said} (kubelet wrote {} / {} in this run)",
+                        audit_kubelet.0, audit_kubelet.1
+                    )
+                } else {
+                    said
+                }
             },
         ));
     }
     eprintln!("{out}");
-    let _ = std::fs::write(c.dir().join("truth-table.md"), &out);
+    let _ = std::fs::write(
+        c.dir().join(format!("truth-table-{}.md", test_node())),
+        &out,
+    );
 }
 
 /// Puts the agent back in its default mode when the audit run ends, failed or not.

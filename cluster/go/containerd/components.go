@@ -1,0 +1,10 @@
+//go:build components
+
+// See ../kubernetes/components.go.
+package components
+
+import (
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
+)
