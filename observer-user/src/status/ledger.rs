@@ -411,4 +411,198 @@ mod tests {
             }
         );
     }
+
+    /// The two writers' protocol under random interleavings, against what it promises: one False
+    /// per death (the fast path claims only a transition), the manager never undoes the fast
+    /// path (while a claim is held it never gets a free turn, which could write True), a patch
+    /// the API refused is handed back (the manager writes it once its view has the death), and
+    /// in the end the last submitted condition is the truth.
+    mod model {
+        use std::collections::HashSet;
+
+        use proptest::prelude::*;
+
+        use super::*;
+
+        #[derive(Clone, Copy, Debug)]
+        enum Op {
+            /// Container `c`'s init dies; the fast path claims it whole, or ahead then settles.
+            Die { c: u8, ahead: bool },
+            /// The API answers the claim's request.
+            Answer { ok: bool },
+            /// The manager's view shows container `c`'s death.
+            ViewSees { c: u8 },
+            /// The manager's turn on the pod.
+            Turn,
+            /// Container `c` runs again (restarted), and the view shows it.
+            Restart { c: u8 },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u8..2, any::<bool>()).prop_map(|(c, ahead)| Op::Die { c, ahead }),
+                any::<bool>().prop_map(|ok| Op::Answer { ok }),
+                (0u8..2).prop_map(|c| Op::ViewSees { c }),
+                Just(Op::Turn),
+                (0u8..2).prop_map(|c| Op::Restart { c }),
+            ]
+        }
+
+        /// What the world and each side know.
+        #[derive(Default)]
+        struct World {
+            /// Each container's current instance (a restart is a new instance, with a new id).
+            gen: [u32; 2],
+            dead: HashSet<u8>,
+            view_dead: HashSet<u8>,
+            /// The claim the fast path holds: its container's instance, settled, answered (and
+            /// how).
+            claim: Option<((u8, u32), bool, Option<bool>)>,
+            /// The last condition either side submitted, as its status.
+            last: Option<&'static str>,
+        }
+
+        impl World {
+            /// The manager's view shows the claimed instance's death, or a later instance.
+            fn view_caught_up(&self, (c, gen): (u8, u32)) -> bool {
+                gen < self.gen[c as usize] || self.view_dead.contains(&c)
+            }
+        }
+
+        fn status(c: &PodCondition) -> &'static str {
+            if c.status == "False" {
+                "False"
+            } else {
+                "True"
+            }
+        }
+
+        fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+            let (pod, _, _) = ids();
+            let id_of = |c: u8, gen: u32| {
+                ContainerId::parse(&format!("{:064x}", u64::from(c) << 32 | u64::from(gen)))
+                    .expect("an id")
+            };
+            let down = cond("False", "2026-12-01T00:00:05Z");
+            let up = cond("True", "2026-12-01T00:00:00Z");
+            let ledger = AliveLedger::default();
+            let mut w = World::default();
+            let turn = |w: &mut World, ledger: &AliveLedger| -> Result<(), TestCaseError> {
+                // As the view tells it: an instance's death shown, or the instance replaced.
+                let (view_dead, gen) = (w.view_dead.clone(), w.gen);
+                let shows = |id: ContainerId| {
+                    (0..2u8).any(|c| {
+                        (0..gen[c as usize]).any(|g| id_of(c, g) == id)
+                            || (view_dead.contains(&c) && id_of(c, gen[c as usize]) == id)
+                    })
+                };
+                match ledger.manager_turn(&pod, shows) {
+                    ManagerTurn::Free { alive } => {
+                        prop_assert!(
+                            w.claim.is_none(),
+                            "a free turn while the fast path holds a claim: the manager could write True over it"
+                        );
+                        prop_assert_eq!(alive.as_ref().map(status), w.last);
+                        let want = if w.view_dead.is_empty() { &up } else { &down };
+                        if w.last != Some(status(want)) {
+                            ledger.record(pod, want.clone());
+                            w.last = Some(status(want));
+                        }
+                    }
+                    ManagerTurn::Take { alive, confirmed } => {
+                        let (c, settled, answer) = w.claim.expect("a claim to take");
+                        prop_assert!(settled && w.view_caught_up(c));
+                        prop_assert_eq!(status(&alive), "False");
+                        prop_assert_eq!(confirmed, answer == Some(true));
+                        // Confirmed: the API has it; refused (or unanswered): the manager
+                        // writes it. Either way it is what was last submitted.
+                        ledger.record(pod, alive);
+                        w.claim = None;
+                        w.last = Some("False");
+                    }
+                    ManagerTurn::InFlight => {
+                        let (c, _, answer) = w.claim.expect("a claim in flight");
+                        prop_assert!(w.view_caught_up(c) && answer.is_none());
+                    }
+                    ManagerTurn::Wait => {
+                        let (c, _, _) = w.claim.expect("a claim to wait for");
+                        prop_assert!(!w.view_caught_up(c));
+                    }
+                }
+                Ok(())
+            };
+            for op in ops {
+                match *op {
+                    Op::Die { c, ahead } => {
+                        if !w.dead.insert(c) {
+                            continue;
+                        }
+                        let me = (c, w.gen[c as usize]);
+                        let id = id_of(me.0, me.1);
+                        let transition = w.claim.is_none() && w.last != Some("False");
+                        let claimed = if ahead {
+                            // The fast path's own check left out: the ledger's rule alone holds
+                            // the promise.
+                            let ok = ledger.claim_ahead(pod, id, |_| true);
+                            if ok {
+                                // The request is written, then the condition settled.
+                                ledger.settle(&pod, id, down.clone());
+                            }
+                            ok
+                        } else {
+                            ledger.claim(pod, id, |_| Some(down.clone())).is_some()
+                        };
+                        prop_assert_eq!(claimed, transition, "one False per death");
+                        if claimed {
+                            w.claim = Some((me, true, None));
+                            w.last = Some("False");
+                        }
+                    }
+                    Op::Answer { ok } => {
+                        if let Some((c, settled, None)) = w.claim {
+                            if ok {
+                                ledger.confirm(&pod, id_of(c.0, c.1));
+                            } else {
+                                ledger.fail(&pod, id_of(c.0, c.1));
+                            }
+                            w.claim = Some((c, settled, Some(ok)));
+                        }
+                    }
+                    Op::ViewSees { c } => {
+                        if w.dead.contains(&c) {
+                            w.view_dead.insert(c);
+                        }
+                    }
+                    Op::Turn => turn(&mut w, &ledger)?,
+                    Op::Restart { c } => {
+                        // Only a death the view has seen restarts (kubelet's way), as a new
+                        // instance.
+                        if w.view_dead.remove(&c) {
+                            w.dead.remove(&c);
+                            w.gen[c as usize] += 1;
+                        }
+                    }
+                }
+            }
+            // Everything settles: the claim answered, the view catches up, the manager turns.
+            if let Some((c, _, None)) = w.claim {
+                ledger.fail(&pod, id_of(c.0, c.1));
+                w.claim = Some((c, true, Some(false)));
+            }
+            w.view_dead = w.dead.clone();
+            turn(&mut w, &ledger)?;
+            turn(&mut w, &ledger)?;
+            let truth = if w.dead.is_empty() { "True" } else { "False" };
+            prop_assert_eq!(ledger.last(&pod).as_ref().map(status), Some(truth));
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+            #[test]
+            fn the_two_writers_agree(ops in proptest::collection::vec(op(), 0..40)) {
+                run(&ops)?;
+            }
+        }
+    }
 }
