@@ -47,7 +47,7 @@ pub struct StatusSetup {
 
 /// Runs the agent until `shutdown` resolves (then flushes pending writes) or a part of it fails.
 pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    let metrics = Metrics::new();
+    let mut metrics = Metrics::new();
     let mut agent_cfg = cfg.agent;
     agent_cfg.reconcile.detection_latency = Some(metrics.detection_latency.clone());
     agent_cfg.reconcile.oom_kills = Some(metrics.oom_kills.clone());
@@ -73,11 +73,9 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
             fast,
         });
     }
-    let writes = parts.writers.is_some();
     let mut agent = Agent::build(parts).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
-    let mut metrics = metrics;
     metrics.collect(Sources {
         pipeline: agent.pipeline(),
         probes: agent.probes(),
@@ -99,7 +97,6 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
         http::serve(listener, Arc::new(metrics), health),
     );
     let mode = agent.status.as_ref().map_or(StatusMode::Off, |s| s.mode());
-    debug_assert_eq!(writes, agent.status.is_some());
     tracing::info!(%listen, %mode, %endpoint, fast_path = agent.fast.is_some(), "agent running");
 
     tokio::select! {
