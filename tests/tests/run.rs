@@ -206,6 +206,20 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
         "{metrics}"
     );
     assert_eq!(value("observer_kernel_ring_buffer_drops_total"), 0.0);
+    // Dashboards and alerts name these: every metric keeps its name and type, whichever part
+    // of the agent registers it. The list is the exposition's `# TYPE` lines, sorted.
+    let mut names: Vec<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    names.sort_unstable();
+    let expected: Vec<&str> = include_str!("run/metric_names.txt").lines().collect();
+    assert_eq!(
+        names,
+        expected,
+        "the metric names changed (tests/tests/run/metric_names.txt):\n{}",
+        names.join("\n")
+    );
 
     // kubectl, a real client, reads the stand-in's answers as the API's.
     let kubectl = |args: &[&str]| -> Result<Value> {
