@@ -219,7 +219,7 @@ mod tests {
     };
 
     async fn get(path: &str, health: &Health) -> (u16, String) {
-        let r = route(path, &Metrics::new(), health);
+        let r = route(path, &Metrics::new(None), health);
         let code = r.status().as_u16();
         let body = r.into_body().collect().await.unwrap().to_bytes();
         (code, String::from_utf8(body.to_vec()).unwrap())

@@ -1,19 +1,15 @@
 //! `/metrics`, in the Prometheus text format, through prometheus-client.
 //!
-//! The parts of the agent keep their own counters (kernel side, pipeline, reconciler, runtime
-//! connection, status manager); one collector reads them at scrape time, so nothing is counted
-//! twice and an idle agent does no work for its metrics. Two metrics are recorded as things
-//! happen: the detection latency (kernel exit → reconciler) and the OOM kills per container.
+//! Each part of the agent keeps and encodes its own metrics, histograms included (kernel side
+//! and pipeline, reconciler, runtime connection, scheduling, status manager, fast path); this
+//! module only gathers them: one collector calls each part at scrape time, so nothing is counted
+//! twice and an idle agent does no work for its metrics. The names are pinned by
+//! tests/tests/run/metric_names.txt.
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::{
     collector::Collector,
     encoding::DescriptorEncoder,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        histogram::{exponential_buckets, Histogram},
-    },
     registry::{Registry, Unit},
 };
 
@@ -22,19 +18,9 @@ use crate::{
     reconcile::ReconcileHandle, status::StatusHandle,
 };
 
-pub use crate::reconcile::{ContainerLabels, OomKillLabels};
-
-/// The agent's registry and the metrics recorded as things happen.
+/// The agent's registry: `observer_` and what each part encodes.
 pub struct Metrics {
     registry: Registry,
-    /// Seconds from a container init's exit in the kernel to the reconciler's view of it.
-    pub detection_latency: Histogram,
-    /// Seconds from the reconciled view's change to its status patch leaving the process.
-    pub status_write_latency: Histogram,
-    /// Seconds from a container init's exit in the kernel to the fast path's ContainersAlive
-    /// patch handed to its HTTP client.
-    pub fast_write_latency: Histogram,
-    pub oom_kills: Family<OomKillLabels, Counter>,
 }
 
 /// What the collector reads at scrape time.
@@ -57,48 +43,13 @@ impl std::fmt::Debug for Sources {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// The registry of `sources`' metrics.
+    pub fn new(sources: Option<Sources>) -> Self {
         let mut registry = Registry::with_prefix("observer");
-        // 20 µs to ~10 s: the kernel path is sub-millisecond, a relist's is a second.
-        let detection_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
-        registry.register_with_unit(
-            "detection_latency",
-            "Time from a container init's exit in the kernel to the agent's view of it",
-            Unit::Seconds,
-            detection_latency.clone(),
-        );
-        let status_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
-        registry.register_with_unit(
-            "status_write_latency",
-            "Time from a change of the agent's view of a pod to its status patch leaving the process",
-            Unit::Seconds,
-            status_write_latency.clone(),
-        );
-        let fast_write_latency = Histogram::new(exponential_buckets(20e-6, 2.0, 20));
-        registry.register_with_unit(
-            "fast_write_latency",
-            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch written to its connection to the API",
-            Unit::Seconds,
-            fast_write_latency.clone(),
-        );
-        let oom_kills = Family::<OomKillLabels, Counter>::default();
-        registry.register(
-            "oom_kills",
-            "Processes killed by the kernel's OOM killer, by the container they ran in and the limit that was hit (scope: container, pod, cgroup, node, unknown)",
-            oom_kills.clone(),
-        );
-        Self {
-            registry,
-            detection_latency,
-            status_write_latency,
-            fast_write_latency,
-            oom_kills,
+        if let Some(s) = sources {
+            registry.register_collector(Box::new(s));
         }
-    }
-
-    /// Adds the collector of the parts' own counters.
-    pub fn collect(&mut self, sources: Sources) {
-        self.registry.register_collector(Box::new(sources));
+        Self { registry }
     }
 
     /// The text exposition (`text/plain; version=0.0.4`).
@@ -106,12 +57,6 @@ impl Metrics {
         let mut out = String::with_capacity(16 << 10);
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
         Ok(out)
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -134,7 +79,6 @@ impl Collector for Sources {
                 (mem.peak_kib * 1024) as f64,
             )?;
         }
-
         self.reconcile.encode_metrics(&mut e)?;
         self.cri.encode_metrics(&mut e)?;
         crate::sched::encode_metrics(&mut e)?;

@@ -82,12 +82,10 @@ pub struct Writers {
     pub fast: Option<FastSetup>,
 }
 
-/// The fast path's own connections and what it reports.
+/// Where the fast path opens its own connections.
 pub struct FastSetup {
     /// `--kubeconfig` (else in-cluster): its connections are opened from it.
     pub kubeconfig: Option<OsString>,
-    /// Observes each fast write's latency (exit → request written), at normal priority.
-    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl AgentParts<ReconnectingCri> {
@@ -201,7 +199,7 @@ impl<R: RuntimeService> Agent<R> {
                 tasks.spawn("fast path's dialer", dialer.run());
                 tasks.spawn(
                     "fast path's answers",
-                    answered.run(handle.clone(), setup.latency),
+                    answered.run(handle.clone(), Arc::clone(&stats)),
                 );
                 let writer = fastpath::WriterConfig {
                     field_manager,

@@ -47,10 +47,7 @@ pub struct StatusSetup {
 
 /// Runs the agent until `shutdown` resolves (then flushes pending writes) or a part of it fails.
 pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    let mut metrics = Metrics::new();
     let mut agent_cfg = cfg.agent;
-    agent_cfg.reconcile.detection_latency = Some(metrics.detection_latency.clone());
-    agent_cfg.reconcile.oom_kills = Some(metrics.oom_kills.clone());
     agent_cfg.reconcile.state_access = StateAccess::ReadWrite;
     let endpoint = agent_cfg.cri.clone();
     let mut parts = AgentParts::for_node(agent_cfg)?;
@@ -59,13 +56,11 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
         let api = kube::client(setup.kubeconfig.as_deref()).await?;
         let mut status = setup.status;
         status.api_url = api.url;
-        status.write_latency = Some(metrics.status_write_latency.clone());
         // The fast path runs on the kernel reader's thread from the start; it decides deaths
         // from what the status manager last computed, so it writes nothing before the
         // manager's first turn on a pod.
         let fast = (cfg.fast_path && parts.reader != ReaderThread::Task).then(|| FastSetup {
             kubeconfig: setup.kubeconfig.clone(),
-            latency: Some(metrics.fast_write_latency.clone()),
         });
         parts.writers = Some(Writers {
             client: api.client,
@@ -76,14 +71,14 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     let mut agent = Agent::build(parts).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
-    metrics.collect(Sources {
+    let metrics = Metrics::new(Some(Sources {
         pipeline: agent.pipeline(),
         probes: agent.probes(),
         reconcile: agent.reconcile.clone(),
         cri: agent.runtime.clone(),
         status: agent.status.clone(),
         fast: agent.fast.clone(),
-    });
+    }));
     let health = http::Health {
         pipeline: agent.pipeline(),
         reconcile: agent.reconcile.clone(),

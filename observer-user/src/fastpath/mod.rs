@@ -71,6 +71,8 @@ pub struct FastStats {
     /// Patches accepted by the API, and those that were not (the normal path writes them).
     pub written: AtomicU64,
     pub failed: AtomicU64,
+    /// From the kernel's exit to the request written, observed at normal priority.
+    pub write_latency: crate::exposition::Latency,
 }
 
 impl FastStats {
@@ -93,7 +95,11 @@ impl FastStats {
         ] {
             crate::exposition::counter(e, name, help, v)?;
         }
-        Ok(())
+        self.write_latency.encode(
+            e,
+            "fast_write_latency",
+            "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch written to its connection to the API",
+        )
     }
 }
 
@@ -179,11 +185,7 @@ impl AnswerReceiver {
     }
 
     /// Runs until the agent stops.
-    pub async fn run(
-        mut self,
-        reconcile: ReconcileHandle,
-        latency: Option<prometheus_client::metrics::histogram::Histogram>,
-    ) {
+    pub async fn run(mut self, reconcile: ReconcileHandle, stats: Arc<FastStats>) {
         loop {
             self.waiter.arm();
             let taken = std::mem::take(&mut *crate::sync::lock(&self.shared.items));
@@ -192,8 +194,8 @@ impl AnswerReceiver {
                 continue;
             }
             for a in taken {
-                if let (Some(h), Some(w)) = (&latency, a.written) {
-                    h.observe(w.as_secs_f64());
+                if let Some(w) = a.written {
+                    stats.write_latency.observe(w);
                 }
                 reconcile.touch(a.pod);
             }

@@ -71,6 +71,13 @@ pub(super) struct Shared {
     /// Pods whose view changed since the consumer last took them, and since when.
     dirty: std::sync::Mutex<HashMap<PodUid, tokio::time::Instant>>,
     dirty_notify: Notify,
+    /// From a container init's exit in the kernel to the reconciler's view of it.
+    pub detection_latency: crate::exposition::Latency,
+    /// The OOM kills of each container ([`super::kills`]).
+    pub oom_kills: prometheus_client::metrics::family::Family<
+        super::OomKillLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
 }
 
 impl Shared {
@@ -86,6 +93,8 @@ impl Shared {
             last_turn_ms: AtomicU64::new(0),
             dirty: Default::default(),
             dirty_notify: Notify::new(),
+            detection_latency: Default::default(),
+            oom_kills: Default::default(),
         }
     }
 

@@ -64,22 +64,37 @@ impl ReconcileHandle {
             Some(&Unit::Seconds),
             self.since_last_turn().as_secs_f64(),
         )?;
-        let pods = self.pods();
+        // Counted under the view's read lock: a scrape copies no pod.
+        let (pods, containers) = {
+            let view = self.0.view();
+            let containers: usize = view.values().map(|p| p.containers.len()).sum();
+            (view.len(), containers)
+        };
         gauge(
             e,
             "tracked_pods",
             "Pods in the reconciled view",
             None,
-            pods.len() as f64,
+            pods as f64,
         )?;
         gauge(
             e,
             "tracked_containers",
             "Container instances in the reconciled view",
             None,
-            pods.iter().map(|p| p.containers.len()).sum::<usize>() as f64,
+            containers as f64,
         )?;
-
-        Ok(())
+        self.0.detection_latency.encode(
+            e,
+            "detection_latency",
+            "Time from a container init's exit in the kernel to the agent's view of it",
+        )?;
+        crate::exposition::metric(
+            e,
+            "oom_kills",
+            "Processes killed by the kernel's OOM killer, by the container they ran in and the limit that was hit (scope: container, pod, cgroup, node, unknown)",
+            None,
+            &self.0.oom_kills,
+        )
     }
 }

@@ -71,15 +71,6 @@ pub struct ReconcileConfig {
     pub state_dir: Option<std::path::PathBuf>,
     /// Only the agent writes there; everything else reads.
     pub state_access: inits::StateAccess,
-    /// Observes, for each death, the seconds from the kernel's exit to the reconciler.
-    pub detection_latency: Option<prometheus_client::metrics::histogram::Histogram>,
-    /// Counts the OOM kills of each container.
-    pub oom_kills: Option<
-        prometheus_client::metrics::family::Family<
-            OomKillLabels,
-            prometheus_client::metrics::counter::Counter,
-        >,
-    >,
 }
 
 impl Default for ReconcileConfig {
@@ -90,8 +81,6 @@ impl Default for ReconcileConfig {
             max_fetches: 8,
             state_dir: Some("/run/observer".into()),
             state_access: inits::StateAccess::ReadOnly,
-            detection_latency: None,
-            oom_kills: None,
         }
     }
 }
@@ -141,7 +130,7 @@ pub struct Reconciler<R: RuntimeService = ReconnectingCri> {
     pids: Runner<ContainerId, (), Result<Option<u32>, CriError>>,
     history: OomHistory,
     inits: inits::InitStore,
-    kills: Option<kills::KillCounter>,
+    kills: kills::KillCounter,
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
@@ -188,7 +177,7 @@ impl<R: RuntimeService> Reconciler<R> {
             }
         });
         let me = Self {
-            kills: cfg.oom_kills.clone().map(kills::KillCounter::new),
+            kills: kills::KillCounter::new(shared.oom_kills.clone()),
             inits,
             cri,
             cfg,
@@ -252,7 +241,7 @@ impl<R: RuntimeService> Reconciler<R> {
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
-                () = held_kills(self.kills.as_ref()) => self.count_held(),
+                () = held_kills(&self.kills) => self.count_held(),
                 _ = heartbeat.tick() => {}
             }
             self.shared.beat();
@@ -268,12 +257,12 @@ impl<R: RuntimeService> Reconciler<R> {
 
     fn on_pleg(&mut self, ev: PodLifecycleEvent) {
         bump(&self.shared.stats.pleg_events);
-        if let (Some(h), Some(exit)) = (&self.cfg.detection_latency, ev.exit()) {
+        if let Some(exit) = ev.exit() {
             if exit.status.is_some() {
                 let after = std::time::SystemTime::now()
                     .duration_since(self.clock.to_system_time(ev.at))
                     .unwrap_or_default();
-                h.observe(after.as_secs_f64());
+                self.shared.detection_latency.observe(after);
             }
         }
         let _ = self.shared.pleg.send(ev.clone());
@@ -360,17 +349,14 @@ impl<R: RuntimeService> Reconciler<R> {
     /// Kills whose report did not come within the grace: counted now, scope unknown, though the
     /// view did not change.
     fn count_held(&mut self) {
-        let Some(k) = &mut self.kills else { return };
-        for uid in k.held_due(std::time::SystemTime::now()) {
-            k.update(uid, self.shared.view().get(&uid));
+        for uid in self.kills.held_due(std::time::SystemTime::now()) {
+            self.kills.update(uid, self.shared.view().get(&uid));
         }
     }
 
     /// The pod's view changed: counted, and handed to the consumer.
     fn changed(&mut self, uid: PodUid) {
-        if let Some(k) = &mut self.kills {
-            k.update(uid, self.shared.view().get(&uid));
-        }
+        self.kills.update(uid, self.shared.view().get(&uid));
         self.shared.changed(uid);
     }
 
@@ -689,8 +675,8 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
 }
 
 /// Until the grace of the first kill held for its report ends (never, with none held).
-async fn held_kills(kills: Option<&kills::KillCounter>) {
-    match kills.and_then(kills::KillCounter::next_held) {
+async fn held_kills(kills: &kills::KillCounter) {
+    match kills.next_held() {
         Some(at) => {
             let left = at
                 .duration_since(std::time::SystemTime::now())

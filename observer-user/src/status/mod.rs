@@ -120,8 +120,6 @@ pub struct StatusConfig {
     pub events: EventConfig,
     /// Log lines about one pod (its deaths, kills, failed writes): a burst, then one per refill.
     pub pod_logs: Rate,
-    /// Also observes each write's latency (the agent's /metrics).
-    pub write_latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl StatusConfig {
@@ -144,7 +142,6 @@ impl StatusConfig {
                 burst: 20,
                 refill: Duration::from_secs(6),
             },
-            write_latency: None,
         }
     }
 

@@ -36,6 +36,8 @@ pub struct StatusStats {
     pub watch_errors: AtomicU64,
     /// Log lines about a pod dropped over its rate limit.
     pub logs_suppressed: AtomicU64,
+    /// From the reconciled view's change to its patch leaving the process.
+    pub write_latency: crate::exposition::Latency,
 }
 
 impl StatusStats {
@@ -160,6 +162,10 @@ impl super::StatusHandle {
             "Kubernetes Events dropped because the queue was full",
             overflow,
         )?;
-        Ok(())
+        s.write_latency.encode(
+            e,
+            "status_write_latency",
+            "Time from a change of the agent's view of a pod to its status patch leaving the process",
+        )
     }
 }

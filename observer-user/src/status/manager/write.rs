@@ -30,9 +30,7 @@ impl StatusManager {
             WriteOutcome::Written { sent_at } => {
                 bump(&stats.writes);
                 let latency = sent_at.saturating_duration_since(job.observed_at);
-                if let Some(h) = &self.cfg.write_latency {
-                    h.observe(latency.as_secs_f64());
-                }
+                stats.write_latency.observe(latency);
                 if let Some(st) = st {
                     st.written = Some(job.desired);
                 }
