@@ -361,6 +361,7 @@ fn fast_status(
         ledger.prepare(uid, &view, &Arc::new(pod), &types);
     }
     let decider = fast::Decider {
+        clock: observer::model::system_clock(),
         types,
         ledger: Arc::clone(&ledger),
         stats: Arc::default(),

@@ -235,6 +235,7 @@ impl AgentStack {
         status.api_url = client.url.clone();
         let agent = Agent::build(AgentParts {
             runtime,
+            clock: observer::model::SystemClock,
             runtime_fallback: "containerd".into(),
             pipeline: PipelineConfig {
                 unified: cg.mount.clone(),

@@ -112,6 +112,7 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
     tokio::spawn(dialer.run());
     let (answers, answered) = fastpath::answers()?;
     let decider = Decider {
+        clock: observer::model::system_clock(),
         types: ConditionTypes::default(),
         ledger: Arc::clone(&ledger),
         stats: Arc::default(),

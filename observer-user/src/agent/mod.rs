@@ -23,7 +23,7 @@ use crate::{
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     fastpath::{self, FastDeaths, FastStats},
     kernel::{kmsg, KernelCounters, KernelError},
-    model::BootClock,
+    model::{BootClock, Clock, SharedClock, SystemClock},
     pipeline::{
         HookFactory, KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread,
     },
@@ -59,8 +59,11 @@ impl AgentConfig {
 
 /// Everything the chain is built from: the binary makes them from its configuration
 /// ([`AgentParts::for_node`]), the tests from stand-ins.
-pub struct AgentParts<R: RuntimeService = ReconnectingCri> {
+pub struct AgentParts<R: RuntimeService = ReconnectingCri, C: Clock = SystemClock> {
     pub runtime: R,
+    /// The wall clock every part decides by (transition times, the manager's epoch, a kill's
+    /// grace); the kernel's own times are mapped by the pipeline's boot clock.
+    pub clock: C,
     /// What the runtime is called where it does not say (the socket's path tells).
     pub runtime_fallback: String,
     pub pipeline: PipelineConfig,
@@ -94,6 +97,7 @@ impl AgentParts<ReconnectingCri> {
     pub fn for_node(cfg: AgentConfig) -> Result<Self, Error> {
         Ok(Self {
             runtime: ReconnectingCri::new(CriConfig::new(cfg.cri.clone())),
+            clock: SystemClock,
             runtime_fallback: fallback_name(&cfg.cri),
             pipeline: PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?,
             reader: cfg.reader,
@@ -143,9 +147,10 @@ impl<R: RuntimeService> Agent<R> {
     /// The chain, top to bottom: a kernel record becomes a lifecycle event on the reader's
     /// thread (the fast path's hook sees it there and may write the death's PATCH at once),
     /// then the reconciler's view, then the status manager's PATCH.
-    pub async fn build(parts: AgentParts<R>) -> Result<Self, Error> {
+    pub async fn build<C: Clock>(parts: AgentParts<R, C>) -> Result<Self, Error> {
         let AgentParts {
             runtime,
+            clock: wall,
             runtime_fallback,
             pipeline,
             reader,
@@ -161,6 +166,7 @@ impl<R: RuntimeService> Agent<R> {
             None => InitStore::in_memory(),
         };
         let clock = BootClock::new();
+        let wall: SharedClock = Arc::new(wall);
         let ledger = Arc::new(AliveLedger::default());
         let mut tasks = Tasks::default();
 
@@ -172,6 +178,7 @@ impl<R: RuntimeService> Agent<R> {
             OomHistory::default(),
             inits,
         );
+        reconciler.set_wall_clock(Arc::clone(&wall));
 
         // The writers: the status manager, and the fast path's hook with its connections.
         let mut status = None;
@@ -182,7 +189,8 @@ impl<R: RuntimeService> Agent<R> {
             let types = w.status.condition_types();
             let (field_manager, request_timeout) =
                 (w.status.reporter.clone(), w.status.request_timeout);
-            let (mut manager, h) = StatusManager::new(w.client, w.status, handle.clone());
+            let (manager, h) = StatusManager::new(w.client, w.status, handle.clone());
+            let mut manager = manager.with_clock(Arc::clone(&wall));
             if let Some(setup) = w.fast.filter(|_| mode == StatusMode::Conditions) {
                 manager.set_alive_ledger(Arc::clone(&ledger));
                 let stats = Arc::new(FastStats::default());
@@ -190,6 +198,7 @@ impl<R: RuntimeService> Agent<R> {
                     types,
                     ledger: Arc::clone(&ledger),
                     stats: Arc::clone(&stats),
+                    clock: Arc::clone(&wall),
                 };
                 // Connections are opened at normal priority and handed to the reader's thread;
                 // what is answered comes back to normal priority the same way.

@@ -39,7 +39,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
 use crate::{
     kube::transport::api_message,
-    model::{BootClock, ContainerId, PodUid},
+    model::{BootClock, ContainerId, PodUid, SharedClock},
     pipeline::Hook,
     pleg::{Death, PlegEvent, PodLifecycleEvent},
     reconcile::{ContainerPhase, PodView, ReconcileHandle, Source},
@@ -276,6 +276,8 @@ pub struct Decider {
     pub types: ConditionTypes,
     pub ledger: Arc<AliveLedger>,
     pub stats: Arc<FastStats>,
+    /// The transition's time, and the write's latency, are read from here.
+    pub clock: SharedClock,
 }
 
 /// What the fast path's requests need, known before the agent starts.
@@ -415,7 +417,7 @@ impl FastDeaths {
         patch.settle(&self.decider, &death);
         // Taken now, observed once answered: the histogram is memory the request need not
         // touch first.
-        let written = SystemTime::now()
+        let written = (self.decider.clock.now())
             .duration_since(self.clock.to_system_time(death.at))
             .unwrap_or_default();
         match sent {
@@ -579,7 +581,7 @@ pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodVie
 
 /// The patch for a death, when it is a transition to False the fast path claimed.
 fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
-    decide_at(cfg, d, clock, SystemTime::now())
+    decide_at(cfg, d, clock, cfg.clock.now())
 }
 
 fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Option<FastPatch> {
@@ -768,6 +770,7 @@ mod tests {
                             types: types.clone(),
                             ledger,
                             stats: Arc::default(),
+                            clock: crate::model::system_clock(),
                         }
                     };
                     let (fast, full) = (decider(true), decider(false));

@@ -50,6 +50,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
         types: ConditionTypes::default(),
         ledger: Arc::clone(ledger),
         stats: Arc::clone(&stats),
+        clock: crate::model::system_clock(),
     };
     let clock = crate::model::BootClock::default();
     let writer = WriterConfig {

@@ -15,9 +15,18 @@ use nix::time::{clock_gettime, ClockId};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BootNs(pub u64);
 
-/// The wall clock, injected. Cheap to clone; clones read the same time.
-pub trait Clock: Clone + Send + Sync + 'static {
+/// The wall clock, injected: what decides by wall time (a condition's transition time, the
+/// manager's epoch, a kill's grace) reads it from here, so a test can set it.
+pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> SystemTime;
+}
+
+/// The clock the parts of one agent share.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// The real wall clock, shared.
+pub fn system_clock() -> SharedClock {
+    Arc::new(SystemClock)
 }
 
 /// The real wall clock.

@@ -8,7 +8,7 @@
 mod clock;
 mod ids;
 
-pub use clock::{BootClock, BootNs, Clock, FakeClock, SystemClock};
+pub use clock::{system_clock, BootClock, BootNs, Clock, FakeClock, SharedClock, SystemClock};
 pub use ids::{ContainerId, IdError, PodUid};
 
 /// An error with its causes, each once: a cause whose text the message already holds (an I/O

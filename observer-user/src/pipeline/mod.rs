@@ -6,15 +6,16 @@
 //! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
 //! the same code.
 mod hook;
+mod inits;
 mod metrics;
+mod outbox;
 mod task;
 
 use std::{
-    collections::HashSet,
     os::fd::BorrowedFd,
     path::Path,
     sync::{Arc, Mutex},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 pub use hook::{Hook, HookFactory};
@@ -29,8 +30,10 @@ use crate::{
         Wait, Watch, WatchRoot,
     },
     model::BootClock,
-    pleg::{self, InitChange, Pleg, PlegReceiver, PlegSender, PlegStats, Stamped},
+    pleg::{self, Pleg, PlegReceiver, PlegStats},
 };
+use inits::InitSync;
+use outbox::Outbox;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -165,17 +168,12 @@ pub struct KernelPipeline {
     reader: EventReader,
     pleg: Pleg,
     inits: KnownInits,
-    /// What `inits` holds, so that the kernel's map is written only on a change.
-    registered: HashSet<u32>,
-    init_failures: u64,
+    init_sync: InitSync,
     scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
-    /// Runs on the loop for every lifecycle event, before it is queued.
-    hook: Option<Box<dyn Hook>>,
-    tx: PlegSender,
-    /// Events made and not yet queued: handed over at the end of each batch (and at the next
-    /// turn when the consumer held the queue's lock then).
-    pending: Vec<Stamped>,
+    /// The hook, and the events made and not yet queued: handed over at the end of each batch
+    /// (and at the next turn when the consumer held the queue's lock then).
+    out: Outbox,
 }
 
 impl KernelPipeline {
@@ -208,13 +206,10 @@ impl KernelPipeline {
             reader,
             pleg,
             inits,
-            registered: HashSet::new(),
-            init_failures: 0,
+            init_sync: InitSync::default(),
             scan_roots: cfg.scan_roots,
             lagged: tx.lag_counter(),
-            hook,
-            tx,
-            pending: Vec::new(),
+            out: Outbox::new(tx, hook),
         };
         me.rescan();
         me.hand_over(true);
@@ -283,55 +278,24 @@ impl KernelPipeline {
             self.rescan();
             batch.resynced = true;
         }
-        if let Some(h) = self.hook.as_mut() {
-            h.batch_end();
-        }
+        self.out.batch_end();
         self.sync_inits();
         batch
     }
 
-    /// The PLEG's new events: each shown to the hook as it is made, then kept for the queue.
     fn deliver(&mut self) {
-        for event in self.pleg.take_events() {
-            let sent = SystemTime::now();
-            if let Some(h) = self.hook.as_mut() {
-                h.event(&event, sent);
-            }
-            self.pending.push(Stamped { event, sent });
-        }
+        self.out.deliver(self.pleg.take_events());
     }
 
     /// Queues what [`Self::deliver`] kept. With `wait` false (the loop's own thread) the queue's
     /// lock is taken only if free; else the events wait for the next turn.
     fn hand_over(&mut self, wait: bool) -> bool {
-        self.tx.send_batch(&mut self.pending, wait)
+        self.out.hand_over(wait)
     }
 
-    /// Hands the PLEG's init changes to the kernel's set of known inits.
     fn sync_inits(&mut self) {
-        for change in self.pleg.take_init_changes() {
-            let r = match change {
-                InitChange::Started(pid) if self.registered.insert(pid) => {
-                    self.inits.insert(pid).inspect_err(|_| {
-                        self.registered.remove(&pid);
-                    })
-                }
-                InitChange::Died(pid) if self.registered.remove(&pid) => self.inits.remove(pid),
-                _ => Ok(()),
-            };
-            match r {
-                Ok(()) => {}
-                Err(e) => {
-                    if self.init_failures == 0 {
-                        tracing::warn!(
-                            "container init not registered with the kernel (logged once, \
-                             counted): {e}; its exit is read within the poll period instead"
-                        );
-                    }
-                    self.init_failures += 1;
-                }
-            }
-        }
+        self.init_sync
+            .apply(&mut self.inits, self.pleg.take_init_changes());
     }
 
     fn rescan(&mut self) {
@@ -358,8 +322,8 @@ impl KernelPipeline {
             malformed: self.reader.malformed(),
             pods,
             containers,
-            known_inits: self.registered.len(),
-            known_init_failures: self.init_failures,
+            known_inits: self.init_sync.len(),
+            known_init_failures: self.init_sync.failures,
         }
     }
 

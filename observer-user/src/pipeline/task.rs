@@ -227,21 +227,21 @@ impl KernelPipeline {
         let mut fds = Vec::new();
         loop {
             fds.clear();
-            let mut timeout = match self.hook.as_mut().and_then(|h| h.interest(&mut fds)) {
+            let mut timeout = match self.out.hook.as_mut().and_then(|h| h.interest(&mut fds)) {
                 Some(due) => due
                     .saturating_duration_since(std::time::Instant::now())
                     .min(HEARTBEAT),
                 None => HEARTBEAT,
             };
-            if !self.pending.is_empty() {
+            if self.out.has_pending() {
                 // The consumer held the queue's lock at the last turn.
                 timeout = timeout.min(HAND_OVER_RETRY);
             }
             let turn = self.next_batch_blocking(timeout, Some(stop.as_fd()), &mut fds, &mut *tap);
-            if let Some(h) = self.hook.as_mut() {
+            if let Some(h) = self.out.hook.as_mut() {
                 h.ready(&fds);
             }
-            if !self.pending.is_empty() {
+            if self.out.has_pending() {
                 self.hand_over(false);
             }
             match turn {

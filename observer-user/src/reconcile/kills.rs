@@ -89,11 +89,7 @@ impl KillCounter {
     }
 
     /// The pod's view is now `view` (`None`: it left the node).
-    pub fn update(&mut self, uid: PodUid, view: Option<&PodView>) {
-        self.update_at(uid, view, SystemTime::now());
-    }
-
-    fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
+    pub fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
         self.held.remove(&uid);
         let Some(view) = view else {
             for seen in self

@@ -51,7 +51,7 @@ pub use view::{
 use crate::{
     cri::{CriError, KubeletLabels, ReconnectingCri},
     kernel::{kmsg::LoggedOomKill, BootClock},
-    model::{ContainerId, PodUid},
+    model::{ContainerId, PodUid, SharedClock},
     pleg::{PlegReceiver, PodLifecycleEvent},
     runner::{Finished, Runner, RunnerConfig, Step},
     sync::AbortOnDrop,
@@ -134,6 +134,8 @@ pub struct Reconciler<R: RuntimeService = ReconnectingCri> {
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
+    /// The wall clock: a death's detection latency, a held kill's grace.
+    wall: SharedClock,
 }
 
 impl<R: RuntimeService> Reconciler<R> {
@@ -189,8 +191,14 @@ impl<R: RuntimeService> Reconciler<R> {
             history,
             kmsg: None,
             relisted_once: false,
+            wall: crate::model::system_clock(),
         };
         (me, ReconcileHandle(shared))
+    }
+
+    /// Reads the wall clock from `clock` (the agent's; a fake one in tests).
+    pub fn set_wall_clock(&mut self, clock: SharedClock) {
+        self.wall = clock;
     }
 
     /// The kernel log's kills so far: read once the probes are attached (so that together they
@@ -241,7 +249,7 @@ impl<R: RuntimeService> Reconciler<R> {
                 }
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
-                () = held_kills(&self.kills) => self.count_held(),
+                () = held_kills(&self.kills, &*self.wall) => self.count_held(),
                 _ = heartbeat.tick() => {}
             }
             self.shared.beat();
@@ -259,7 +267,7 @@ impl<R: RuntimeService> Reconciler<R> {
         bump(&self.shared.stats.pleg_events);
         if let Some(exit) = ev.exit() {
             if exit.status.is_some() {
-                let after = std::time::SystemTime::now()
+                let after = (self.wall.now())
                     .duration_since(self.clock.to_system_time(ev.at))
                     .unwrap_or_default();
                 self.shared.detection_latency.observe(after);
@@ -349,14 +357,16 @@ impl<R: RuntimeService> Reconciler<R> {
     /// Kills whose report did not come within the grace: counted now, scope unknown, though the
     /// view did not change.
     fn count_held(&mut self) {
-        for uid in self.kills.held_due(std::time::SystemTime::now()) {
-            self.kills.update(uid, self.shared.view().get(&uid));
+        let now = self.wall.now();
+        for uid in self.kills.held_due(now) {
+            self.kills.update_at(uid, self.shared.view().get(&uid), now);
         }
     }
 
     /// The pod's view changed: counted, and handed to the consumer.
     fn changed(&mut self, uid: PodUid) {
-        self.kills.update(uid, self.shared.view().get(&uid));
+        self.kills
+            .update_at(uid, self.shared.view().get(&uid), self.wall.now());
         self.shared.changed(uid);
     }
 
@@ -675,12 +685,10 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
 }
 
 /// Until the grace of the first kill held for its report ends (never, with none held).
-async fn held_kills(kills: &kills::KillCounter) {
+async fn held_kills(kills: &kills::KillCounter, wall: &dyn crate::model::Clock) {
     match kills.next_held() {
         Some(at) => {
-            let left = at
-                .duration_since(std::time::SystemTime::now())
-                .unwrap_or_default();
+            let left = at.duration_since(wall.now()).unwrap_or_default();
             // A millisecond more: the grace has surely ended when the counter looks.
             tokio::time::sleep(left + Duration::from_millis(1)).await;
         }

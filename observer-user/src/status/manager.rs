@@ -44,7 +44,7 @@ use super::{
 };
 use crate::{
     kube::pods::{self, NodePods, PodChange},
-    model::PodUid,
+    model::{PodUid, SharedClock},
     ratelimit::KeyedLimiter,
     reconcile::{PodView, ReconcileHandle},
 };
@@ -245,8 +245,8 @@ impl StatusManager {
             events_worker: Some(Box::pin(worker)),
             event_stats,
             state: HashMap::new(),
-            started: SystemTime::now(),
-            epoch: (SystemTime::now(), Instant::now()),
+            started: SystemTime::UNIX_EPOCH,
+            epoch: (SystemTime::UNIX_EPOCH, Instant::now()),
             flushes: Vec::new(),
             rechecks: HashMap::new(),
             held: HashMap::new(),
@@ -255,7 +255,16 @@ impl StatusManager {
             node_warned: false,
             ledger: None,
         };
-        (me, handle)
+        (me.with_clock(crate::model::system_clock()), handle)
+    }
+
+    /// Reads the wall clock from `clock` (the agent's, shared with the fast path and the
+    /// reconciler; a fake one in tests): what is history, and the transition times.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        let now = clock.now();
+        self.started = now;
+        self.epoch = (now, Instant::now());
+        self
     }
 
     /// Shares ContainersAlive's truth with the fast path (see [`super::fast`]).

@@ -17,13 +17,22 @@ use crate::reconcile::{ContainerPhase::Running, ContainerView, SCOPE_GRACE};
 use crate::status::conditions::observer_conditions;
 
 async fn start(mode: StatusMode, pods: Vec<Pod>, patches: Vec<Reply>) -> (Handles, Log) {
+    start_on(mode, pods, patches, crate::model::system_clock()).await
+}
+
+async fn start_on(
+    mode: StatusMode,
+    pods: Vec<Pod>,
+    patches: Vec<Reply>,
+    clock: crate::model::SharedClock,
+) -> (Handles, Log) {
     let (client, handle) = api::client();
     let log = server::serve(handle, pods, patches);
     let mut cfg = StatusConfig::new("node-1", mode);
     cfg.backoff_seed = Some(1);
     let reconcile = ReconcileHandle::detached();
     let (m, h) = StatusManager::new(client, cfg, reconcile.clone());
-    tokio::spawn(m.run());
+    tokio::spawn(m.with_clock(clock).run());
     tokio::time::timeout(Duration::from_secs(5), h.pods().ready())
         .await
         .expect("the reflector listed");
@@ -456,6 +465,43 @@ async fn history_from_before_the_start_is_not_published_again() {
         1,
         "the conditions are still written"
     );
+}
+
+/// The manager's times come from the injected wall clock (read once) and tokio's monotonic
+/// clock: a fake clock and paused time make them exact, and decide what is history.
+#[tokio::test(start_paused = true)]
+async fn transition_times_and_history_follow_the_injected_clock() {
+    use crate::model::FakeClock;
+    // 2020: testkit's deaths (2023) are after the start, so not history.
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800);
+    let wall = FakeClock::at(t0);
+    let (h, log) = start_on(
+        StatusMode::Conditions,
+        vec![app_pod()],
+        vec![],
+        Arc::new(wall.clone()),
+    )
+    .await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    settle().await;
+    // The wall clock steps (NTP) and an hour passes: the transition is an hour after the first.
+    wall.advance(Duration::from_secs(86_400));
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    h.observe(&view(vec![exited("app", 0, 137, "OOMKilled")]));
+    settle().await;
+    let p = server::patches(&log);
+    assert_eq!(p.len(), 2, "{p:#?}");
+    let at = |i: usize| {
+        condition(&p[i].body, "observer.dev/ContainersAlive").unwrap()["lastTransitionTime"].clone()
+    };
+    assert_eq!(at(0), "2020-01-01T00:00:00Z");
+    assert_eq!(at(1), "2020-01-01T01:00:00Z", "{:#}", p[1].body);
+    // A 2023 death is news to a manager started in 2020.
+    let reasons: Vec<String> = server::events(&log)
+        .iter()
+        .filter_map(|e| e.body["reason"].as_str().map(String::from))
+        .collect();
+    assert_eq!(reasons, ["ContainerDiedOOMKilled"]);
 }
 
 #[tokio::test(start_paused = true)]
