@@ -21,7 +21,7 @@ struct Bucket {
 
 /// What a take found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Take {
+pub enum Admission {
     /// Go ahead; so many were denied since the last one allowed (to be said once, now).
     Allowed {
         denied_before: u64,
@@ -29,9 +29,9 @@ pub enum Take {
     Denied,
 }
 
-impl Take {
+impl Admission {
     pub fn allowed(self) -> bool {
-        matches!(self, Take::Allowed { .. })
+        matches!(self, Admission::Allowed { .. })
     }
 }
 
@@ -52,7 +52,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
     }
 
-    pub fn take<Q>(&mut self, key: &Q) -> Take
+    pub fn take<Q>(&mut self, key: &Q) -> Admission
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -83,12 +83,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         b.at = now;
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
-            Take::Allowed {
+            Admission::Allowed {
                 denied_before: std::mem::take(&mut b.denied),
             }
         } else {
             b.denied += 1;
-            Take::Denied
+            Admission::Denied
         }
     }
 
@@ -135,23 +135,23 @@ mod tests {
     async fn a_burst_then_one_per_refill_and_the_denied_are_counted() {
         let mut l = limiter(8);
         for _ in 0..3 {
-            assert_eq!(l.take("a"), Take::Allowed { denied_before: 0 });
+            assert_eq!(l.take("a"), Admission::Allowed { denied_before: 0 });
         }
-        assert_eq!(l.take("a"), Take::Denied);
-        assert_eq!(l.take("a"), Take::Denied);
+        assert_eq!(l.take("a"), Admission::Denied);
+        assert_eq!(l.take("a"), Admission::Denied);
         // Another key has its own bucket.
         assert!(l.take("b").allowed());
         tokio::time::advance(Duration::from_secs(9)).await;
-        assert_eq!(l.take("a"), Take::Denied);
+        assert_eq!(l.take("a"), Admission::Denied);
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(l.take("a"), Take::Allowed { denied_before: 3 });
-        assert_eq!(l.take("a"), Take::Denied);
+        assert_eq!(l.take("a"), Admission::Allowed { denied_before: 3 });
+        assert_eq!(l.take("a"), Admission::Denied);
         // Refilled up to the burst, never past it.
         tokio::time::advance(Duration::from_secs(3600)).await;
         for _ in 0..3 {
             assert!(l.take("a").allowed());
         }
-        assert_eq!(l.take("a"), Take::Denied);
+        assert_eq!(l.take("a"), Admission::Denied);
     }
 
     #[tokio::test(start_paused = true)]
@@ -170,7 +170,7 @@ mod tests {
         assert!(l.take("busy").allowed());
         assert_eq!(
             l.take("busy"),
-            Take::Denied,
+            Admission::Denied,
             "busy kept its bucket over the bound"
         );
         l.forget("busy");

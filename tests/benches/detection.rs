@@ -229,9 +229,9 @@ fn main() -> Result<()> {
     let readers = list("OBSERVER_BENCH_READERS", "task,thread,realtime")?
         .into_iter()
         .map(|r| match r.as_str() {
-            "task" => Ok(ReaderThread::Task),
-            "thread" => Ok(ReaderThread::Dedicated),
-            "realtime" => Ok(ReaderThread::Realtime(REALTIME_PRIORITY)),
+            "task" => Ok(Reader::OnRuntime),
+            "thread" => Ok(Reader::Agent(ReaderThread::Dedicated)),
+            "realtime" => Ok(Reader::Agent(ReaderThread::Realtime(REALTIME_PRIORITY))),
             _ => bail!("OBSERVER_BENCH_READERS: {r}? (task, thread, realtime)"),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -269,7 +269,79 @@ enum Load {
 #[derive(Clone, Copy, Debug)]
 struct Phase {
     load: Load,
-    reader: ReaderThread,
+    reader: Reader,
+}
+
+/// Where the loop runs: as the agent runs it, or (the "before" row) a task on the async
+/// runtime, built here from the pipeline's own turn ([`KernelPipeline::next_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    OnRuntime,
+    Agent(ReaderThread),
+}
+
+/// The running loop.
+enum Loop {
+    Agent(observer::pipeline::PipelineTask),
+    /// Stopped through the watch; hands the pipeline back.
+    OnRuntime(
+        tokio::task::JoinHandle<Result<KernelPipeline>>,
+        tokio::sync::watch::Sender<bool>,
+    ),
+}
+
+impl Loop {
+    fn start(
+        reader: Reader,
+        mut pipeline: KernelPipeline,
+        mut tap: impl FnMut(&observer::kernel::KernelEvent) + Send + 'static,
+    ) -> Result<Self> {
+        Ok(match reader {
+            Reader::Agent(r) => Loop::Agent(pipeline.spawn_with_tap(r, tap, || {})?),
+            Reader::OnRuntime => {
+                let (stop, mut stopped) = tokio::sync::watch::channel(false);
+                Loop::OnRuntime(
+                    tokio::spawn(async move {
+                        loop {
+                            tokio::select! {
+                                b = pipeline.next_batch(&mut tap) => { b?; }
+                                _ = stopped.changed() => return Ok(pipeline),
+                            }
+                        }
+                    }),
+                    stop,
+                )
+            }
+        })
+    }
+
+    /// The PLEG's counters, whether the loop ran real-time, and the kernel's counters.
+    async fn finish(
+        self,
+    ) -> Result<(
+        observer::pleg::PlegStats,
+        bool,
+        observer::kernel::KernelCounters,
+    )> {
+        match self {
+            Loop::Agent(task) => {
+                let health = task.health();
+                anyhow::ensure!(!health.ended(), "the kernel pipeline stopped");
+                let r = (
+                    health.stats().pleg,
+                    health.realtime(),
+                    task.kernel_counters()?,
+                );
+                drop(task);
+                Ok(r)
+            }
+            Loop::OnRuntime(join, stop) => {
+                stop.send(true)?;
+                let pipeline = join.await??;
+                Ok((pipeline.stats().pleg, false, pipeline.kernel_counters()?))
+            }
+        }
+    }
 }
 
 impl Phase {
@@ -282,9 +354,9 @@ impl Phase {
 
     fn reader_name(&self) -> String {
         match self.reader {
-            ReaderThread::Task => "task on the async runtime (before)".into(),
-            ReaderThread::Dedicated => "thread of its own".into(),
-            ReaderThread::Realtime(p) => {
+            Reader::OnRuntime => "task on the async runtime (before)".into(),
+            Reader::Agent(ReaderThread::Dedicated) => "thread of its own".into(),
+            Reader::Agent(ReaderThread::Realtime(p)) => {
                 format!(
                     "thread of its own, real-time (SCHED_DEADLINE 2 ms/10 ms, else SCHED_FIFO {p})"
                 )
@@ -397,7 +469,7 @@ async fn run_phase(
             }
         }
     };
-    let task = pipeline.spawn_with_tap(phase.reader, tap, || {})?;
+    let task = Loop::start(phase.reader, pipeline, tap)?;
     let pleg_consumer = tokio::spawn(consume_pleg(rx, clock, Arc::clone(&shared), stop.clone()));
     let exit_consumer = tokio::spawn(consume_task_exits(exits, Arc::clone(&shared), stop.clone()));
     let relister = {
@@ -437,11 +509,7 @@ async fn run_phase(
     drop(hogs);
     tokio::time::sleep(DRAIN).await;
     stop_tx.send(true)?;
-    let health = task.health();
-    anyhow::ensure!(!health.ended(), "the kernel pipeline stopped");
-    let (pleg_stats, realtime) = (health.stats().pleg, health.realtime());
-    let kernel = task.kernel_counters()?;
-    drop(task);
+    let (pleg_stats, realtime, kernel) = task.finish().await?;
     let lagged = pleg_consumer.await??;
     exit_consumer.await??;
     let relists = relister.await??;
@@ -837,7 +905,7 @@ fn report(r: &Report<'_>, csv: &mut Vec<String>) -> Summary {
         "\nHow: one process, one tokio runtime (2 workers); the agent's read → PLEG loop on a {}{}; a consumer task awaits the PLEG stream; (b) and (c) run beside it against the same containerd. Each time is SystemTime::now() taken in this process (for (a), by the PLEG as it sends the event), minus the init's kernel exit timestamp (bpf_ktime_get_boot_ns, mapped to the wall clock with BootClock).",
         r.phase.reader_name(),
         match (r.phase.reader, r.realtime) {
-            (ReaderThread::Realtime(_), false) => " (REFUSED by the kernel: it ran at normal priority)",
+            (Reader::Agent(ReaderThread::Realtime(_)), false) => " (REFUSED by the kernel: it ran at normal priority)",
             _ => "",
         }
     );
@@ -930,7 +998,7 @@ fn compare(phases: &[(Phase, Summary)]) {
             continue;
         }
         let refused = match (p.reader, s.realtime) {
-            (ReaderThread::Realtime(_), false) => " (refused: normal priority)",
+            (Reader::Agent(ReaderThread::Realtime(_)), false) => " (refused: normal priority)",
             _ => "",
         };
         let w = |q: f64| {

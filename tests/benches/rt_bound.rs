@@ -360,7 +360,7 @@ fn fast_status(
         };
         ledger.prepare(uid, &view, &Arc::new(pod), &types);
     }
-    let decider = fast::Decider {
+    let decider = fast::DeathDecider {
         clock: observer::model::system_clock(),
         types,
         ledger: Arc::clone(&ledger),

@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context, Result};
 use observer::{
-    fastpath::{self, Decider, FastDeaths, WriterConfig},
+    fastpath::{self, DeathDecider, FastDeaths, WriterConfig},
     model::{BootClock, ContainerId, PodUid},
     pipeline::{Hook, KernelPipeline, PipelineConfig, ReaderThread},
     pleg::PlegEventType,
@@ -111,7 +111,7 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
     let (dialer, dialed) = fastpath::dial::pair(Some(api.kubeconfig()?.into()), timeout)?;
     tokio::spawn(dialer.run());
     let (answers, answered) = fastpath::answers()?;
-    let decider = Decider {
+    let decider = DeathDecider {
         clock: observer::model::system_clock(),
         types: ConditionTypes::default(),
         ledger: Arc::clone(&ledger),

@@ -194,7 +194,7 @@ impl<R: RuntimeService> Agent<R> {
             if let Some(setup) = w.fast.filter(|_| mode == StatusMode::Conditions) {
                 manager.set_alive_ledger(Arc::clone(&ledger));
                 let stats = Arc::new(FastStats::default());
-                let decider = fastpath::Decider {
+                let decider = fastpath::DeathDecider {
                     types,
                     ledger: Arc::clone(&ledger),
                     stats: Arc::clone(&stats),

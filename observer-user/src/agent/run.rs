@@ -15,7 +15,6 @@ use super::{
 };
 use crate::{
     kube,
-    pipeline::ReaderThread,
     reconcile::inits::StateAccess,
     status::{StatusConfig, StatusMode},
     Error,
@@ -59,7 +58,7 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
         // The fast path runs on the kernel reader's thread from the start; it decides deaths
         // from what the status manager last computed, so it writes nothing before the
         // manager's first turn on a pod.
-        let fast = (cfg.fast_path && parts.reader != ReaderThread::Task).then(|| FastSetup {
+        let fast = cfg.fast_path.then(|| FastSetup {
             kubeconfig: setup.kubeconfig.clone(),
         });
         parts.writers = Some(Writers {

@@ -5,7 +5,7 @@
 //! behind the node's workloads nor for another thread's wake-up.
 //!
 //! - [`FastDeaths`] is the PLEG's hook. For each death (the kernel saw the init exit, with its
-//!   status) it takes the pod's [`Basis`] from the ledger (the reconciled view and the API's pod
+//!   status) it takes the pod's [`ManagerSnapshot`] from the ledger (the reconciled view and the API's pod
 //!   as the status manager last computed them: the container's name and restart count are known
 //!   from its start) and claims the transition. A failed death's patch was made there ahead
 //!   ([`Prepared`]): only how and when the container ended are spliced in. Any other death (an
@@ -47,7 +47,7 @@ use crate::{
         conditions::{observer_conditions, ConditionTypes},
         patch::{conditions_patch, CONTENT_TYPE},
         writer::status_path,
-        AliveLedger, Basis, Filled, Prepared,
+        AliveLedger, DeathDetails, ManagerSnapshot, Prepared,
     },
     sync::{Bell, BellWaiter},
 };
@@ -197,7 +197,7 @@ impl AnswerReceiver {
                 if let Some(w) = a.written {
                     stats.write_latency.observe(w);
                 }
-                reconcile.touch(a.pod);
+                reconcile.mark_changed(a.pod);
             }
         }
     }
@@ -225,30 +225,30 @@ pub struct FastJob {
 /// The status patch of one death, encoded.
 pub struct FastPatch {
     /// Where the pod's namespace and name come from.
-    pub basis: Arc<Basis>,
+    pub basis: Arc<ManagerSnapshot>,
     pub body: Body,
 }
 
 pub enum Body {
     /// The basis's `prepared[i]` with what the death brings. Its condition goes to the ledger
     /// after the request is written: only the request's bytes are put together before send(2).
-    Made {
+    FromPrepared {
         prepared: usize,
-        filled: Filled,
+        filled: DeathDetails,
         now: SystemTime,
     },
     /// Computed in full, and claimed with its condition.
-    Full(Vec<u8>),
+    Computed(Vec<u8>),
 }
 
 impl FastPatch {
     /// The body in parts.
     pub fn parts(&self) -> [&[u8]; 11] {
         match &self.body {
-            Body::Made {
+            Body::FromPrepared {
                 prepared, filled, ..
             } => self.basis.prepared[*prepared].body(filled),
-            Body::Full(b) => {
+            Body::Computed(b) => {
                 let mut parts: [&[u8]; 11] = [&[]; 11];
                 parts[0] = b;
                 parts
@@ -256,23 +256,24 @@ impl FastPatch {
         }
     }
 
-    /// A made-ahead death's condition into the ledger ([`AliveLedger::settle`]), once its
+    /// A made-ahead death's condition into the ledger ([`AliveLedger::record_condition`]), once its
     /// request is written (or could not be).
-    pub(crate) fn settle(self, d: &Decider, death: &Death) {
-        if let Body::Made {
+    pub(crate) fn record_in_ledger(self, d: &DeathDecider, death: &Death) {
+        if let Body::FromPrepared {
             prepared,
             filled,
             now,
         } = &self.body
         {
             let alive = self.basis.prepared[*prepared].condition(&d.types, filled.words(), *now);
-            d.ledger.settle(&death.pod, death.container, alive);
+            d.ledger
+                .record_condition(&death.pod, death.container, alive);
         }
     }
 }
 
 /// What the PLEG's thread needs to decide a death's patch.
-pub struct Decider {
+pub struct DeathDecider {
     pub types: ConditionTypes,
     pub ledger: Arc<AliveLedger>,
     pub stats: Arc<FastStats>,
@@ -291,7 +292,7 @@ pub struct WriterConfig {
 /// The fast path, on the PLEG's thread: every death with a known exit decided, claimed, and
 /// its patch written to one of the thread's own connections.
 pub struct FastDeaths {
-    decider: Decider,
+    decider: DeathDecider,
     clock: BootClock,
     cfg: WriterConfig,
     dialed: dial::Dialed,
@@ -303,7 +304,7 @@ pub struct FastDeaths {
 
 impl FastDeaths {
     pub fn new(
-        decider: Decider,
+        decider: DeathDecider,
         clock: BootClock,
         cfg: WriterConfig,
         dialed: dial::Dialed,
@@ -390,7 +391,7 @@ impl FastDeaths {
             .min_by_key(|(_, c)| c.in_flight())
             .map(|(i, _)| i);
         let (Some(i), Some(t)) = (i, self.template.as_deref()) else {
-            patch.settle(&self.decider, &death);
+            patch.record_in_ledger(&self.decider, &death);
             self.decider.ledger.fail(&death.pod, death.container);
             bump(&self.decider.stats.dropped);
             return;
@@ -414,7 +415,7 @@ impl FastDeaths {
             t.request_into(out, "PATCH", &path, CONTENT_TYPE, &patch.parts());
         });
         // Before any answer (read after this batch) or failure is handled.
-        patch.settle(&self.decider, &death);
+        patch.record_in_ledger(&self.decider, &death);
         // Taken now, observed once answered: the histogram is memory the request need not
         // touch first.
         let written = (self.decider.clock.now())
@@ -580,11 +581,16 @@ pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodVie
 }
 
 /// The patch for a death, when it is a transition to False the fast path claimed.
-fn decide(cfg: &Decider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
+fn decide(cfg: &DeathDecider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
     decide_at(cfg, d, clock, cfg.clock.now())
 }
 
-fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Option<FastPatch> {
+fn decide_at(
+    cfg: &DeathDecider,
+    d: &Death,
+    clock: &BootClock,
+    now: SystemTime,
+) -> Option<FastPatch> {
     let basis = cfg.ledger.basis(&d.pod)?;
     let made = Prepared::fits(d)
         .then(|| {
@@ -605,7 +611,7 @@ fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Op
                     || api_alive(&basis.pod, &cfg.types).is_none_or(|k| k.status != "False")
             });
             claimed.then_some(())?;
-            Body::Made {
+            Body::FromPrepared {
                 prepared: i,
                 filled,
                 now,
@@ -613,7 +619,7 @@ fn decide_at(cfg: &Decider, d: &Death, clock: &BootClock, now: SystemTime) -> Op
         }
         None => {
             let api = api_alive(&basis.pod, &cfg.types);
-            Body::Full(decide_in_full(
+            Body::Computed(decide_in_full(
                 cfg,
                 d,
                 clock,
@@ -638,7 +644,7 @@ fn api_alive<'a>(pod: &'a Pod, types: &ConditionTypes) -> Option<&'a PodConditio
 /// [`decide`] for a death no patch was made for: the condition computed as the status manager
 /// would, the patch against the last submitted condition.
 fn decide_in_full(
-    cfg: &Decider,
+    cfg: &DeathDecider,
     d: &Death,
     clock: &BootClock,
     view: &PodView,
@@ -759,14 +765,14 @@ mod tests {
                             let b = ledger.basis(&view.uid).unwrap();
                             ledger.set_basis(
                                 view.uid,
-                                Basis {
+                                ManagerSnapshot {
                                     view: b.view.clone(),
                                     pod: Arc::clone(&b.pod),
                                     prepared: Vec::new(),
                                 },
                             );
                         }
-                        Decider {
+                        DeathDecider {
                             types: types.clone(),
                             ledger,
                             stats: Arc::default(),
@@ -793,13 +799,13 @@ mod tests {
                     assert_eq!(json(&a), json(&b), "{what}");
                     // A made death's condition reaches the ledger once its request is written.
                     if let Some(p) = a {
-                        p.settle(&fast, &death);
+                        p.record_in_ledger(&fast, &death);
                     }
                     assert!(
                         b.is_some() || !Prepared::fits(&death),
                         "{what}: every failed death here is a transition"
                     );
-                    let alive = |d: &Decider| d.ledger.last(&view.uid);
+                    let alive = |d: &DeathDecider| d.ledger.last(&view.uid);
                     assert_eq!(alive(&fast), alive(&full), "{what}");
                     if Prepared::fits(&death) {
                         assert!(

@@ -46,7 +46,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     let uid = up.uid;
     let id = up.containers[0].id;
     let stats = Arc::new(FastStats::default());
-    let decider = |ledger: &Arc<AliveLedger>| Decider {
+    let decider = |ledger: &Arc<AliveLedger>| DeathDecider {
         types: ConditionTypes::default(),
         ledger: Arc::clone(ledger),
         stats: Arc::clone(&stats),
@@ -85,7 +85,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     let job = hook.claim(&death).expect("the death's patch");
     let body: serde_json::Value = serde_json::from_slice(&job.patch.parts().concat()).unwrap();
     // As once its request is written: the claimed condition into the ledger.
-    job.patch.settle(&decider(&ledger), &job.death);
+    job.patch.record_in_ledger(&decider(&ledger), &job.death);
     let claimed: Vec<PodCondition> =
         serde_json::from_value(body["status"]["conditions"].clone()).unwrap();
     let claimed = claimed
@@ -122,7 +122,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
         server::patches(&log)
     );
     match ledger.manager_turn(&uid, |_| true) {
-        crate::status::ledger::ManagerTurn::Free { alive: Some(a) } => {
+        crate::status::ledger::ManagerTurn::Unclaimed { alive: Some(a) } => {
             assert_eq!(a.status, "False");
             // As the API has it: seconds.
             assert_eq!(

@@ -1,7 +1,7 @@
 //! The kernel half of the agent, wired once: probes → ring-buffer reader → PLEG, with the
 //! start-up walk of the cgroup tree and a rescan whenever the kernel dropped records. Every
-//! consumer uses this one type: the agent ([`KernelPipeline::spawn`], on a thread of its own or a
-//! tokio task), `observer watch --pods`, the kernel tests and the benches
+//! consumer uses this one type: the agent ([`KernelPipeline::spawn`], on a thread of its own),
+//! `observer watch --pods`, the kernel tests and the benches
 //! ([`KernelPipeline::next_batch`]). One turn of the loop is [`KernelPipeline::next_batch`] on a
 //! tokio runtime and [`KernelPipeline::next_batch_blocking`] on a thread; both hand the batch to
 //! the same code.

@@ -1,4 +1,4 @@
-//! The pipeline on a thread (or a tokio task) of its own, with a heartbeat, so that its failure
+//! The pipeline on a thread of its own, with a heartbeat, so that its failure
 //! surfaces: whoever holds the [`PipelineTask`] can await [`PipelineTask::stopped`], and the
 //! agent's health check fails when the reader died or stopped turning, as kubelet's PLEG health
 //! fails after 3 minutes without a relist.
@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::{sync::oneshot, task::JoinHandle};
+use tokio::sync::oneshot;
 
 use super::{counters, KernelPipeline, PipelineError, PipelineStats, Turn};
 use crate::kernel::{BootClock, KernelCounters, KernelError, KernelEvent, Probes};
@@ -31,8 +31,6 @@ const HAND_OVER_RETRY: Duration = Duration::from_millis(1);
 /// Where the read → PLEG loop runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReaderThread {
-    /// A task on the tokio runtime, sharing its workers with everything else the agent does.
-    Task,
     /// A thread of its own at normal priority.
     #[default]
     Dedicated,
@@ -119,7 +117,6 @@ pub struct PipelineTask {
 }
 
 enum Run {
-    Task(JoinHandle<KernelError>),
     Thread {
         /// Why the thread ended: its error, or its panic's message.
         ended: oneshot::Receiver<Result<KernelError, String>>,
@@ -155,25 +152,6 @@ impl KernelPipeline {
         let clock = self.clock();
         let guard = EndOnDrop(Arc::clone(&health));
         let run = match reader {
-            ReaderThread::Task => Run::Task(tokio::spawn(async move {
-                let guard = guard;
-                let mut tick = tokio::time::interval(HEARTBEAT);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        batch = self.next_batch(&mut tap) => match batch {
-                            Ok(b) if b.resynced => on_resync(),
-                            Ok(_) => {}
-                            Err(e) => {
-                                tracing::error!("kernel event stream failed: {e}");
-                                return e;
-                            }
-                        },
-                        _ = tick.tick() => self.reader.refresh_clock(),
-                    }
-                    guard.0.turn(self.stats());
-                }
-            })),
             ReaderThread::Dedicated | ReaderThread::Realtime(_) => {
                 let (stop, stop_rx) = UnixStream::pair().map_err(KernelError::Io)?;
                 let (tx, ended) = oneshot::channel();
@@ -281,13 +259,6 @@ impl PipelineTask {
     pub async fn stopped(&mut self) -> PipelineError {
         let why = match &mut self.run {
             Run::Done => return std::future::pending().await,
-            Run::Task(join) => match join.await {
-                Ok(e) => PipelineError::Kernel(e),
-                Err(e) if e.is_panic() => {
-                    PipelineError::Panicked(crate::runner::panic_message(e.into_panic()))
-                }
-                Err(e) => PipelineError::Panicked(e.to_string()),
-            },
             Run::Thread { ended, .. } => match ended.await {
                 Ok(Ok(e)) => PipelineError::Kernel(e),
                 Ok(Err(panic)) => PipelineError::Panicked(panic),
@@ -302,7 +273,6 @@ impl PipelineTask {
 impl Drop for PipelineTask {
     fn drop(&mut self) {
         match &mut self.run {
-            Run::Task(j) => j.abort(),
             Run::Thread { stop, join, .. } => {
                 // The thread sees its end of the pair hang up at once, whatever it waits for.
                 drop(stop.take());

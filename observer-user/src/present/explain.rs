@@ -292,7 +292,7 @@ pub fn render_text(e: &Explanation) -> String {
                 .filter(|(_, v)| *v > 0)
                 .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
                 .collect();
-            let _ = writeln!(s, "  Filled:   {}", parts.join(", "));
+            let _ = writeln!(s, "  DeathDetails:   {}", parts.join(", "));
         }
         if r.tasks_listed {
             let _ = writeln!(

@@ -196,7 +196,7 @@ impl ReconcileHandle {
 
     /// Asks the status manager to take `uid` again though its view did not change (the fast
     /// path's patch was answered).
-    pub fn touch(&self, uid: PodUid) {
+    pub fn mark_changed(&self, uid: PodUid) {
         self.0.changed(uid);
     }
 

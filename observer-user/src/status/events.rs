@@ -347,6 +347,13 @@ impl EventPublisher {
         Arc::clone(&self.stats)
     }
 
+    /// Events queued and not yet published.
+    pub fn pending(&self) -> u64 {
+        self.stats
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Pods whose rate limit is remembered.
     pub fn tracked_pods(&self) -> usize {
         self.limits.len()

@@ -1,10 +1,10 @@
 //! The one owner of `ContainersAlive`'s truth, shared by the status manager and the fast path
 //! (the only state the two writers share): the last condition either side submitted per pod, the
-//! fast path's claim on a death's False transition, and each pod's [`Basis`] (the view and API
+//! fast path's claim on a death's False transition, and each pod's [`ManagerSnapshot`] (the view and API
 //! pod the manager last computed, with each running container's failed-death patch made ahead).
 //!
 //! The protocol: the fast path [`AliveLedger::claim`]s (or [`AliveLedger::claim_ahead`] then
-//! [`AliveLedger::settle`]s) a death, then [`AliveLedger::confirm`]s or [`AliveLedger::fail`]s
+//! [`AliveLedger::record_condition`]s) a death, then [`AliveLedger::confirm`]s or [`AliveLedger::fail`]s
 //! it by the API's answer; the manager asks [`AliveLedger::manager_turn`] before computing a pod,
 //! and [`AliveLedger::record`]s what it submitted. Its lock is held for map operations only.
 use std::{
@@ -45,7 +45,7 @@ struct Entry {
     /// `ContainersAlive` as last submitted by either side.
     alive: Option<PodCondition>,
     claim: Option<Claim>,
-    basis: Option<Arc<Basis>>,
+    basis: Option<Arc<ManagerSnapshot>>,
 }
 
 impl Entry {
@@ -61,14 +61,14 @@ impl Entry {
 /// never waits for the reconciler's or the reflector's locks; and each running container's
 /// failed death, made ahead from them.
 #[derive(Debug)]
-pub struct Basis {
+pub struct ManagerSnapshot {
     pub view: PodView,
     pub pod: Arc<Pod>,
     pub prepared: Vec<Prepared>,
 }
 
 /// The last `ContainersAlive` submitted per pod, the fast path's claims, and each pod's
-/// [`Basis`]. Its lock is held for map operations only, by either side.
+/// [`ManagerSnapshot`]. Its lock is held for map operations only, by either side.
 #[derive(Debug, Default)]
 pub struct AliveLedger {
     pods: Mutex<HashMap<PodUid, Entry>>,
@@ -80,7 +80,7 @@ pub struct AliveLedger {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ManagerTurn {
     /// No claim: as without a fast path (`alive`: the last submitted, for its transition time).
-    Free { alive: Option<PodCondition> },
+    Unclaimed { alive: Option<PodCondition> },
     /// The fast path claimed a death the view does not show yet: writing now would say True.
     Wait,
     /// The view shows the claimed death and the fast path's patch is still in flight: writing
@@ -89,7 +89,7 @@ pub enum ManagerTurn {
     InFlight,
     /// The view caught up with the claimed death: `alive` is what the fast path wrote (its
     /// transition time to keep), `confirmed` whether the API has it.
-    Take {
+    AdoptClaim {
         alive: PodCondition,
         confirmed: bool,
     },
@@ -117,7 +117,7 @@ impl AliveLedger {
     }
 
     /// [`Self::claim`] of a made-ahead death, whose condition comes after its request is
-    /// written ([`Self::settle`]): `ok` says, from the last submitted condition, whether the
+    /// written ([`Self::record_condition`]): `ok` says, from the last submitted condition, whether the
     /// death is a transition. Until settled the manager sees the claim (it waits, or finds it in
     /// flight) and the last submitted condition is the one before.
     pub fn claim_ahead(
@@ -137,7 +137,7 @@ impl AliveLedger {
 
     /// The condition of a claim made with [`Self::claim_ahead`], unless the manager settled
     /// the pod since.
-    pub fn settle(&self, pod: &PodUid, container: ContainerId, alive: PodCondition) {
+    pub fn record_condition(&self, pod: &PodUid, container: ContainerId, alive: PodCondition) {
         let mut map = crate::sync::lock(&self.pods);
         if let Some(e) = map
             .get_mut(pod)
@@ -163,7 +163,7 @@ impl AliveLedger {
                 .collect(),
             _ => Vec::new(),
         };
-        let basis = Arc::new(Basis {
+        let basis = Arc::new(ManagerSnapshot {
             view: view.clone(),
             pod: Arc::clone(api),
             prepared,
@@ -181,7 +181,7 @@ impl AliveLedger {
         self.writer.load(Ordering::Acquire)
     }
 
-    pub fn basis(&self, pod: &PodUid) -> Option<Arc<Basis>> {
+    pub fn basis(&self, pod: &PodUid) -> Option<Arc<ManagerSnapshot>> {
         crate::sync::lock(&self.pods)
             .get(pod)
             .and_then(|e| e.basis.clone())
@@ -218,18 +218,18 @@ impl AliveLedger {
     ) -> ManagerTurn {
         let map = crate::sync::lock(&self.pods);
         let Some(e) = map.get(pod) else {
-            return ManagerTurn::Free { alive: None };
+            return ManagerTurn::Unclaimed { alive: None };
         };
         match (&e.claim, &e.alive) {
             (Some(c), Some(_)) if caught_up(c.container) && !c.confirmed && !c.failed => {
                 ManagerTurn::InFlight
             }
-            (Some(c), Some(alive)) if caught_up(c.container) => ManagerTurn::Take {
+            (Some(c), Some(alive)) if caught_up(c.container) => ManagerTurn::AdoptClaim {
                 alive: alive.clone(),
                 confirmed: c.confirmed,
             },
             (Some(_), _) => ManagerTurn::Wait,
-            (None, alive) => ManagerTurn::Free {
+            (None, alive) => ManagerTurn::Unclaimed {
                 alive: alive.clone(),
             },
         }
@@ -252,7 +252,7 @@ impl AliveLedger {
 
     /// Replaces a pod's basis (tests: a basis without made patches).
     #[cfg(test)]
-    pub(crate) fn set_basis(&self, pod: PodUid, basis: Basis) {
+    pub(crate) fn set_basis(&self, pod: PodUid, basis: ManagerSnapshot) {
         crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(Arc::new(basis));
     }
 
@@ -325,7 +325,7 @@ mod tests {
         ledger.confirm(&pod, a);
         assert_eq!(
             ledger.manager_turn(&pod, |c| c == a),
-            ManagerTurn::Take {
+            ManagerTurn::AdoptClaim {
                 alive: down.clone(),
                 confirmed: true
             }
@@ -334,7 +334,7 @@ mod tests {
         // Settled and False: a later death is no transition for the fast path.
         assert_eq!(
             ledger.manager_turn(&pod, |_| false),
-            ManagerTurn::Free {
+            ManagerTurn::Unclaimed {
                 alive: Some(down.clone())
             }
         );
@@ -348,7 +348,7 @@ mod tests {
 
     /// A made-ahead death is claimed before its request is written and settled after: in
     /// between, the manager neither writes True nor takes the claim, and a record of its own
-    /// in between is not overwritten by the late settle.
+    /// in between is not overwritten by the late record.
     #[test]
     fn claimed_ahead_then_settled() {
         let (pod, a, b) = ids();
@@ -364,11 +364,11 @@ mod tests {
         assert!(!ledger.claim_ahead(pod, b, |_| true));
         assert_eq!(ledger.manager_turn(&pod, |_| false), ManagerTurn::Wait);
         assert_eq!(ledger.manager_turn(&pod, |c| c == a), ManagerTurn::InFlight);
-        ledger.settle(&pod, a, down.clone());
+        ledger.record_condition(&pod, a, down.clone());
         ledger.confirm(&pod, a);
         assert_eq!(
             ledger.manager_turn(&pod, |c| c == a),
-            ManagerTurn::Take {
+            ManagerTurn::AdoptClaim {
                 alive: down.clone(),
                 confirmed: true
             }
@@ -377,16 +377,16 @@ mod tests {
         ledger.record(pod, up.clone());
         assert!(ledger.claim_ahead(pod, b, |_| true));
         ledger.record(pod, up.clone());
-        ledger.settle(&pod, b, down);
+        ledger.record_condition(&pod, b, down);
         assert_eq!(
             ledger.manager_turn(&pod, |_| false),
-            ManagerTurn::Free { alive: Some(up) }
+            ManagerTurn::Unclaimed { alive: Some(up) }
         );
         // `ok` refusing is no claim.
         assert!(!ledger.claim_ahead(pod, b, |_| false));
         assert_eq!(
             ledger.manager_turn(&pod, |_| false),
-            ManagerTurn::Free {
+            ManagerTurn::Unclaimed {
                 alive: Some(cond("True", "2026-12-01T00:00:00Z"))
             }
         );
@@ -405,7 +405,7 @@ mod tests {
         ledger.fail(&pod, a);
         assert_eq!(
             ledger.manager_turn(&pod, |_| true),
-            ManagerTurn::Take {
+            ManagerTurn::AdoptClaim {
                 alive: down,
                 confirmed: false
             }
@@ -497,7 +497,7 @@ mod tests {
                     })
                 };
                 match ledger.manager_turn(&pod, shows) {
-                    ManagerTurn::Free { alive } => {
+                    ManagerTurn::Unclaimed { alive } => {
                         prop_assert!(
                             w.claim.is_none(),
                             "a free turn while the fast path holds a claim: the manager could write True over it"
@@ -509,7 +509,7 @@ mod tests {
                             w.last = Some(status(want));
                         }
                     }
-                    ManagerTurn::Take { alive, confirmed } => {
+                    ManagerTurn::AdoptClaim { alive, confirmed } => {
                         let (c, settled, answer) = w.claim.expect("a claim to take");
                         prop_assert!(settled && w.view_caught_up(c));
                         prop_assert_eq!(status(&alive), "False");
@@ -546,7 +546,7 @@ mod tests {
                             let ok = ledger.claim_ahead(pod, id, |_| true);
                             if ok {
                                 // The request is written, then the condition settled.
-                                ledger.settle(&pod, id, down.clone());
+                                ledger.record_condition(&pod, id, down.clone());
                             }
                             ok
                         } else {

@@ -132,6 +132,13 @@ impl StatusHandle {
     }
 }
 
+/// The manager's start on the wall clock and on tokio's.
+struct Epoch {
+    /// Deaths and kills before this are history: not published again at start.
+    wall: SystemTime,
+    at: Instant,
+}
+
 /// Dedup keys of what was already said about a pod.
 type KillKey = (String, u32, u64);
 
@@ -181,24 +188,18 @@ pub struct StatusManager {
     /// Per-pod rate limit of log lines.
     logs: KeyedLimiter<PodUid>,
     events_worker: Option<futures::future::BoxFuture<'static, ()>>,
-    event_stats: Arc<EventStats>,
     state: HashMap<PodUid, PodState>,
-    /// Deaths and kills before this are history: not published again at start.
-    started: SystemTime,
-    /// The wall clock is read once; later times are this plus tokio's monotonic clock, so that
-    /// a wall-clock step never moves transition times and paused-time tests see time pass.
-    epoch: (SystemTime, Instant),
+    /// The wall clock, read once at the start (what is history) and then followed on tokio's
+    /// monotonic clock, so that a wall-clock step never moves transition times and paused-time
+    /// tests see time pass.
+    epoch: Epoch,
     flushes: Vec<(Instant, oneshot::Sender<FlushReport>)>,
     /// Audit: when to look at a pod again (a death the API has not caught up with yet).
     rechecks: HashMap<PodUid, Instant>,
     /// Pods with a kill's Event held for its report: the earliest deadline of each.
     held: HashMap<PodUid, Instant>,
-    /// The API listed this node's pods at least once.
-    listed: bool,
-    /// Pods the runtime runs that the API does not list for this node, and since when.
-    unlisted: HashMap<PodUid, Instant>,
-    /// Said for the pods unlisted now; said again once all were found and some go missing again.
-    node_warned: bool,
+    /// Whether the API lists the pods the runtime runs (a wrong node name).
+    listing: listing::Listing,
     /// Shared with the fast path (`conditions` mode): who writes ContainersAlive's False.
     ledger: Option<Arc<super::ledger::AliveLedger>>,
 }
@@ -228,7 +229,7 @@ impl StatusManager {
             cmds: tx,
             pods: pods.clone(),
             reconcile: reconcile.clone(),
-            events: Arc::clone(&event_stats),
+            events: event_stats,
             cfg: Arc::clone(&cfg),
         };
         let me = Self {
@@ -243,16 +244,15 @@ impl StatusManager {
             writer,
             events,
             events_worker: Some(Box::pin(worker)),
-            event_stats,
             state: HashMap::new(),
-            started: SystemTime::UNIX_EPOCH,
-            epoch: (SystemTime::UNIX_EPOCH, Instant::now()),
+            epoch: Epoch {
+                wall: SystemTime::UNIX_EPOCH,
+                at: Instant::now(),
+            },
             flushes: Vec::new(),
             rechecks: HashMap::new(),
             held: HashMap::new(),
-            listed: false,
-            unlisted: HashMap::new(),
-            node_warned: false,
+            listing: Default::default(),
             ledger: None,
         };
         (me.with_clock(crate::model::system_clock()), handle)
@@ -261,9 +261,10 @@ impl StatusManager {
     /// Reads the wall clock from `clock` (the agent's, shared with the fast path and the
     /// reconciler; a fake one in tests): what is history, and the transition times.
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        let now = clock.now();
-        self.started = now;
-        self.epoch = (now, Instant::now());
+        self.epoch = Epoch {
+            wall: clock.now(),
+            at: Instant::now(),
+        };
         self
     }
 
@@ -297,7 +298,7 @@ impl StatusManager {
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
             let held = self.held.values().min().copied();
-            let node_check = self.node_check_due();
+            let node_check = self.listing.check_due();
             tokio::select! {
                 biased;
                 changed = reconcile.changed_pods() => self.take(changed),
@@ -324,7 +325,7 @@ impl StatusManager {
             return;
         }
         let now = Instant::now();
-        let events_pending = self.event_stats.pending.load(Ordering::Relaxed);
+        let events_pending = self.events.pending();
         // A kill's Event held for its report is still to be published.
         let done = self.writer.is_idle() && events_pending == 0 && self.held.is_empty();
         let report = FlushReport {
@@ -360,12 +361,11 @@ impl StatusManager {
     }
 
     fn now(&self) -> SystemTime {
-        self.epoch.0 + self.epoch.1.elapsed()
+        self.epoch.wall + self.epoch.at.elapsed()
     }
 
     fn forget(&mut self, uid: &PodUid) {
-        self.unlisted.remove(uid);
-        self.node_warned &= !self.unlisted.is_empty();
+        self.listing.forget(uid);
         self.state.remove(uid);
         if let Some(l) = &self.ledger {
             l.forget(uid);
@@ -412,11 +412,7 @@ impl StatusManager {
             }
             // Pods applied during the relist are in the store only now.
             PodChange::Resynced => {
-                if !self.listed {
-                    // Missing before the first list meant nothing.
-                    self.listed = true;
-                    self.unlisted.clear();
-                }
+                self.listing.listed();
                 let uids: Vec<PodUid> = self.state.keys().copied().collect();
                 for uid in uids {
                     self.process(&uid);
@@ -434,7 +430,7 @@ impl StatusManager {
             return;
         };
         let pod = self.pods.of_view(&view);
-        self.track_listing(uid, &view, pod.is_some());
+        self.listing.track(uid, &view, pod.is_some());
         let now = self.now();
         self.kernel_events(&view, pod.as_deref());
         match self.cfg.mode {

@@ -45,9 +45,9 @@ pub use audit::{audit, Finding, FindingKind};
 pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
 pub use conditions::{check_prefix, observer_conditions, ConditionTypes};
 pub use events::{EventConfig, EventPublisher, PodEvent};
-pub use ledger::{AliveLedger, Basis, Claim, ManagerTurn};
+pub use ledger::{AliveLedger, Claim, ManagerSnapshot, ManagerTurn};
 pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
-pub use prepared::{Filled, Prepared};
+pub use prepared::{DeathDetails, Prepared};
 pub use writer::{StatusWriter, WriteJob, WriteOutcome};
 
 /// What reaches the API. See the module docs.

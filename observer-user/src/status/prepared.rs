@@ -38,14 +38,14 @@ const TIME: Duration = Duration::from_secs(1);
 /// What a death brings to its made patch: its words (how and when it ended, as the message
 /// says them, and JSON-escaped where they need it) and the transition time.
 #[derive(Debug)]
-pub struct Filled {
+pub struct DeathDetails {
     /// The words, then the time: one allocation.
     text: String,
     words_len: usize,
     escaped: Option<Vec<u8>>,
 }
 
-impl Filled {
+impl DeathDetails {
     pub fn words(&self) -> &str {
         &self.text[..self.words_len]
     }
@@ -135,7 +135,7 @@ impl Prepared {
     }
 
     /// What `d` (which [`Self::fits`]) brings to the body, the transition at `now`.
-    pub fn fill(&self, d: &Death, clock: &BootClock, now: SystemTime) -> Option<Filled> {
+    pub fn fill(&self, d: &Death, clock: &BootClock, now: SystemTime) -> Option<DeathDetails> {
         let status = d.exit.status?;
         let ending = Ending {
             exit_code: Some(status.exit_code()),
@@ -155,7 +155,7 @@ impl Prepared {
         };
         // The API's `Time`, without its serializer's runtime-parsed format.
         rfc3339_into(now, &mut text);
-        Some(Filled {
+        Some(DeathDetails {
             text,
             words_len,
             escaped,
@@ -163,7 +163,7 @@ impl Prepared {
     }
 
     /// The body with `f` spliced in, in parts (the request is put together from them).
-    pub fn body<'a>(&'a self, f: &'a Filled) -> [&'a [u8]; 11] {
+    pub fn body<'a>(&'a self, f: &'a DeathDetails) -> [&'a [u8]; 11] {
         let words = f.escaped.as_deref().unwrap_or(f.words().as_bytes());
         let m = [
             &b"\""[..],

@@ -1,5 +1,5 @@
 //! The running pods the API does not list for this node (a wrong node name).
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use tokio::time::Instant;
 
@@ -10,10 +10,43 @@ use crate::{model::PodUid, reconcile::PodView};
 /// is doubted: the API has a pod before its sandbox exists, so only a watch lagging can hide it.
 pub(super) const UNLISTED_GRACE: Duration = Duration::from_secs(3);
 
-impl StatusManager {
+/// Whether the API lists the pods the runtime runs here, and since when it does not.
+#[derive(Default)]
+pub(super) struct Listing {
+    /// The API listed this node's pods at least once (missing before that means nothing).
+    listed: bool,
+    /// Pods the runtime runs that the API does not list for this node, and since when.
+    unlisted: HashMap<PodUid, Instant>,
+    /// Said for the pods unlisted now; said again once all were found and some go missing again.
+    warned: bool,
+}
+
+impl Listing {
+    /// The API's first list came.
+    pub(super) fn listed(&mut self) {
+        if !self.listed {
+            self.listed = true;
+            self.unlisted.clear();
+        }
+    }
+
+    /// Whether the API lists the pod the runtime runs.
+    pub(super) fn track(&mut self, uid: &PodUid, view: &PodView, listed: bool) {
+        if listed || !view.sandbox_ready {
+            self.forget(uid);
+        } else {
+            self.unlisted.entry(*uid).or_insert_with(Instant::now);
+        }
+    }
+
+    pub(super) fn forget(&mut self, uid: &PodUid) {
+        self.unlisted.remove(uid);
+        self.warned &= !self.unlisted.is_empty();
+    }
+
     /// When pods missing from the API's list will have been missing for the grace.
-    pub(super) fn node_check_due(&self) -> Option<Instant> {
-        if !self.listed || self.node_warned {
+    pub(super) fn check_due(&self) -> Option<Instant> {
+        if !self.listed || self.warned {
             return None;
         }
         self.unlisted
@@ -22,15 +55,23 @@ impl StatusManager {
             .map(|since| *since + UNLISTED_GRACE)
     }
 
+    /// The pods missing for the grace at `now`.
+    fn missing(&self, now: Instant) -> impl Iterator<Item = &PodUid> {
+        self.unlisted
+            .iter()
+            .filter(move |(_, since)| **since + UNLISTED_GRACE <= now)
+            .map(|(uid, _)| uid)
+    }
+}
+
+impl StatusManager {
     /// Running pods the API does not list for this node: the node name is likely wrong, and
     /// nothing is written for them.
     pub(super) fn check_node_name(&mut self) {
-        let now = Instant::now();
         let mut missing: Vec<String> = self
-            .unlisted
-            .iter()
-            .filter(|(_, since)| **since + UNLISTED_GRACE <= now)
-            .filter_map(|(uid, _)| self.state.get(uid)?.view.as_ref())
+            .listing
+            .missing(Instant::now())
+            .filter_map(|uid| self.state.get(uid)?.view.as_ref())
             .map(|v| format!("{}/{}", v.namespace, v.name))
             .collect();
         if missing.is_empty() {
@@ -45,16 +86,6 @@ impl StatusManager {
             missing.join(", "),
             if n > 3 { ", ..." } else { "" },
         );
-        self.node_warned = true;
-    }
-
-    /// Whether the API lists the pod the runtime runs.
-    pub(super) fn track_listing(&mut self, uid: &PodUid, view: &PodView, listed: bool) {
-        if listed || !view.sandbox_ready {
-            self.unlisted.remove(uid);
-            self.node_warned &= !self.unlisted.is_empty();
-        } else {
-            self.unlisted.entry(*uid).or_insert_with(Instant::now);
-        }
+        self.listing.warned = true;
     }
 }

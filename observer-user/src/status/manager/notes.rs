@@ -73,7 +73,7 @@ impl StatusManager {
             spec.and_then(|s| s.init_containers.as_ref())
                 .is_some_and(|ic| ic.iter().any(|c| c.name == name))
         };
-        let started = self.started;
+        let started = self.epoch.wall;
         let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };

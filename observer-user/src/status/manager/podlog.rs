@@ -2,7 +2,7 @@
 use super::stats::{bump, StatusStats};
 use crate::{
     model::PodUid,
-    ratelimit::{KeyedLimiter, Take},
+    ratelimit::{Admission, KeyedLimiter},
 };
 
 /// A log line about a pod, under the pod's rate limit, so that a crash-looping pod cannot flood
@@ -15,7 +15,7 @@ pub(super) fn pod_log(
     line: impl FnOnce(),
 ) {
     match limits.take(uid) {
-        Take::Allowed { denied_before } => {
+        Admission::Allowed { denied_before } => {
             if denied_before > 0 {
                 tracing::info!(
                     pod,
@@ -25,6 +25,6 @@ pub(super) fn pod_log(
             }
             line();
         }
-        Take::Denied => bump(&stats.logs_suppressed),
+        Admission::Denied => bump(&stats.logs_suppressed),
     }
 }

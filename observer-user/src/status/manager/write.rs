@@ -106,8 +106,8 @@ impl StatusManager {
                     bump(&stats.fast_waits);
                     return;
                 }
-                Some(ManagerTurn::Take { alive, confirmed }) => (Some(alive), confirmed),
-                Some(ManagerTurn::Free { alive }) => (alive, false),
+                Some(ManagerTurn::AdoptClaim { alive, confirmed }) => (Some(alive), confirmed),
+                Some(ManagerTurn::Unclaimed { alive }) => (alive, false),
                 None => (None, false),
             };
             // Transition times from the last ContainersAlive submitted (either path), what this
