@@ -51,7 +51,8 @@ if [ "${OBSERVER_CLUSTER_GUEST_ALL:-0}" = 1 ]; then
   guest_tests+=(real_cluster::truth::truth_table_audit_mode real_cluster::cycles)
 fi
 # The agent is deployed to both nodes by the suite itself (its image built from the release
-# binary under test). `--include-ignored`: the two nodes' test is ignored in the host suite.
+# binary under test). `--include-ignored`: the two nodes' test is ignored in the host suite. One
+# test at a time: the emulated guest starts pods slowly enough without two tests' pods at once.
 timed "real-cluster suite, guest node" env OBSERVER_CLUSTER_NODE=observer-node-2 \
-  cargo test --release -p observer-tests --test cluster -- --include-ignored --test-threads=2 \
+  cargo test --release -p observer-tests --test cluster -- --include-ignored --test-threads=1 \
   "${guest_tests[@]}"
