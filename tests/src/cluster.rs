@@ -585,14 +585,23 @@ pub fn set_agent_env(c: &Cluster, name: &str, value: Option<&str>) -> Result<()>
         Some(v) => format!("{name}={v}"),
         None => format!("{name}-"),
     };
-    c.kubectl_ok(&[
-        "-n",
-        AGENT_NAMESPACE,
-        "set",
-        "env",
-        "daemonset/observer",
-        &env,
-    ])?;
+    // `kubectl set env` makes a new revision, and so a rollout, even when nothing changes (a
+    // rollout takes minutes on an emulated guest node): asked only for a change.
+    let ds = get_json(c, &["-n", AGENT_NAMESPACE, "get", "daemonset", "observer"])?;
+    let current = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == name))
+        .map(|e| e["value"].as_str().unwrap_or_default().to_string());
+    if current.as_deref() != value {
+        c.kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "set",
+            "env",
+            "daemonset/observer",
+            &env,
+        ])?;
+    }
     c.wait_rollout()?;
     poll_every(POLL, Duration::from_secs(120), || {
         agent_pod(c).ok().filter(|p| {
