@@ -62,6 +62,30 @@ rules:
 /// A kubeconfig for the client certificate `<pki>/<user>.{crt,key}` of the cluster's CA
 /// (`<pki>/ca.crt`), the API server at 127.0.0.1 (a guest's relays there too).
 pub(crate) fn kubeconfig(pki: &Path, user: &str) -> String {
+    kubeconfig_of(
+        user,
+        "",
+        &pki.join("ca.crt").display().to_string(),
+        &pki.join(format!("{user}.crt")).display().to_string(),
+        &pki.join(format!("{user}.key")).display().to_string(),
+    )
+}
+
+/// The same with the CA, certificate and key inline (`-data`, base64), for a machine that has
+/// not the files.
+pub(crate) fn kubeconfig_inline(user: &str, ca: &[u8], crt: &[u8], key: &[u8]) -> String {
+    use crate::guest::qga::base64_encode;
+    kubeconfig_of(
+        user,
+        "-data",
+        &base64_encode(ca),
+        &base64_encode(crt),
+        &base64_encode(key),
+    )
+}
+
+/// `suffix`: "" (the values are paths) or "-data" (the values are the contents, base64).
+fn kubeconfig_of(user: &str, suffix: &str, ca: &str, crt: &str, key: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Config
@@ -69,22 +93,19 @@ clusters:
   - name: observer
     cluster:
       server: https://127.0.0.1:{APISERVER_PORT}
-      certificate-authority: {ca}
+      certificate-authority{suffix}: {ca}
 users:
   - name: {user}
     user:
-      client-certificate: {crt}
-      client-key: {key}
+      client-certificate{suffix}: {crt}
+      client-key{suffix}: {key}
 contexts:
   - name: observer
     context:
       cluster: observer
       user: {user}
 current-context: observer
-"#,
-        ca = pki.join("ca.crt").display(),
-        crt = pki.join(format!("{user}.crt")).display(),
-        key = pki.join(format!("{user}.key")).display(),
+"#
     )
 }
 

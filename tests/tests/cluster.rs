@@ -264,20 +264,7 @@ mod real_cluster {
         .unwrap();
 
         let as_agent = |pod: &str| write_status_as(c, &token, &ns.name, pod);
-        match as_agent("theirs") {
-            Ok(_) => panic!("a status write to another node's pod was accepted"),
-            Err(kube::Error::Api(status)) => {
-                assert_eq!(status.code, 403, "{status:?}");
-                assert!(
-                    status.message.contains("observer-own-node")
-                        && status.message.contains(&format!(
-                            "the observer agent of node {NODE_NAME} may only change pods bound to that node"
-                        )),
-                    "refused, but not by the admission policy: {status:?}"
-                );
-            }
-            Err(other) => panic!("the write failed, not refused: {other}"),
-        }
+        refused_by_policy(as_agent("theirs"), NODE_NAME, "theirs");
         if let Err(e) = as_agent("mine") {
             panic!("a status write to its own node's pod was refused: {e}");
         }
@@ -321,6 +308,26 @@ mod real_cluster {
             .unwrap()
             .trim()
             .to_string()
+    }
+
+    /// Asserts that deploy/'s `observer-own-node` policy refused the agent of `writer` writing
+    /// `pod`'s status, and returns its message.
+    fn refused_by_policy(r: Result<(), kube::Error>, writer: &str, pod: &str) -> String {
+        match r {
+            Ok(()) => panic!("the agent of {writer} wrote the status of {pod}"),
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{status:?}");
+                assert!(
+                    status.message.contains("observer-own-node")
+                        && status.message.contains(&format!(
+                            "the observer agent of node {writer} may only change pods bound to that node"
+                        )),
+                    "refused, but not by the admission policy: {status:?}"
+                );
+                status.message
+            }
+            Err(other) => panic!("the write failed, not refused: {other}"),
+        }
     }
 
     /// A status write with `token`, as the agent makes it (kube's patch_status: a strategic

@@ -299,33 +299,15 @@ impl<'a> Guest<'a> {
     /// relay), for programs the tests run there; returns its path there.
     pub fn admin_kubeconfig(&self) -> Result<String> {
         let pki = self.cluster.pki();
-        let data = |f: &str| -> Result<String> {
+        let read = |f: &str| -> Result<Vec<u8>> {
             let p = pki.join(f);
-            Ok(qga::base64_encode(&fs::read(&p).map_err(Error::io(&p))?))
+            fs::read(&p).map_err(Error::io(&p))
         };
-        let text = format!(
-            r#"apiVersion: v1
-kind: Config
-clusters:
-  - name: observer
-    cluster:
-      server: https://127.0.0.1:{APISERVER_PORT}
-      certificate-authority-data: {ca}
-users:
-  - name: admin
-    user:
-      client-certificate-data: {crt}
-      client-key-data: {key}
-contexts:
-  - name: observer
-    context:
-      cluster: observer
-      user: admin
-current-context: observer
-"#,
-            ca = data("ca.crt")?,
-            crt = data("admin.crt")?,
-            key = data("admin.key")?,
+        let text = crate::files::kubeconfig_inline(
+            "admin",
+            &read("ca.crt")?,
+            &read("admin.crt")?,
+            &read("admin.key")?,
         );
         let target = "/var/lib/observer-test/admin.kubeconfig";
         let mut a = qga::Agent::connect(&self.agent_socket(), Duration::from_secs(60))?;
