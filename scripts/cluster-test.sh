@@ -9,8 +9,8 @@
 #                                          admission test
 #   OBSERVER_CLUSTER_GUEST=0 ...           the host node alone (outside CI only)
 #   OBSERVER_CLUSTER_GUEST_ALL=1 ...       on the guest also the audit-mode truth table and the 100
-#                                          lifecycles (about 6 and 12 minutes more under emulation:
-#                                          docs/second-node.md)
+#                                          lifecycles (about 5 minutes and, by the pace of the first
+#                                          wave, 45 minutes more under emulation: docs/second-node.md)
 #
 # The builds (Kubernetes, the guest's image and containerd) are cached under target/cluster and
 # redone only when their inputs change; scripts/cluster-build.sh starts them in the background.

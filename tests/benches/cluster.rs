@@ -110,6 +110,7 @@ fn main() -> Result<()> {
     let slices = Watch::start(c, &["endpointslices", "-n", &ns.name])?;
 
     let mut results = Vec::new();
+    let mut missed = Vec::new();
     for load in [Load::Idle, Load::Busy] {
         let names = start_pods(c, &ns.name, load, deaths)?;
         let hogs = match load {
@@ -117,13 +118,21 @@ fn main() -> Result<()> {
             Load::Idle => None,
         };
         for (name, kind) in names {
-            results.push(one_death(c, &ns.name, &pods, &slices, &name, kind, load)?);
+            // A death whose (a), (b) or (c) never shows is counted and reported, not fatal: under
+            // emulation with every vCPU busy kubelet alone can take minutes.
+            match one_death(c, &ns.name, &pods, &slices, &name, kind, load) {
+                Ok(d) => results.push(d),
+                Err(e) => {
+                    eprintln!("\n{e:#}");
+                    missed.push((load, kind));
+                }
+            }
             eprint!(".");
         }
         drop(hogs);
         eprintln!();
     }
-    report(c, &results, deaths);
+    report(c, &results, &missed, deaths);
     Ok(())
 }
 
@@ -271,7 +280,7 @@ fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
     v
 }
 
-fn report(c: &Cluster, results: &[Death], deaths: usize) {
+fn report(c: &Cluster, results: &[Death], missed: &[(Load, Kind)], deaths: usize) {
     let cores = guest_cpus(c).unwrap_or(0);
     let node = test_node();
     let emulation = if emulated() {
@@ -313,6 +322,17 @@ fn report(c: &Cluster, results: &[Death], deaths: usize) {
                 pct(&c, 99.0),
             );
             summary.push((load, kind, b, c));
+        }
+    }
+    for load in [Load::Idle, Load::Busy] {
+        for kind in [Kind::Gated, Kind::Plain] {
+            let n = missed.iter().filter(|m| **m == (load, kind)).count();
+            if n > 0 {
+                println!(
+                    "\n{load:?}, {kind:?}: {n} of {deaths} deaths not seen in full within {:?} (left out above)",
+                    wait()
+                );
+            }
         }
     }
     println!("\n| load | kubelet alone ÷ gated: (b) p50 | (b) p99 | (c) p50 | (c) p99 |");
