@@ -59,8 +59,33 @@ rules:
   - level: None
 "#;
 
-/// A kubeconfig for the client certificate `<user>.crt` of the cluster's CA.
-fn kubeconfig(pki: &Path, user: &str) -> String {
+/// A kubeconfig for the client certificate `<pki>/<user>.{crt,key}` of the cluster's CA
+/// (`<pki>/ca.crt`), the API server at 127.0.0.1 (a guest's relays there too).
+pub(crate) fn kubeconfig(pki: &Path, user: &str) -> String {
+    kubeconfig_of(
+        user,
+        "",
+        &pki.join("ca.crt").display().to_string(),
+        &pki.join(format!("{user}.crt")).display().to_string(),
+        &pki.join(format!("{user}.key")).display().to_string(),
+    )
+}
+
+/// The same with the CA, certificate and key inline (`-data`, base64), for a machine that has
+/// not the files.
+pub(crate) fn kubeconfig_inline(user: &str, ca: &[u8], crt: &[u8], key: &[u8]) -> String {
+    use crate::guest::qga::base64_encode;
+    kubeconfig_of(
+        user,
+        "-data",
+        &base64_encode(ca),
+        &base64_encode(crt),
+        &base64_encode(key),
+    )
+}
+
+/// `suffix`: "" (the values are paths) or "-data" (the values are the contents, base64).
+fn kubeconfig_of(user: &str, suffix: &str, ca: &str, crt: &str, key: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Config
@@ -68,27 +93,44 @@ clusters:
   - name: observer
     cluster:
       server: https://127.0.0.1:{APISERVER_PORT}
-      certificate-authority: {ca}
+      certificate-authority{suffix}: {ca}
 users:
   - name: {user}
     user:
-      client-certificate: {crt}
-      client-key: {key}
+      client-certificate{suffix}: {crt}
+      client-key{suffix}: {key}
 contexts:
   - name: observer
     context:
       cluster: observer
       user: {user}
 current-context: observer
-"#,
-        ca = pki.join("ca.crt").display(),
-        crt = pki.join(format!("{user}.crt")).display(),
-        key = pki.join(format!("{user}.key")).display(),
+"#
     )
 }
 
 fn kubelet_config(c: &Cluster) -> String {
-    let pki = c.pki();
+    kubelet_yaml(
+        &c.pki(),
+        &format!("unix://{}", c.containerd_socket().display()),
+        &format!(
+            r#"# containerd 1.6 lacks the RuntimeConfig call that would tell kubelet its driver.
+cgroupDriver: cgroupfs
+cgroupRoot: /{CGROUP_ROOT}
+# Hybrid hosts are cgroup v1 to kubelet (1.35 and newer refuse it unless told).
+failCgroupV1: false
+podLogsDir: {logs}
+"#,
+            logs = c.pod_logs().display(),
+        ),
+    )
+}
+
+/// kubelet's configuration on every node of the test cluster: serving on the node's loopback
+/// only, client certificates of the cluster's CA (`<pki>/ca.crt`, its serving pair
+/// `<pki>/kubelet-serving.{crt,key}`), images never collected, and `node`'s own lines (the cgroup
+/// driver and root, where pod logs go).
+pub(crate) fn kubelet_yaml(pki: &Path, runtime_endpoint: &str, node: &str) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -102,19 +144,13 @@ authentication:
   webhook:
     enabled: true
   x509:
-    clientCAFile: {ca}
+    clientCAFile: {pki}/ca.crt
 authorization:
   mode: Webhook
 tlsCertFile: {pki}/kubelet-serving.crt
 tlsPrivateKeyFile: {pki}/kubelet-serving.key
-containerRuntimeEndpoint: unix://{socket}
-# containerd 1.6 lacks the RuntimeConfig call that would tell kubelet its driver.
-cgroupDriver: cgroupfs
-cgroupRoot: /{CGROUP_ROOT}
-# Hybrid hosts are cgroup v1 to kubelet (1.35 and newer refuse it unless told).
-failCgroupV1: false
-failSwapOn: false
-podLogsDir: {logs}
+containerRuntimeEndpoint: {runtime_endpoint}
+{node}failSwapOn: false
 clusterDomain: cluster.local
 # The images are imported, never pulled: none may be collected, and no pod evicted for a disk
 # the host's other tests fill.
@@ -127,10 +163,7 @@ evictionHard:
   imagefs.available: "1%"
 serializeImagePulls: false
 "#,
-        ca = pki.join("ca.crt").display(),
         pki = pki.display(),
-        socket = c.containerd_socket().display(),
-        logs = c.pod_logs().display(),
     )
 }
 

@@ -169,6 +169,21 @@ impl Cluster {
             && self.kubectl_ok(&["get", "--raw", "/readyz"]).is_ok()
     }
 
+    /// Whether `node` is registered with its runtime's version (kubelet reached the runtime).
+    pub(crate) fn node_registered(&self, node: &str) -> Result<()> {
+        let v = self.kubectl_ok(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
+        ])?;
+        if v.is_empty() {
+            return Err(Error::Missing("no runtime version reported yet".into()));
+        }
+        Ok(())
+    }
+
     /// Builds what is missing, starts every component and waits until a pod can run on the
     /// node. A no-op when the cluster is already up; a half-started one is torn down first.
     pub fn up(&self) -> Result<()> {
@@ -209,17 +224,7 @@ impl Cluster {
         files::make_cgroup_root()?;
         daemon::start_kubelet(self, &files)?;
         self.wait("the node's registration", || {
-            let v = self.kubectl_ok(&[
-                "get",
-                "node",
-                NODE_NAME,
-                "-o",
-                "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
-            ])?;
-            if v.is_empty() {
-                return Err(Error::Missing("no runtime version reported yet".into()));
-            }
-            Ok(())
+            self.node_registered(NODE_NAME)
         })?;
         // A pod can be created once its namespace has the default service account and the
         // root CA its projected token volume carries.

@@ -38,6 +38,13 @@ pub fn test_guest(c: &Cluster) -> Option<observer_cluster::Guest<'_>> {
     (node != NODE_NAME).then(|| observer_cluster::Guest::new(c, &node))
 }
 
+/// Whether the test node is a guest under software emulation, where kubelet starts pods and
+/// reports deaths tens of seconds later than on the host: the suites' deadlines (never their
+/// assertions) are longer there.
+pub fn emulated() -> bool {
+    test_node() != NODE_NAME
+}
+
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// Tests that restart the agent take it exclusively; the others share it.
 static AGENT: RwLock<()> = RwLock::new(());
@@ -391,7 +398,11 @@ pub fn condition<'v>(pod: &'v Value, kind: &str) -> Option<&'v Value> {
 
 /// The agent's pod (the DaemonSet's one pod on the test's node).
 pub fn agent_pod(c: &Cluster) -> Result<Value> {
-    let node = test_node();
+    agent_pod_on(c, &test_node())
+}
+
+/// The DaemonSet's one live pod on `node`.
+pub fn agent_pod_on(c: &Cluster, node: &str) -> Result<Value> {
     let list = get_json(
         c,
         &[
@@ -407,7 +418,7 @@ pub fn agent_pod(c: &Cluster) -> Result<Value> {
     let live: Vec<Value> = items
         .into_iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .filter(|p| p["spec"]["nodeName"] == node.as_str())
+        .filter(|p| p["spec"]["nodeName"] == node)
         .collect();
     match live.as_slice() {
         [one] => Ok(one.clone()),
@@ -416,6 +427,45 @@ pub fn agent_pod(c: &Cluster) -> Result<Value> {
             other.len()
         ),
     }
+}
+
+/// The `/metrics` text of the agent on the test's node: on the host at [`AGENT_ADDR`], in a
+/// guest the same address on the guest's loopback, asked by a shell there through the guest
+/// agent (nothing is forwarded into the guest).
+pub fn agent_metrics(c: &Cluster) -> Result<String> {
+    let Some(guest) = test_guest(c) else {
+        let addr = AGENT_ADDR.parse()?;
+        let (code, body) = crate::endpoint::http_get(addr, "/metrics")
+            .ok_or_else(|| anyhow!("the agent at {AGENT_ADDR} does not answer"))?;
+        if code != 200 {
+            bail!("the agent's /metrics answered {code}");
+        }
+        return Ok(body);
+    };
+    let (host, port) = AGENT_ADDR
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("{AGENT_ADDR}: no port"))?;
+    let script = format!(
+        r#"exec 3<>/dev/tcp/{host}/{port} && printf 'GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n' >&3 && cat <&3"#
+    );
+    let r = guest.exec("/bin/bash", &["-c", &script], Duration::from_secs(60))?;
+    let (head, body) = r.stdout.split_once("\r\n\r\n").ok_or_else(|| {
+        anyhow!(
+            "the agent in {} answered {:?}{}",
+            guest.name,
+            r.stdout,
+            r.stderr
+        )
+    })?;
+    if head.split_whitespace().nth(1) != Some("200") {
+        bail!("the agent's /metrics in {} answered {head}", guest.name);
+    }
+    Ok(body.to_string())
+}
+
+/// One sample of [`agent_metrics`] (None: not exported, or the agent did not answer).
+pub fn agent_metric(c: &Cluster, name: &str) -> Option<f64> {
+    crate::endpoint::sample(&agent_metrics(c).ok()?, name)
 }
 
 /// The host pid of a running container, from its id in the pod's status
@@ -443,38 +493,78 @@ pub fn container_pid(container_id: &str) -> Result<u32> {
     bail!("no process of container {id} found in /proc")
 }
 
-/// SIGKILL to a running container's init, on whichever node the test runs: on the host by pid,
-/// in a guest through its guest agent (a shell there finds the process by its cgroup).
-pub fn kill_container(c: &Cluster, container_id: &str) -> Result<()> {
+/// A running container's init, where the test can signal it: a pid of this machine, or of the
+/// guest whose node runs the container.
+pub enum ContainerInit<'c> {
+    Host(u32),
+    Guest(observer_cluster::Guest<'c>, u32),
+}
+
+/// The init of a running container on whichever node the test runs (`containerd://<id>` from
+/// the pod's status): on the host by [`container_pid`], in a guest by a shell there, through its
+/// guest agent, that finds it by its cgroup.
+pub fn container_init<'c>(c: &'c Cluster, container_id: &str) -> Result<ContainerInit<'c>> {
     let id = container_id
         .rsplit_once("://")
         .map_or(container_id, |(_, id)| id);
     let Some(guest) = test_guest(c) else {
-        let pid = container_pid(container_id)?;
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )?;
-        return Ok(());
+        return Ok(ContainerInit::Host(container_pid(container_id)?));
     };
     // The container's processes are in its scope (cri-containerd-<id>.scope); its init is the
     // one whose parent is outside it (the shim).
     let script = format!(
         r#"for p in $(cat /sys/fs/cgroup/kubepods.slice/*/*/cri-containerd-{id}.scope/cgroup.procs /sys/fs/cgroup/kubepods.slice/*/cri-containerd-{id}.scope/cgroup.procs 2>/dev/null); do
   pp=$(awk '{{print $4}}' /proc/$p/stat)
-  grep -q 'cri-containerd-{id}.scope' /proc/$pp/cgroup || {{ kill -9 $p; exit 0; }}
+  grep -q 'cri-containerd-{id}.scope' /proc/$pp/cgroup || {{ echo $p; exit 0; }}
 done
 exit 1"#
     );
     let r = guest.exec("/bin/sh", &["-c", &script], Duration::from_secs(60))?;
-    if r.code != 0 {
+    let pid = r.stdout.trim().parse().ok().filter(|_| r.code == 0);
+    let Some(pid) = pid else {
         bail!(
             "no init of container {id} found in {}: {}",
             guest.name,
             r.stderr
         );
+    };
+    Ok(ContainerInit::Guest(guest, pid))
+}
+
+impl ContainerInit<'_> {
+    /// SIGKILL, and the moment it was sent: on the host just before kill(2); in a guest just
+    /// before the guest agent is asked to run `kill -9` there (its shell's own start comes
+    /// between, a few milliseconds under emulation). Returns once the signal was sent.
+    pub fn kill(&self) -> Result<std::time::Instant> {
+        match self {
+            ContainerInit::Host(pid) => {
+                let sent = std::time::Instant::now();
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                )?;
+                Ok(sent)
+            }
+            ContainerInit::Guest(guest, pid) => {
+                let mut agent = guest.agent()?;
+                let sent = std::time::Instant::now();
+                let r = agent.exec(
+                    "/bin/sh",
+                    &["-c", &format!("kill -9 {pid}")],
+                    Duration::from_secs(60),
+                )?;
+                if r.code != 0 {
+                    bail!("kill -9 {pid} in {}: {}", guest.name, r.stderr);
+                }
+                Ok(sent)
+            }
+        }
     }
-    Ok(())
+}
+
+/// SIGKILL to a running container's init, on whichever node the test runs ([`container_init`]).
+pub fn kill_container(c: &Cluster, container_id: &str) -> Result<()> {
+    container_init(c, container_id)?.kill().map(|_| ())
 }
 
 /// The kubelet directory of a pod's volumes (for its projected service-account token).
@@ -495,14 +585,23 @@ pub fn set_agent_env(c: &Cluster, name: &str, value: Option<&str>) -> Result<()>
         Some(v) => format!("{name}={v}"),
         None => format!("{name}-"),
     };
-    c.kubectl_ok(&[
-        "-n",
-        AGENT_NAMESPACE,
-        "set",
-        "env",
-        "daemonset/observer",
-        &env,
-    ])?;
+    // `kubectl set env` makes a new revision, and so a rollout, even when nothing changes (a
+    // rollout takes minutes on an emulated guest node): asked only for a change.
+    let ds = get_json(c, &["-n", AGENT_NAMESPACE, "get", "daemonset", "observer"])?;
+    let current = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == name))
+        .map(|e| e["value"].as_str().unwrap_or_default().to_string());
+    if current.as_deref() != value {
+        c.kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "set",
+            "env",
+            "daemonset/observer",
+            &env,
+        ])?;
+    }
     c.wait_rollout()?;
     poll_every(POLL, Duration::from_secs(120), || {
         agent_pod(c).ok().filter(|p| {

@@ -27,6 +27,11 @@ pub fn free_listen() -> SocketAddr {
 /// The value of an unlabelled sample `name` in /metrics (None: not exported, or no answer).
 pub fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
     let (_, text) = http_get(addr, "/metrics")?;
+    sample(&text, name)
+}
+
+/// The value of the sample `name` (with its labels, if any: `name{a="b"}`) in a /metrics text.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -246,7 +246,7 @@ mod real_cluster {
         let _agent = agent_shared();
         let ns = Namespace::new(c, "t-admission").unwrap();
         let agent = wait_pod_ready_agent(c);
-        let token = agent_token(c, &agent);
+        let token = agent_token(c, NODE_NAME, &agent);
 
         apply(c, &busybox_pod("mine", &ns.name, "Never", "sleep 3600")).unwrap();
         // Bound to a node that has no kubelet: it stays Pending, but its spec.nodeName is stored.
@@ -263,45 +263,8 @@ mod real_cluster {
         })
         .unwrap();
 
-        let patch =
-            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#;
-        // The request the agent makes (kube's patch_status: a strategic merge patch, no GET
-        // first), with the agent's token.
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
-            observer_cluster::APISERVER_PORT,
-            c.dir().join("pki/ca.crt").display(),
-        );
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .unwrap();
-            kube::Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name)
-        });
-        let as_agent = |pod: &str| {
-            let patch: Value = serde_json::from_str(patch).unwrap();
-            rt.block_on(pods.patch_status(
-                pod,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(patch),
-            ))
-        };
-        match as_agent("theirs") {
-            Ok(_) => panic!("a status write to another node's pod was accepted"),
-            Err(kube::Error::Api(status)) => {
-                assert_eq!(status.code, 403, "{status:?}");
-                assert!(
-                    status.message.contains("observer-own-node")
-                        && status.message.contains(&format!(
-                            "the observer agent of node {NODE_NAME} may only change pods bound to that node"
-                        )),
-                    "refused, but not by the admission policy: {status:?}"
-                );
-            }
-            Err(other) => panic!("the write failed, not refused: {other}"),
-        }
+        let as_agent = |pod: &str| write_status_as(c, &token, &ns.name, pod);
+        refused_by_policy(as_agent("theirs"), NODE_NAME, "theirs");
         if let Err(e) = as_agent("mine") {
             panic!("a status write to its own node's pod was refused: {e}");
         }
@@ -312,8 +275,25 @@ mod real_cluster {
         );
     }
 
-    fn agent_token(c: &Cluster, agent: &Value) -> String {
+    /// The token kubelet projected into an agent's pod (its `kube-api-access-*` volume), read on
+    /// the node that holds it: the host's kubelet directory, or a guest's through its agent.
+    fn agent_token(c: &Cluster, node: &str, agent: &Value) -> String {
         let uid = agent["metadata"]["uid"].as_str().unwrap();
+        if node != NODE_NAME {
+            let g = observer_cluster::Guest::new(c, node);
+            let r = g
+                .exec(
+                    "/bin/sh",
+                    &[
+                        "-c",
+                        &format!("cat /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/kube-api-access-*/token"),
+                    ],
+                    Duration::from_secs(60),
+                )
+                .unwrap();
+            assert_eq!(r.code, 0, "reading the token on {node}: {}", r.stderr);
+            return r.stdout.trim().to_string();
+        }
         let projected = pod_volumes(c, uid).join("kubernetes.io~projected");
         let dir = std::fs::read_dir(&projected)
             .unwrap_or_else(|e| panic!("{}: {e}", projected.display()))
@@ -328,6 +308,56 @@ mod real_cluster {
             .unwrap()
             .trim()
             .to_string()
+    }
+
+    /// Asserts that deploy/'s `observer-own-node` policy refused the agent of `writer` writing
+    /// `pod`'s status, and returns its message.
+    fn refused_by_policy(r: Result<(), kube::Error>, writer: &str, pod: &str) -> String {
+        match r {
+            Ok(()) => panic!("the agent of {writer} wrote the status of {pod}"),
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{status:?}");
+                assert!(
+                    status.message.contains("observer-own-node")
+                        && status.message.contains(&format!(
+                            "the observer agent of node {writer} may only change pods bound to that node"
+                        )),
+                    "refused, but not by the admission policy: {status:?}"
+                );
+                status.message
+            }
+            Err(other) => panic!("the write failed, not refused: {other}"),
+        }
+    }
+
+    /// A status write with `token`, as the agent makes it (kube's patch_status: a strategic
+    /// merge patch of one condition of its own, no GET first).
+    fn write_status_as(c: &Cluster, token: &str, ns: &str, pod: &str) -> Result<(), kube::Error> {
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
+            observer_cluster::APISERVER_PORT,
+            c.dir().join("pki/ca.crt").display(),
+        );
+        let patch: Value = serde_json::from_str(
+            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#,
+        )
+        .unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
+            let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                kube::Api::namespaced(kube::Client::try_from(config).unwrap(), ns);
+            pods.patch_status(
+                pod,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(patch),
+            )
+            .await
+            .map(|_| ())
+        })
     }
 
     /// `kubectl rollout restart`: a new agent pod, the state volume's file carried over.

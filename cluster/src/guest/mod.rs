@@ -196,17 +196,7 @@ impl<'a> Guest<'a> {
         );
         let booted = Instant::now();
         self.wait("the guest's node registration", JOIN_TIMEOUT, || {
-            let v = c.kubectl_ok(&[
-                "get",
-                "node",
-                &self.name,
-                "-o",
-                "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
-            ])?;
-            if v.is_empty() {
-                return Err(Error::Missing("no runtime version reported yet".into()));
-            }
-            Ok(())
+            c.node_registered(&self.name)
         })?;
         let join = booted.elapsed();
         eprintln!(
@@ -229,10 +219,20 @@ impl<'a> Guest<'a> {
         Ok(())
     }
 
+    /// A connection to the guest's agent, synchronised and ready for a command.
+    pub fn agent(&self) -> Result<qga::Agent> {
+        qga::Agent::connect(&self.agent_socket(), Duration::from_secs(30))
+    }
+
     /// Runs a command in the guest through its agent.
     pub fn exec(&self, path: &str, args: &[&str], timeout: Duration) -> Result<qga::Exited> {
-        qga::Agent::connect(&self.agent_socket(), Duration::from_secs(30))?
-            .exec(path, args, timeout)
+        self.agent()?.exec(path, args, timeout)
+    }
+
+    /// Starts a command in the guest through its agent and returns its pid there at once (it
+    /// runs on; stop it with `kill`).
+    pub fn spawn(&self, path: &str, args: &[&str]) -> Result<i64> {
+        self.agent()?.spawn(path, args)
     }
 
     /// Imports an OCI archive into the guest's containerd (`k8s.io` namespace), through the
@@ -299,33 +299,15 @@ impl<'a> Guest<'a> {
     /// relay), for programs the tests run there; returns its path there.
     pub fn admin_kubeconfig(&self) -> Result<String> {
         let pki = self.cluster.pki();
-        let data = |f: &str| -> Result<String> {
+        let read = |f: &str| -> Result<Vec<u8>> {
             let p = pki.join(f);
-            Ok(qga::base64_encode(&fs::read(&p).map_err(Error::io(&p))?))
+            fs::read(&p).map_err(Error::io(&p))
         };
-        let text = format!(
-            r#"apiVersion: v1
-kind: Config
-clusters:
-  - name: observer
-    cluster:
-      server: https://127.0.0.1:{APISERVER_PORT}
-      certificate-authority-data: {ca}
-users:
-  - name: admin
-    user:
-      client-certificate-data: {crt}
-      client-key-data: {key}
-contexts:
-  - name: observer
-    context:
-      cluster: observer
-      user: admin
-current-context: observer
-"#,
-            ca = data("ca.crt")?,
-            crt = data("admin.crt")?,
-            key = data("admin.key")?,
+        let text = crate::files::kubeconfig_inline(
+            "admin",
+            &read("ca.crt")?,
+            &read("admin.crt")?,
+            &read("admin.key")?,
         );
         let target = "/var/lib/observer-test/admin.kubeconfig";
         let mut a = qga::Agent::connect(&self.agent_socket(), Duration::from_secs(60))?;
@@ -427,8 +409,12 @@ current-context: observer
                 fs::read_to_string(c.pki().join(&from)).map_err(Error::io(c.pki().join(&from)))?;
             put(&format!("pki/{to}"), &text, 0o600)?;
         }
-        put("kubelet.yaml", KUBELET_CONFIG, 0o644)?;
-        put("kubelet.kubeconfig", KUBELET_KUBECONFIG, 0o644)?;
+        put("kubelet.yaml", &kubelet_config(), 0o644)?;
+        put(
+            "kubelet.kubeconfig",
+            &crate::files::kubeconfig(Path::new(SEED_PKI), "kubelet"),
+            0o644,
+        )?;
         put("containerd.toml", &containerd_config(), 0o644)?;
         put("units/containerd.service", CONTAINERD_UNIT, 0o644)?;
         put("units/kubelet.service", &kubelet_unit(&self.name), 0o644)?;
@@ -559,60 +545,18 @@ ExecStart=/lib/systemd/systemd-socket-proxyd {APISERVER_FORWARD}:{APISERVER_PORT
     )
 }
 
-const KUBELET_KUBECONFIG: &str = r#"apiVersion: v1
-kind: Config
-clusters:
-  - name: observer
-    cluster:
-      server: https://127.0.0.1:6443
-      certificate-authority: /opt/observer/pki/ca.crt
-users:
-  - name: kubelet
-    user:
-      client-certificate: /opt/observer/pki/kubelet.crt
-      client-key: /opt/observer/pki/kubelet.key
-contexts:
-  - name: observer
-    context:
-      cluster: observer
-      user: kubelet
-current-context: observer
-"#;
+/// Where the seed disk's certificates are in the guest.
+const SEED_PKI: &str = "/opt/observer/pki";
 
-/// kubelet as on a production node (systemd driver, the default cgroup root, pod logs in
-/// /var/log/pods), but serving on the guest's loopback only.
-const KUBELET_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# Loopback only: the API server never dials kubelet (no logs, exec or proxy to this node).
-address: 127.0.0.1
-healthzBindAddress: 127.0.0.1
-readOnlyPort: 0
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: /opt/observer/pki/ca.crt
-authorization:
-  mode: Webhook
-tlsCertFile: /opt/observer/pki/kubelet-serving.crt
-tlsPrivateKeyFile: /opt/observer/pki/kubelet-serving.key
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-# What containerd's runc options say (SystemdCgroup = true): systemd owns the pods' cgroups.
-cgroupDriver: systemd
-failSwapOn: false
-clusterDomain: cluster.local
-# The images are imported, never pulled: none may be collected.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "100Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-serializeImagePulls: false
-"#;
+/// kubelet as on a production node: the systemd driver, the default cgroup root, pod logs in
+/// /var/log/pods.
+fn kubelet_config() -> String {
+    crate::files::kubelet_yaml(
+        Path::new(SEED_PKI),
+        &format!("unix://{GUEST_CONTAINERD_SOCKET}"),
+        "# What containerd's runc options say (SystemdCgroup = true): systemd owns the pods' cgroups.\ncgroupDriver: systemd\n",
+    )
+}
 
 /// containerd 2.x's configuration (version 3: the CRI plugin split into images and runtime).
 fn containerd_config() -> String {

@@ -95,16 +95,25 @@ impl Agent {
         Ok(v["return"].clone())
     }
 
-    /// Runs `path args…` in the guest and waits for it (at most `timeout`).
-    pub fn exec(&mut self, path: &str, args: &[&str], timeout: Duration) -> Result<Exited> {
+    /// Starts `path args…` in the guest and returns its pid there (its output discarded).
+    pub fn spawn(&mut self, path: &str, args: &[&str]) -> Result<i64> {
+        self.start(path, args, false)
+    }
+
+    fn start(&mut self, path: &str, args: &[&str], capture: bool) -> Result<i64> {
         let r = self.call(
             "guest-exec",
-            json!({"path": path, "arg": args, "capture-output": true}),
+            json!({"path": path, "arg": args, "capture-output": capture}),
         )?;
-        let pid = r["pid"].as_i64().ok_or_else(|| Error::Command {
+        r["pid"].as_i64().ok_or_else(|| Error::Command {
             what: "guest-exec".into(),
             detail: format!("no pid in {r}"),
-        })?;
+        })
+    }
+
+    /// Runs `path args…` in the guest and waits for it (at most `timeout`).
+    pub fn exec(&mut self, path: &str, args: &[&str], timeout: Duration) -> Result<Exited> {
+        let pid = self.start(path, args, true)?;
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.call("guest-exec-status", json!({"pid": pid}))?;

@@ -6,13 +6,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_shared, apply, condition, get_json, pod_level_oom, require_cluster, test_guest, wait_pod,
-    Cluster, Namespace, TestPod, NODE_NAME, POLL, SHARED_DIR,
+    agent_shared, apply, condition, emulated, get_json, pod_level_oom, require_cluster, test_guest,
+    wait_pod, Cluster, Namespace, TestPod, NODE_NAME, POLL, SHARED_DIR,
 };
 use observer_tests::prereq;
 use serde_json::Value;
 
-const SETTLE: Duration = Duration::from_secs(180);
+/// How long a pod may take to reach the state to compare: under software emulation (a guest
+/// node) kubelet starts ten pods together minutes after their creation, where the host takes
+/// seconds.
+fn settle() -> Duration {
+    Duration::from_secs(if emulated() { 900 } else { 180 })
+}
 
 /// When a pod has reached the state to compare.
 type Settled = fn(&Value) -> bool;
@@ -147,15 +152,17 @@ fn computed_status_beside_kubelets_for_every_shape() {
         apply(c, &pod.manifest()).unwrap();
     }
     for (pod, ready) in &shapes {
-        wait_pod(c, &ns.name, &pod.name, SETTLE, |p| {
+        wait_pod(c, &ns.name, &pod.name, settle(), |p| {
             ready(p) && condition(p, "observer.dev/ContainersAlive").is_some()
         })
         .unwrap();
     }
     // Both accounts read one after the other: kubelet's, then the agent's computation with the
     // same specs. A pod that changes meanwhile (a crash loop's next death, which the agent sees
-    // first) differs for a moment; what differs for good stays through a minute of retries.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // first) differs for a moment; what differs for good stays through the retries.
+    // Under emulation a round (the guest's `observer status`) takes seconds itself.
+    let retries = Duration::from_secs(if emulated() { 180 } else { 60 });
+    let deadline = std::time::Instant::now() + retries;
     let (listed, undocumented) = loop {
         let api = get_json(c, &["get", "pods", "-n", &ns.name]).unwrap();
         let agent = computed(c, &observer);
@@ -204,7 +211,15 @@ fn diff(api: &Value, agent: &[Value]) -> (Vec<String>, Vec<String>) {
                 k.map_or("(absent)".into(), |v| v.to_string()),
                 a.map_or("(absent)".into(), |v| v.to_string())
             );
-            if documented(path) {
+            // containerd 2.x with the systemd driver loses a container's OOM kill now and then
+            // (docs/second-node.md): kubelet writes Error / 137 where the kernel OOM-killed it.
+            // The agent's OOMKilled comes from the kernel, which its own condition on the pod
+            // shows; that difference is kubelet's runtime, listed, not held against the agent.
+            let runtime_lost_oom = path.ends_with(".terminated.reason")
+                && k == Some(&Value::from("Error"))
+                && a == Some(&Value::from("OOMKilled"))
+                && condition(pod, "observer.dev/OOMKilled").is_some_and(|c| c["status"] == "True");
+            if documented(path) || runtime_lost_oom {
                 listed.push(line);
             } else {
                 undocumented.push(line);
