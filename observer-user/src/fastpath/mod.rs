@@ -418,7 +418,10 @@ impl FastDeaths {
         patch.record_in_ledger(&self.decider, &death);
         // Taken now, observed once answered: the histogram is memory the request need not
         // touch first.
-        let written = (self.decider.clock.now())
+        let written = self
+            .decider
+            .clock
+            .now()
             .duration_since(self.clock.to_system_time(death.at))
             .unwrap_or_default();
         match sent {

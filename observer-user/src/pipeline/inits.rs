@@ -75,6 +75,15 @@ mod tests {
         writes: Vec<String>,
     }
 
+    impl Map {
+        fn with_room(room: usize) -> Self {
+            Self {
+                room,
+                ..Self::default()
+            }
+        }
+    }
+
     impl InitSet for Map {
         fn insert(&mut self, pid: u32) -> Result<(), KernelError> {
             self.writes.push(format!("+{pid}"));
@@ -97,10 +106,7 @@ mod tests {
 
     #[test]
     fn the_map_is_written_only_on_a_change() {
-        let mut map = Map {
-            room: 8,
-            ..Map::default()
-        };
+        let mut map = Map::with_room(8);
         let mut sync = InitSync::default();
         sync.apply(
             &mut map,
@@ -112,10 +118,7 @@ mod tests {
 
     #[test]
     fn a_full_map_is_counted_and_the_pid_tried_again_at_its_next_start() {
-        let mut map = Map {
-            room: 1,
-            ..Map::default()
-        };
+        let mut map = Map::with_room(1);
         let mut sync = InitSync::default();
         sync.apply(&mut map, [Started(1), Started(2), Started(3)]);
         assert_eq!(sync.failures, 2);

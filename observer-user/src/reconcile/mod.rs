@@ -267,7 +267,9 @@ impl<R: RuntimeService> Reconciler<R> {
         bump(&self.shared.stats.pleg_events);
         if let Some(exit) = ev.exit() {
             if exit.status.is_some() {
-                let after = (self.wall.now())
+                let after = self
+                    .wall
+                    .now()
                     .duration_since(self.clock.to_system_time(ev.at))
                     .unwrap_or_default();
                 self.shared.detection_latency.observe(after);
