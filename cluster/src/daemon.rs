@@ -15,7 +15,7 @@ use crate::host::start_time;
 use crate::{Cluster, Error, Result, APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT, NODE_NAME};
 
 /// In start order; stopped in the reverse.
-pub const COMPONENTS: &[&str] = &[
+pub(crate) const COMPONENTS: &[&str] = &[
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -29,7 +29,7 @@ fn pid_file(dir: &Path, name: &str) -> std::path::PathBuf {
 }
 
 /// The component's pid if the process it started still runs.
-pub fn running(dir: &Path, name: &str) -> Option<u32> {
+pub(crate) fn running(dir: &Path, name: &str) -> Option<u32> {
     let s = fs::read_to_string(pid_file(dir, name)).ok()?;
     let (pid, started) = s.trim().split_once(' ')?;
     let (pid, started): (u32, u64) = (pid.parse().ok()?, started.parse().ok()?);
@@ -37,7 +37,7 @@ pub fn running(dir: &Path, name: &str) -> Option<u32> {
 }
 
 /// A component that was started and is no longer running.
-pub fn first_dead(dir: &Path) -> Option<&'static str> {
+pub(crate) fn first_dead(dir: &Path) -> Option<&'static str> {
     COMPONENTS
         .iter()
         .find(|c| pid_file(dir, c).exists() && running(dir, c).is_none())
@@ -74,7 +74,7 @@ pub(crate) fn spawn(cluster: &Cluster, name: &str, mut cmd: Command) -> Result<(
     fs::write(&pf, format!("{pid} {started}\n")).map_err(Error::io(&pf))
 }
 
-pub fn start_etcd(c: &Cluster) -> Result<()> {
+pub(crate) fn start_etcd(c: &Cluster) -> Result<()> {
     let data = c.state().join("etcd");
     let client = format!("http://127.0.0.1:{ETCD_CLIENT_PORT}");
     let peer = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
@@ -92,7 +92,7 @@ pub fn start_etcd(c: &Cluster) -> Result<()> {
     spawn(c, "etcd", cmd)
 }
 
-pub fn start_apiserver(c: &Cluster, f: &Files) -> Result<()> {
+pub(crate) fn start_apiserver(c: &Cluster, f: &Files) -> Result<()> {
     let pki = c.pki();
     let p = |n: &str| pki.join(n).display().to_string();
     let mut cmd = Command::new(c.bin("kube-apiserver"));
@@ -134,7 +134,7 @@ pub fn start_apiserver(c: &Cluster, f: &Files) -> Result<()> {
     spawn(c, "kube-apiserver", cmd)
 }
 
-pub fn start_controller_manager(c: &Cluster, f: &Files) -> Result<()> {
+pub(crate) fn start_controller_manager(c: &Cluster, f: &Files) -> Result<()> {
     let pki = c.pki();
     let kc = f.controller_manager.display().to_string();
     let mut cmd = Command::new(c.bin("kube-controller-manager"));
@@ -156,7 +156,7 @@ pub fn start_controller_manager(c: &Cluster, f: &Files) -> Result<()> {
     spawn(c, "kube-controller-manager", cmd)
 }
 
-pub fn start_scheduler(c: &Cluster, f: &Files) -> Result<()> {
+pub(crate) fn start_scheduler(c: &Cluster, f: &Files) -> Result<()> {
     let kc = f.scheduler.display().to_string();
     let mut cmd = Command::new(c.bin("kube-scheduler"));
     cmd.arg(format!("--kubeconfig={kc}"))
@@ -167,7 +167,7 @@ pub fn start_scheduler(c: &Cluster, f: &Files) -> Result<()> {
     spawn(c, "kube-scheduler", cmd)
 }
 
-pub fn start_containerd(c: &Cluster, f: &Files) -> Result<()> {
+pub(crate) fn start_containerd(c: &Cluster, f: &Files) -> Result<()> {
     let mut cmd = Command::new("containerd");
     cmd.arg("--config").arg(&f.containerd);
     spawn(c, "containerd", cmd)?;
@@ -184,7 +184,7 @@ pub fn start_containerd(c: &Cluster, f: &Files) -> Result<()> {
     })
 }
 
-pub fn start_kubelet(c: &Cluster, f: &Files) -> Result<()> {
+pub(crate) fn start_kubelet(c: &Cluster, f: &Files) -> Result<()> {
     let mut cmd = Command::new(c.bin("kubelet"));
     cmd.arg(format!("--config={}", f.kubelet.display()))
         .arg(format!("--kubeconfig={}", f.kubelet_kubeconfig.display()))
@@ -218,7 +218,7 @@ fn wait_for(c: &Cluster, what: &str, mut ok: impl FnMut() -> bool) -> Result<()>
 }
 
 /// Stops every component, newest first.
-pub fn stop_all(c: &Cluster) {
+pub(crate) fn stop_all(c: &Cluster) {
     for name in COMPONENTS.iter().rev() {
         stop(c, name);
     }

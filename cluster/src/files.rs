@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::{Cluster, Error, Result, APISERVER_PORT, CGROUP_ROOT, RUN_DIR};
 
 /// Paths of the files `write` produced.
-pub struct Files {
+pub(crate) struct Files {
     pub audit_policy: PathBuf,
     pub controller_manager: PathBuf,
     pub scheduler: PathBuf,
@@ -14,7 +14,7 @@ pub struct Files {
     pub containerd: PathBuf,
 }
 
-pub fn write(c: &Cluster) -> Result<Files> {
+pub(crate) fn write(c: &Cluster) -> Result<Files> {
     let conf = c.dir().join("config");
     fs::create_dir_all(&conf).map_err(Error::io(&conf))?;
     let put = |name: &str, text: String| -> Result<PathBuf> {
@@ -251,7 +251,7 @@ state = "{state}"
 
 /// kubelet refuses a `cgroupRoot` that does not exist in every hierarchy it checks (the named
 /// name=systemd one included).
-pub fn make_cgroup_root() -> Result<()> {
+pub(crate) fn make_cgroup_root() -> Result<()> {
     for h in crate::host::cgroup_mounts() {
         let d = h.join(CGROUP_ROOT);
         fs::create_dir_all(&d).map_err(Error::io(&d))?;
@@ -260,7 +260,7 @@ pub fn make_cgroup_root() -> Result<()> {
 }
 
 /// The last `n` lines of a log, for an error.
-pub fn tail(path: &Path, n: usize) -> String {
+pub(crate) fn tail(path: &Path, n: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

@@ -68,7 +68,7 @@ impl Default for Latency {
 }
 
 impl Latency {
-    pub fn observe(&self, d: std::time::Duration) {
+    pub(crate) fn observe(&self, d: std::time::Duration) {
         self.0.observe(d.as_secs_f64());
     }
 

@@ -5,7 +5,7 @@
 
 /// Returns the free pages of the allocator's arenas to the kernel (glibc's `malloc_trim`). Cheap:
 /// one walk of the arenas' free lists, taken once after each start-up phase.
-pub fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes each arena's own lock; any thread may call it at any time.
     unsafe {

@@ -37,14 +37,14 @@ impl Admission {
 
 /// Token buckets by key, at most `max_keys` of them: past that, a full bucket (the same as
 /// none) is dropped first, else the one least recently used.
-pub struct KeyedLimiter<K> {
+pub(crate) struct KeyedLimiter<K> {
     rate: Rate,
     max_keys: usize,
     buckets: HashMap<K, Bucket>,
 }
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
-    pub fn new(rate: Rate, max_keys: usize) -> Self {
+    pub(crate) fn new(rate: Rate, max_keys: usize) -> Self {
         Self {
             rate,
             max_keys: max_keys.max(1),
@@ -52,7 +52,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
     }
 
-    pub fn take<Q>(&mut self, key: &Q) -> Admission
+    pub(crate) fn take<Q>(&mut self, key: &Q) -> Admission
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -92,7 +92,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
     }
 
-    pub fn forget<Q>(&mut self, key: &Q)
+    pub(crate) fn forget<Q>(&mut self, key: &Q)
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -101,12 +101,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     }
 
     /// Keys remembered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.buckets.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
     }
 
     fn refilled(&self, b: &Bucket, now: Instant) -> f64 {

@@ -27,7 +27,7 @@ use std::{
 };
 
 /// Linux's range of SCHED_FIFO priorities.
-pub const PRIORITIES: std::ops::RangeInclusive<u8> = 1..=99;
+pub(crate) const PRIORITIES: std::ops::RangeInclusive<u8> = 1..=99;
 
 /// `CAP_SYS_NICE`'s bit in the capability sets of /proc/self/status.
 const CAP_SYS_NICE: u64 = 1 << 23;
@@ -83,7 +83,7 @@ pub const RESERVATION: Reservation = Reservation {
 
 /// The policy a thread got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Granted {
+pub(crate) enum Granted {
     /// SCHED_DEADLINE: kernel-enforced at most `runtime` per `period`.
     Deadline(Reservation),
     /// SCHED_FIFO at this priority: bounded only by the kernel's global real-time throttle.
@@ -93,7 +93,7 @@ pub enum Granted {
 }
 
 impl Granted {
-    pub fn is_realtime(self) -> bool {
+    pub(crate) fn is_realtime(self) -> bool {
         self != Granted::Normal
     }
 }
@@ -173,14 +173,15 @@ pub fn set_realtime(priority: u8) -> Result<(), RealtimeError> {
 }
 
 /// The calling thread back to SCHED_OTHER (for a trial, `observer check`).
-pub fn set_normal() {
+pub(crate) fn set_normal() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: as in set_realtime; SCHED_OTHER needs no privilege.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
 }
 
 /// Whether the calling thread runs SCHED_FIFO or SCHED_DEADLINE now.
-pub fn is_realtime() -> bool {
+#[cfg(test)]
+pub(crate) fn is_realtime() -> bool {
     // SAFETY: pid 0 is the calling thread; no pointer is involved.
     let policy = unsafe { libc::sched_getscheduler(0) };
     policy >= 0 && {
@@ -192,7 +193,7 @@ pub fn is_realtime() -> bool {
 /// The fast path's policy for the calling thread, `what` naming it: SCHED_DEADLINE with
 /// [`RESERVATION`], else SCHED_FIFO at `priority`, else normal priority. Each fallback is logged
 /// once per process (a warning, with why), later ones only at debug.
-pub fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
+pub(crate) fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
     static SAID_DEADLINE: AtomicBool = AtomicBool::new(false);
     static SAID_FIFO: AtomicBool = AtomicBool::new(false);
     let say = |said: &AtomicBool, msg: String| {
@@ -239,7 +240,7 @@ pub fn realtime_or_say_once(priority: u8, what: &str) -> Granted {
 static DEMOTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// How many times a SCHED_FIFO fast-path thread held itself to the bound ([`police`]).
-pub fn demotions() -> u64 {
+pub(crate) fn demotions() -> u64 {
     DEMOTIONS.load(Ordering::Relaxed)
 }
 
@@ -326,7 +327,7 @@ impl Police {
 
 /// Called by a fast-path thread at each turn and every few events of a batch: a SCHED_FIFO
 /// thread holds itself to [`RESERVATION`] (a no-op on any other thread).
-pub fn police() {
+pub(crate) fn police() {
     POLICE.with(|p| {
         if let Some(p) = p.borrow_mut().as_mut() {
             p.check();
@@ -335,7 +336,7 @@ pub fn police() {
 }
 
 /// CAP_SYS_NICE in this process's effective set.
-pub fn has_cap_sys_nice() -> bool {
+pub(crate) fn has_cap_sys_nice() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -355,7 +356,7 @@ fn rtprio_limit() -> u64 {
 }
 
 /// `observer_realtime_demotions_total`.
-pub fn encode_metrics(
+pub(crate) fn encode_metrics(
     e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
 ) -> std::fmt::Result {
     crate::exposition::counter(

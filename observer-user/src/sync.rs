@@ -29,7 +29,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The lock if it is free now, else `None`: for the kernel reader's thread, which may be
 /// real-time and must never wait for a thread of normal priority (that thread could be
 /// preempted while holding it). The caller keeps its work and tries again at its next turn.
-pub fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     match m.try_lock() {
         Ok(g) => Some(g),
         Err(TryLockError::Poisoned(e)) => Some(recovered(e, || m.clear_poison())),
@@ -48,7 +48,7 @@ pub fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 }
 
 /// A task that ends with its owner.
-pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -61,7 +61,7 @@ impl Drop for AbortOnDrop {
 /// takes the scheduler's); it is an atomic swap, and one `send(2)` on a socket only when the
 /// task is waiting. Make it with [`bell`].
 #[derive(Clone, Debug)]
-pub struct Bell(Arc<BellShared>);
+pub(crate) struct Bell(Arc<BellShared>);
 
 #[derive(Debug)]
 struct BellShared {
@@ -72,14 +72,14 @@ struct BellShared {
 
 /// The one task that waits for a [`Bell`].
 #[derive(Debug)]
-pub struct BellWaiter {
+pub(crate) struct BellWaiter {
     shared: Arc<BellShared>,
     rx: Option<UnixDatagram>,
     io: Option<tokio::net::UnixDatagram>,
 }
 
 /// A bell and its waiter.
-pub fn bell() -> io::Result<(Bell, BellWaiter)> {
+pub(crate) fn bell() -> io::Result<(Bell, BellWaiter)> {
     let (tx, rx) = UnixDatagram::pair()?;
     tx.set_nonblocking(true)?;
     rx.set_nonblocking(true)?;
@@ -99,7 +99,7 @@ pub fn bell() -> io::Result<(Bell, BellWaiter)> {
 
 impl Bell {
     /// Wakes the waiter if it is armed; never blocks (a full socket means it is woken already).
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         if self.0.armed.swap(false, Ordering::AcqRel) {
             let _ = self.0.tx.send(&[1]);
         }
@@ -109,12 +109,12 @@ impl Bell {
 impl BellWaiter {
     /// Arms the bell: a ring from now on wakes [`Self::wait`]. Arm, look again at what the
     /// ringer shares, and only then wait, so that no ring falls between the look and the wait.
-    pub fn arm(&self) {
+    pub(crate) fn arm(&self) {
         self.shared.armed.store(true, Ordering::SeqCst);
     }
 
     /// Until a ring after [`Self::arm`] (or a spurious wake-up: look again). On a tokio runtime.
-    pub async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         if self.io.is_none() {
             match self.rx.take().map(tokio::net::UnixDatagram::from_std) {
                 Some(Ok(io)) => self.io = Some(io),

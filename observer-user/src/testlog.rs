@@ -15,18 +15,18 @@ thread_local! {
 
 /// This thread's lines while the guard lives.
 #[derive(Clone, Default)]
-pub struct Captured {
+pub(crate) struct Captured {
     buf: Arc<Mutex<Vec<u8>>>,
     min: Option<tracing::Level>,
 }
 
 impl Captured {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&crate::sync::lock(&self.buf)).into_owned()
     }
 
     /// The lines at the captured level and above, without the padding of the level.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.text()
             .lines()
             .map(|l| l.trim_start().to_string())
@@ -57,7 +57,7 @@ impl std::io::Write for ThreadSink {
 }
 
 /// Stops the capture when dropped.
-pub struct Guard(());
+pub(crate) struct Guard(());
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -66,7 +66,7 @@ impl Drop for Guard {
 }
 
 /// Captures this thread's log lines at `level` and above.
-pub fn capture(level: tracing::Level) -> (Captured, Guard) {
+pub(crate) fn capture(level: tracing::Level) -> (Captured, Guard) {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let filter = crate::cli::log_filter("info").expect("a level is a filter");

@@ -1,7 +1,7 @@
 //! Process, mount and cgroup housekeeping for the harness's teardown (the mount and cgroup
 //! parts, and finding processes by command line, shared with the test cluster's `down`:
 //! observer_cluster::host).
-pub use observer_cluster::host::{
+pub(crate) use observer_cluster::host::{
     destroy_cgroup_subtree, pids_with_cmdline, start_time, unmount_all,
 };
 use std::time::Duration;
@@ -9,16 +9,16 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-pub fn alive(pid: u32, started: u64) -> bool {
+pub(crate) fn alive(pid: u32, started: u64) -> bool {
     start_time(pid) == Some(started)
 }
 
-pub fn signal(pid: u32, sig: Signal) {
+pub(crate) fn signal(pid: u32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid as i32), sig);
 }
 
 /// Waits until `pid` is gone (or a zombie nobody reaps), up to `timeout`.
-pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+pub(crate) fn wait_gone(pid: u32, timeout: Duration) -> bool {
     crate::wait::eventually(timeout, || {
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()

@@ -53,7 +53,7 @@ impl Metrics {
     }
 
     /// The text exposition (`text/plain; version=0.0.4`).
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::with_capacity(16 << 10);
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
         Ok(out)

@@ -15,7 +15,9 @@ use std::{ffi::OsString, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::mpsc;
 
-pub use run::{run, RunConfig, StatusSetup};
+pub use run::run;
+pub use run::RunConfig;
+pub use run::StatusSetup;
 use tasks::Tasks;
 
 use crate::{
@@ -94,7 +96,7 @@ pub struct FastSetup {
 impl AgentParts<ReconnectingCri> {
     /// The parts for this node: the CRI at `cfg.cri`, kubelet's pods in the host's cgroup2
     /// hierarchy, no writers.
-    pub fn for_node(cfg: AgentConfig) -> Result<Self, Error> {
+    pub(crate) fn for_node(cfg: AgentConfig) -> Result<Self, Error> {
         Ok(Self {
             runtime: ReconnectingCri::new(CriConfig::new(cfg.cri.clone())),
             clock: SystemClock,
@@ -133,7 +135,6 @@ pub struct Agent<R: RuntimeService = ReconnectingCri> {
     pub fast: Option<Arc<FastStats>>,
     runtime_fallback: String,
     kernel: PipelineTask,
-    tap: Option<tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>>,
 }
 
 impl Agent<ReconnectingCri> {
@@ -255,8 +256,6 @@ impl<R: RuntimeService> Agent<R> {
                 tokio::spawn(reread_kernel_log(handle.pleg_events(), mounts, tx))
             }
         });
-        // Subscribed before the reconciler runs, so the start-up walk's events are in it.
-        let tap = handle.pleg_events();
         let relist = handle.clone();
         let kernel = kernel.spawn(reader, move || relist.request_relist())?;
         tasks.spawn("reconciler", reconciler.run(events));
@@ -269,18 +268,7 @@ impl<R: RuntimeService> Agent<R> {
             fast,
             runtime_fallback,
             kernel,
-            tap: Some(tap),
         })
-    }
-
-    /// The PLEG events the reconciler consumes, from the very first (the start-up walk's); later
-    /// calls subscribe from now on.
-    pub fn take_pleg_events(
-        &mut self,
-    ) -> tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent> {
-        self.tap
-            .take()
-            .unwrap_or_else(|| self.reconcile.pleg_events())
     }
 
     /// The kernel's own counters (ring-buffer drops, ...). A failed read is an error, never 0.
@@ -303,7 +291,7 @@ impl<R: RuntimeService> Agent<R> {
     }
 
     /// What `/healthz` reads of the tasks.
-    pub fn task_health(&self) -> tasks::TaskHealth {
+    pub(crate) fn task_health(&self) -> tasks::TaskHealth {
         self.tasks.health()
     }
 

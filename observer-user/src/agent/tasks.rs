@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::sync::AbortOnDrop;
 
 /// Every task the agent started; dropping it stops them.
-pub struct Tasks {
+pub(crate) struct Tasks {
     running: Vec<AbortOnDrop>,
     ended: watch::Sender<Option<String>>,
     stopping: Arc<AtomicBool>,
@@ -48,7 +48,11 @@ impl Default for Tasks {
 
 impl Tasks {
     /// Runs `task` (named in reports: "the status manager") for the agent's life.
-    pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
         let ended = self.ended.clone();
         let stopping = Arc::clone(&self.stopping);
         let join = tokio::spawn(async move {
@@ -75,16 +79,16 @@ impl Tasks {
 
     /// The agent is stopping: a task that ends from now on ends normally (the kernel reader's
     /// stream closing under the reconciler, say).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
     }
 
-    pub fn health(&self) -> TaskHealth {
+    pub(crate) fn health(&self) -> TaskHealth {
         TaskHealth(self.ended.subscribe())
     }
 
     /// Resolves with why, once a task ended.
-    pub async fn failed(&self) -> String {
+    pub(crate) async fn failed(&self) -> String {
         let mut rx = self.ended.subscribe();
         let why = match rx.wait_for(Option::is_some).await {
             Ok(why) => why.clone(),

@@ -71,7 +71,7 @@ impl CgroupIndex {
     }
 
     /// [`Self::get`], falling back to asking the kernel for the path of `id`.
-    pub fn resolve(&mut self, id: u64) -> Option<&CgroupEntry> {
+    pub(crate) fn resolve(&mut self, id: u64) -> Option<&CgroupEntry> {
         if !self.by_id.contains_key(&id) {
             let abs = path_of_id(&self.mount.mount_point, id)?;
             let rel = self.mount.to_relative(&abs)?;
@@ -95,7 +95,7 @@ impl CgroupIndex {
 
 /// The absolute path of the cgroup2 directory whose id is `id`, through the kernfs file handle
 /// (type FILEID_KERNFS, 8 bytes: the id). Needs CAP_DAC_READ_SEARCH; `None` if the cgroup is gone.
-pub fn path_of_id(mount_point: &Path, id: u64) -> Option<std::path::PathBuf> {
+pub(crate) fn path_of_id(mount_point: &Path, id: u64) -> Option<std::path::PathBuf> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     #[repr(C)]
     struct KernfsHandle {

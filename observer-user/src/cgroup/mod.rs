@@ -10,22 +10,26 @@
 use std::path::PathBuf;
 
 pub mod id;
-pub mod index;
+pub(crate) mod index;
 pub mod mounts;
 pub mod path;
 pub mod scan;
 
 pub use id::{cgroup_id, cgroup_id_and_version};
-pub use index::{CgroupEntry, CgroupIndex};
-pub use mounts::{CgroupMode, CgroupMounts, CgroupVersion, HierarchyMount, V1Hierarchy};
+pub use index::CgroupEntry;
+pub use index::CgroupIndex;
+pub use mounts::CgroupMode;
+pub use mounts::{CgroupMounts, CgroupVersion, HierarchyMount};
+pub use path::ConmonRef;
+pub use path::ContainerRef;
+pub use path::PodCgroup;
+pub(crate) use path::{classify, container_of_name};
 pub use path::{
-    classify, classify_bytes, conmon_cgroup_path, container_cgroup_path, container_of_name,
-    kubepods_root_path, pod_cgroup_path, qos_cgroup_path, CgroupDriver, CgroupKind, ConmonRef,
-    ContainerId, ContainerRef, PodCgroup, PodUid, Qos, Runtime,
+    conmon_cgroup_path, container_cgroup_path, pod_cgroup_path, CgroupDriver, CgroupKind,
+    ContainerId, PodUid, Qos, Runtime,
 };
-pub use scan::{
-    find_kubepods_roots, scan, scan_kubepods, Scan, ScanOptions, ScanStats, ScannedCgroup,
-};
+pub use scan::ScanStats;
+pub use scan::{find_kubepods_roots, scan, Scan, ScanOptions, ScannedCgroup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

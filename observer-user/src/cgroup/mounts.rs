@@ -84,7 +84,7 @@ impl HierarchyMount {
 
 /// A cgroup v1 hierarchy: its controllers and/or its name (`name=systemd`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct V1Hierarchy {
+pub(crate) struct V1Hierarchy {
     pub controllers: Vec<String>,
     pub name: Option<String>,
     pub mount: HierarchyMount,
@@ -250,7 +250,8 @@ impl CgroupMounts {
         self.unified.as_ref()
     }
 
-    pub fn v1_hierarchies(&self) -> &[V1Hierarchy] {
+    #[cfg(test)]
+    pub(crate) fn v1_hierarchies(&self) -> &[V1Hierarchy] {
         &self.v1
     }
 

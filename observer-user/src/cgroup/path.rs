@@ -204,12 +204,12 @@ impl CgroupKind {
 /// slashes are ignored). The first `kubepods` component is taken as the root wherever it is, so
 /// kubelet's `--cgroup-root`, kind's `kubelet.slice/kubelet-kubepods.slice` and test prefixes work;
 /// a kubelet running inside a container of this node is then seen as nested in that container.
-pub fn classify(path: &str) -> CgroupKind {
+pub(crate) fn classify(path: &str) -> CgroupKind {
     classify_bytes(path.as_bytes())
 }
 
 /// [`classify`] on raw bytes: cgroup names need not be UTF-8 (the kernel sends bytes).
-pub fn classify_bytes(path: &[u8]) -> CgroupKind {
+pub(crate) fn classify_bytes(path: &[u8]) -> CgroupKind {
     let mut comps = path.split(|&b| b == b'/').filter(|c| !c.is_empty());
     let (driver, stem) = loop {
         let Some(c) = comps.next() else {
@@ -336,7 +336,7 @@ fn parse_container_component(c: &[u8]) -> Option<Child> {
 /// The container a cgroup's name alone names (`<id>`, `cri-containerd-<id>.scope`, `crio-<id>`,
 /// ...): what the kernel log gives where it prints a cgroup's name rather than its path (the
 /// `cpuset=` of an OOM kill).
-pub fn container_of_name(name: &str) -> Option<ContainerId> {
+pub(crate) fn container_of_name(name: &str) -> Option<ContainerId> {
     match parse_container_component(name.as_bytes())? {
         Child::Container(_, id) => Some(id),
         Child::Conmon(_) => None,
@@ -344,7 +344,7 @@ pub fn container_of_name(name: &str) -> Option<ContainerId> {
 }
 
 /// The kubepods root kubelet creates (with the default `--cgroup-root=/`).
-pub fn kubepods_root_path(driver: CgroupDriver) -> &'static str {
+pub(crate) fn kubepods_root_path(driver: CgroupDriver) -> &'static str {
     match driver {
         CgroupDriver::Cgroupfs => "/kubepods",
         CgroupDriver::Systemd => "/kubepods.slice",
@@ -352,7 +352,7 @@ pub fn kubepods_root_path(driver: CgroupDriver) -> &'static str {
 }
 
 /// The QoS-level cgroup; for Guaranteed that is the kubepods root itself.
-pub fn qos_cgroup_path(driver: CgroupDriver, qos: Qos) -> String {
+pub(crate) fn qos_cgroup_path(driver: CgroupDriver, qos: Qos) -> String {
     let mut s = String::from(kubepods_root_path(driver));
     if let Some(name) = qos.cgroup_name() {
         match driver {

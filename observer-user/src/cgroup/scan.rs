@@ -106,7 +106,11 @@ pub fn find_kubepods_roots(mount: &HierarchyMount) -> Vec<String> {
 }
 
 /// [`scan`] below every kubepods root of the hierarchy.
-pub fn scan_kubepods(mount: &HierarchyMount, opts: &ScanOptions) -> Result<Scan, CgroupError> {
+#[cfg(test)]
+pub(crate) fn scan_kubepods(
+    mount: &HierarchyMount,
+    opts: &ScanOptions,
+) -> Result<Scan, CgroupError> {
     let roots = find_kubepods_roots(mount);
     if roots.is_empty() {
         return Err(CgroupError::NoKubepodsRoot {

@@ -89,7 +89,7 @@ const CGROUP_V1_HELP: [(&str, &str); 3] = [
     ),
 ];
 
-pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut r = Report { missing: 0 };
 
     match crate::kernel::privileges() {

@@ -47,7 +47,7 @@ pub enum Output {
     Json,
 }
 
-pub async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let endpoint = args
         .cri_endpoint
         .clone()

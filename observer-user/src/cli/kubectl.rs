@@ -40,7 +40,7 @@ pub struct ExplainArgs {
     pub agent_port: u16,
 }
 
-pub async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
     let KubectlCommand::Explain(a) = args.command;
     let api = crate::kube::client_once(a.kubeconfig.as_deref()).await?;
     let agents = Agents {

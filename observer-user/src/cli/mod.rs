@@ -191,7 +191,7 @@ fn reader_thread(realtime_priority: Option<u8>) -> crate::pipeline::ReaderThread
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {

@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// The agent's port: metrics, health and readiness.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9891";
+pub(crate) const DEFAULT_LISTEN: &str = "0.0.0.0:9891";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -108,7 +108,7 @@ pub struct RunArgs {
     pub realtime: super::RealtimeArg,
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Checked before anything is loaded: a misconfigured agent says so at once.
     let status = match args.status_mode {
         StatusMode::Off => None,

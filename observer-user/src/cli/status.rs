@@ -90,7 +90,7 @@ pub enum Output {
     PodJson,
 }
 
-pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let endpoint = args
         .cri_endpoint
         .clone()
@@ -358,7 +358,7 @@ fn short(id: &str) -> &str {
 }
 
 /// kubectl's AGE: 45s, 2m30s, 3h, 5d.
-pub fn age(since: Option<SystemTime>, now: SystemTime) -> String {
+pub(crate) fn age(since: Option<SystemTime>, now: SystemTime) -> String {
     since
         .and_then(|s| now.duration_since(s).ok())
         .map_or_else(|| "-".into(), human_duration)

@@ -26,7 +26,7 @@ use nix::{
 use tokio::io::{unix::AsyncFd, Interest};
 
 /// Room for lines a stalled reader has not taken yet: some 20,000 JSON lines.
-pub const PENDING_CAP: usize = 4 << 20;
+pub(crate) const PENDING_CAP: usize = 4 << 20;
 
 /// How the file description is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ enum Mode {
 
 /// What a flush left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flushed {
+pub(crate) enum Flushed {
     /// Everything was taken.
     All,
     /// The reader is behind; `started` when this flush is the one that found it so.
@@ -49,7 +49,7 @@ pub enum Flushed {
 }
 
 /// A line buffer over one file description that never waits on its reader (but in `Blocking`).
-pub struct LineOut {
+pub(crate) struct LineOut {
     fd: OwnedFd,
     mode: Mode,
     /// A pipe: written in whole lines of at most PIPE_BUF, which the kernel writes whole or not
@@ -66,7 +66,7 @@ pub struct LineOut {
 impl LineOut {
     /// Over `fd` (a duplicate or a reopened description: `fd` itself is left as it was). Also
     /// returns why it could not be made non-blocking, for the caller to say.
-    pub fn new(fd: BorrowedFd<'_>, cap: usize) -> io::Result<(Self, Option<io::Error>)> {
+    pub(super) fn new(fd: BorrowedFd<'_>, cap: usize) -> io::Result<(Self, Option<io::Error>)> {
         let (fd, mode, pipe, why) = match nonblocking(fd) {
             Ok((fd, mode, pipe)) => (fd, mode, pipe, None),
             Err(e) => (fd.try_clone_to_owned()?, Mode::Blocking, false, Some(e)),
@@ -87,7 +87,10 @@ impl LineOut {
     /// Appends one line made by `make`, or drops it whole (and counts it) when the lines the
     /// reader has not taken would pass the cap. A line is never cut: what the reader gets is
     /// whole lines, in order, with gaps.
-    pub fn line(&mut self, make: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> io::Result<()> {
+    pub(super) fn line(
+        &mut self,
+        make: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let start = self.buf.len();
         if let Err(e) = make(&mut self.buf) {
             self.buf.truncate(start);
@@ -106,7 +109,7 @@ impl LineOut {
     }
 
     /// Writes what the reader will take now.
-    pub fn flush(&mut self) -> io::Result<Flushed> {
+    pub(super) fn flush(&mut self) -> io::Result<Flushed> {
         while self.sent < self.buf.len() {
             let chunk = self.next_chunk();
             let r = match self.mode {
@@ -156,12 +159,12 @@ impl LineOut {
     }
 
     /// Lines dropped so far.
-    pub fn dropped(&self) -> u64 {
+    pub(super) fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// Bytes the reader has not taken.
-    pub fn pending(&self) -> usize {
+    pub(super) fn pending(&self) -> usize {
         self.buf.len() - self.sent
     }
 
@@ -201,7 +204,7 @@ fn nonblocking(fd: BorrowedFd<'_>) -> io::Result<(OwnedFd, Mode, bool)> {
 /// The process's stdout as a `LineOut`, shared by the reader's thread (which writes lines and
 /// flushes at each batch's end) and the async side (`drain`).
 #[derive(Clone)]
-pub struct Stdout(Arc<Shared>);
+pub(crate) struct Stdout(Arc<Shared>);
 
 struct Shared {
     out: Mutex<LineOut>,
@@ -211,7 +214,7 @@ struct Shared {
 
 impl Stdout {
     /// Stdout; where it cannot be made non-blocking, says so once and writes it as before.
-    pub fn open() -> io::Result<Self> {
+    pub(super) fn open() -> io::Result<Self> {
         let (out, why) = LineOut::new(io::stdout().as_fd(), PENDING_CAP)?;
         if let Some(e) = why {
             tracing::warn!(
@@ -222,7 +225,7 @@ impl Stdout {
         Ok(Self::new(out))
     }
 
-    pub fn new(out: LineOut) -> Self {
+    pub(super) fn new(out: LineOut) -> Self {
         Self(Arc::new(Shared {
             out: Mutex::new(out),
             stalled: tokio::sync::Notify::new(),
@@ -230,12 +233,12 @@ impl Stdout {
     }
 
     /// See `LineOut::line`.
-    pub fn line(&self, make: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> io::Result<()> {
+    pub(super) fn line(&self, make: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> io::Result<()> {
         crate::sync::lock(&self.0.out).line(make)
     }
 
     /// Writes what the reader takes now; the rest waits for `drain`.
-    pub fn flush(&self) -> io::Result<()> {
+    pub(super) fn flush(&self) -> io::Result<()> {
         let flushed = crate::sync::lock(&self.0.out).flush()?;
         if flushed == (Flushed::Pending { started: true }) {
             self.0.stalled.notify_one();
@@ -243,12 +246,12 @@ impl Stdout {
         Ok(())
     }
 
-    pub fn dropped(&self) -> u64 {
+    pub(super) fn dropped(&self) -> u64 {
         crate::sync::lock(&self.0.out).dropped()
     }
 
     /// At the end: one last write, and what the reader still has not taken counted as dropped.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         let mut out = crate::sync::lock(&self.0.out);
         if out.flush().is_err() || out.pending() > 0 {
             let left = out.buf[out.sent..].iter().filter(|&&b| b == b'\n').count();
@@ -261,7 +264,7 @@ impl Stdout {
     /// Runs beside the writer for as long as stdout is written: when the reader falls behind,
     /// says so, writes the rest as it takes it, and says what was dropped meanwhile. Returns
     /// only on a write error (stdout closed).
-    pub async fn drain(&self) -> io::Error {
+    pub(super) async fn drain(&self) -> io::Error {
         let readiness = crate::sync::lock(&self.0.out).readiness();
         let ready = match readiness {
             // Writes that wait never leave anything behind.

@@ -57,7 +57,7 @@ pub struct WatchArgs {
     pub realtime: super::RealtimeArg,
 }
 
-pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let unified = unified_mount(args.cgroupfs.as_deref())?;
     let watch = resolve_watch(&args, &unified)?;
     let opts = ProbeOptions {

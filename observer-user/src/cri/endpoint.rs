@@ -16,9 +16,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::CriError;
 
 /// containerd's default CRI socket.
-pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+pub(crate) const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 /// CRI-O's default CRI socket.
-pub const CRIO_SOCKET: &str = "/var/run/crio/crio.sock";
+pub(crate) const CRIO_SOCKET: &str = "/var/run/crio/crio.sock";
 
 /// A CRI runtime endpoint: a unix socket path. Parsed from `/path` or `unix:///path`, the two
 /// spellings kubelet's `--container-runtime-endpoint` accepts for unix sockets.
@@ -89,7 +89,7 @@ impl FromStr for CriEndpoint {
 /// tonic silently dialing again, so a runtime restart is always seen by whoever owns the channel
 /// (see [`super::ReconnectingCri`]). `on_close`, if given, runs once when the connection ends
 /// (the runtime closed the socket, or the channel was dropped).
-pub async fn unix_channel(
+pub(crate) async fn unix_channel(
     path: &Path,
     connect_timeout: Duration,
     on_close: Option<Box<dyn FnOnce() + Send + Sync>>,

@@ -17,9 +17,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::{ContainerEventStream, CriClient, CriConfig};
-pub use endpoint::{unix_channel, CriEndpoint, CONTAINERD_SOCKET, CRIO_SOCKET};
+pub use endpoint::CriEndpoint;
 pub use k8s_cri::v1 as api;
-pub use labels::{keys, KubeletLabels, PodRef};
+pub use labels::PodRef;
+pub use labels::{keys, KubeletLabels};
 pub use reconnect::{ConnectionState, ReconnectingCri};
 
 /// Everything that can go wrong talking to the runtime.

@@ -51,7 +51,7 @@ impl ReconnectingCri {
         Self::with_backoff(config, Backoff::default())
     }
 
-    pub fn with_backoff(config: CriConfig, backoff: Backoff) -> Self {
+    pub(crate) fn with_backoff(config: CriConfig, backoff: Backoff) -> Self {
         let (state, _) = watch::channel(ConnectionState::default());
         let shared = Arc::new(Shared {
             config,
@@ -80,7 +80,7 @@ impl ReconnectingCri {
     }
 
     /// `observer_cri_connected`, `observer_cri_reconnects_total`.
-    pub fn encode_metrics(
+    pub(crate) fn encode_metrics(
         &self,
         e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
     ) -> std::fmt::Result {

@@ -31,7 +31,7 @@ use crate::sync::{Bell, BellWaiter};
 
 /// Connections the reader holds: a death goes out on the one with the fewest requests in flight
 /// (a burst is answered by the API server on both at once), and one lost leaves the other.
-pub const CONNECTIONS: usize = 2;
+pub(crate) const CONNECTIONS: usize = 2;
 /// How often an unreachable API server is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often the credentials are taken again from kube's layers (a projected service account
@@ -109,7 +109,7 @@ pub fn pair(
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum DialError {
+pub(crate) enum DialError {
     #[error("{host}:{port} cannot be resolved or reached: {source}")]
     Connect {
         host: String,

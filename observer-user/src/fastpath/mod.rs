@@ -53,7 +53,7 @@ use crate::{
 };
 
 /// Requests in flight at once; beyond, deaths are left to the status manager.
-pub const MAX_IN_FLIGHT: usize = 1024;
+pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 /// How often an idle connection is used (`GET /version`), so that neither the server nor
 /// anything on the way closes it.
@@ -81,7 +81,7 @@ impl FastStats {
     }
 
     /// `observer_fast_path_*_total`.
-    pub fn encode_metrics(
+    pub(crate) fn encode_metrics(
         &self,
         e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
     ) -> std::fmt::Result {
@@ -570,7 +570,7 @@ impl Hook for FastDeaths {
 /// kernel's exit wins). `None` when the view does not know the container. The reconciler may
 /// have applied it already (it reads the same event): the ledger, not the view, says whether
 /// the transition is still to be written.
-pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodView> {
+pub(crate) fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodView> {
     let status = d.exit.status?;
     let mut v = view.clone();
     let c = v.containers.iter_mut().find(|c| c.id == d.container)?;

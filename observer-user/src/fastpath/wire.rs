@@ -47,7 +47,7 @@ impl Template {
 
     /// [`Self::request`] appended to `out`, its path and body given in parts: a death's
     /// request goes straight into its connection's buffer, unassembled before.
-    pub fn request_into(
+    pub(crate) fn request_into(
         &self,
         out: &mut Vec<u8>,
         method: &str,
@@ -240,7 +240,7 @@ pub enum FrameError {
 
 /// The first complete response in `buf` and its length in bytes; `None` while incomplete.
 /// Informational (1xx) answers are skipped.
-pub fn frame(buf: &[u8]) -> Result<Option<(Response, usize)>, FrameError> {
+pub(crate) fn frame(buf: &[u8]) -> Result<Option<(Response, usize)>, FrameError> {
     let mut at = 0;
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -385,15 +385,15 @@ impl<T> Conn<T> {
         self.stream.socket().as_raw_fd()
     }
 
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.pending.len()
     }
 
-    pub fn open_for_requests(&self) -> bool {
+    pub(crate) fn open_for_requests(&self) -> bool {
         !self.closing
     }
 
-    pub fn idle_for(&self, now: Instant) -> Duration {
+    pub(crate) fn idle_for(&self, now: Instant) -> Duration {
         if self.pending.is_empty() {
             now.saturating_duration_since(self.used)
         } else {
@@ -410,7 +410,7 @@ impl<T> Conn<T> {
     }
 
     /// [`Self::send`] of the request `build` appends to the connection's buffer.
-    pub fn send_with(
+    pub(crate) fn send_with(
         &mut self,
         tag: T,
         timeout: Duration,
@@ -425,12 +425,12 @@ impl<T> Conn<T> {
     }
 
     /// Something is left to write.
-    pub fn wants_write(&self) -> bool {
+    pub(crate) fn wants_write(&self) -> bool {
         !self.out.is_empty() || matches!(&self.stream, Stream::Tls(t) if t.1.wants_write())
     }
 
     /// The oldest request's deadline.
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         self.pending.front().map(|(_, d)| *d)
     }
 
@@ -474,12 +474,12 @@ impl<T> Conn<T> {
     }
 
     /// The newest request's tag.
-    pub fn newest_mut(&mut self) -> Option<&mut T> {
+    pub(crate) fn newest_mut(&mut self) -> Option<&mut T> {
         self.pending.back_mut().map(|(t, _)| t)
     }
 
     /// Blocks until the oldest request is answered (for the dialer's probe on a blocking socket).
-    pub fn answer_blocking(&mut self) -> Result<(T, Response), ConnError> {
+    pub(crate) fn answer_blocking(&mut self) -> Result<(T, Response), ConnError> {
         self.stream.flush(&mut self.out)?;
         loop {
             let mut answered = Vec::new();
@@ -512,12 +512,12 @@ impl<T> Conn<T> {
     }
 
     /// Whether it is to be dropped: the server closes it and nothing is in flight.
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         self.closing && self.pending.is_empty()
     }
 
     /// Turns the socket non-blocking (after the dialer's blocking probe).
-    pub fn set_nonblocking(&self) -> io::Result<()> {
+    pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
         let s = self.stream.socket();
         s.set_read_timeout(None)?;
         s.set_write_timeout(None)?;
@@ -525,7 +525,7 @@ impl<T> Conn<T> {
     }
 
     /// The requests still unanswered, once the connection is given up.
-    pub fn into_unanswered(self) -> impl Iterator<Item = T> {
+    pub(crate) fn into_unanswered(self) -> impl Iterator<Item = T> {
         self.pending.into_iter().map(|(t, _)| t)
     }
 }

@@ -24,29 +24,29 @@ const TYPE_LEN: usize = 12;
 
 /// The BTF kinds (include/uapi/linux/btf.h) this module reads or has to step over.
 mod kind {
-    pub const INT: u8 = 1;
-    pub const PTR: u8 = 2;
-    pub const ARRAY: u8 = 3;
-    pub const STRUCT: u8 = 4;
-    pub const UNION: u8 = 5;
-    pub const ENUM: u8 = 6;
-    pub const FWD: u8 = 7;
-    pub const TYPEDEF: u8 = 8;
-    pub const VOLATILE: u8 = 9;
-    pub const CONST: u8 = 10;
-    pub const RESTRICT: u8 = 11;
-    pub const FUNC: u8 = 12;
-    pub const FUNC_PROTO: u8 = 13;
-    pub const VAR: u8 = 14;
-    pub const DATASEC: u8 = 15;
-    pub const FLOAT: u8 = 16;
-    pub const DECL_TAG: u8 = 17;
-    pub const TYPE_TAG: u8 = 18;
-    pub const ENUM64: u8 = 19;
+    pub(crate) const INT: u8 = 1;
+    pub(crate) const PTR: u8 = 2;
+    pub(crate) const ARRAY: u8 = 3;
+    pub(crate) const STRUCT: u8 = 4;
+    pub(crate) const UNION: u8 = 5;
+    pub(crate) const ENUM: u8 = 6;
+    pub(crate) const FWD: u8 = 7;
+    pub(crate) const TYPEDEF: u8 = 8;
+    pub(crate) const VOLATILE: u8 = 9;
+    pub(crate) const CONST: u8 = 10;
+    pub(crate) const RESTRICT: u8 = 11;
+    pub(crate) const FUNC: u8 = 12;
+    pub(crate) const FUNC_PROTO: u8 = 13;
+    pub(super) const VAR: u8 = 14;
+    pub(crate) const DATASEC: u8 = 15;
+    pub(crate) const FLOAT: u8 = 16;
+    pub(crate) const DECL_TAG: u8 = 17;
+    pub(crate) const TYPE_TAG: u8 = 18;
+    pub(crate) const ENUM64: u8 = 19;
 }
 
 /// The kernel's BTF as read: the raw section and where each type starts in it.
-pub struct KernelBtf {
+pub(crate) struct KernelBtf {
     data: Vec<u8>,
     strings: Range<usize>,
     /// `starts[id - 1]`: byte offset of type `id` in `data` (id 0 is void).
@@ -67,11 +67,11 @@ struct Ty {
 }
 
 impl KernelBtf {
-    pub fn load() -> Result<Self, KernelError> {
+    pub(crate) fn load() -> Result<Self, KernelError> {
         Self::from_file(Path::new(VMLINUX))
     }
 
-    pub fn from_file(path: &Path) -> Result<Self, KernelError> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self, KernelError> {
         if !path.exists() {
             return Err(KernelError::NoBtf(path.to_path_buf()));
         }
@@ -84,7 +84,7 @@ impl KernelBtf {
     }
 
     /// Indexes a raw BTF section (in this machine's byte order, as the kernel's is).
-    pub fn parse(data: Vec<u8>) -> Result<Self, KernelError> {
+    pub(crate) fn parse(data: Vec<u8>) -> Result<Self, KernelError> {
         let bad = |why: &str| KernelError::Btf(why.to_string());
         if data.len() < HEADER_LEN || u16::from_ne_bytes([data[0], data[1]]) != MAGIC {
             return Err(bad(
@@ -134,13 +134,14 @@ impl KernelBtf {
     }
 
     /// Number of types (void not counted).
-    pub fn type_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn type_count(&self) -> usize {
         self.starts.len()
     }
 
     /// The same BTF parsed by aya, for the loader's relocations and the attach targets of
     /// `tp_btf` and `fentry` programs. Consumes the raw bytes: they are freed once aya has its copy.
-    pub fn into_aya(self) -> Result<aya::Btf, KernelError> {
+    pub(crate) fn into_aya(self) -> Result<aya::Btf, KernelError> {
         let Self { data, starts, .. } = self;
         drop(starts);
         aya::Btf::parse(&data, aya::Endianness::default())
@@ -190,7 +191,7 @@ impl KernelBtf {
 
     /// Byte offset of `field` in `struct name`, looking through anonymous struct and union members
     /// (task_struct keeps many fields in them).
-    pub fn member_offset(&self, name: &str, field: &str) -> Result<u32, KernelError> {
+    pub(crate) fn member_offset(&self, name: &str, field: &str) -> Result<u32, KernelError> {
         // A name can have several types (a forward declaration, a struct); take the one that has it.
         for s in self.named(name).filter(|t| t.kind == kind::STRUCT) {
             if let Some(bits) = self.find_member(s, field, 0, 0) {
@@ -242,7 +243,7 @@ impl KernelBtf {
     }
 
     /// `sizeof(struct name)`.
-    pub fn struct_size(&self, name: &str) -> Result<u32, KernelError> {
+    pub(crate) fn struct_size(&self, name: &str) -> Result<u32, KernelError> {
         self.named(name)
             .find(|t| t.kind == kind::STRUCT && t.size_or_type > 0)
             .map(|t| t.size_or_type)
@@ -250,7 +251,7 @@ impl KernelBtf {
     }
 
     /// Number of arguments of a BTF-enabled tracepoint, without the leading context pointer.
-    pub fn tracepoint_arity(&self, tracepoint: &str) -> Result<usize, KernelError> {
+    pub(crate) fn tracepoint_arity(&self, tracepoint: &str) -> Result<usize, KernelError> {
         let typedef = format!("btf_trace_{tracepoint}");
         let mut cur = self
             .named(&typedef)
@@ -272,11 +273,11 @@ impl KernelBtf {
     }
 
     /// Whether the kernel has a function of that name (one fentry programs can attach to).
-    pub fn has_function(&self, name: &str) -> bool {
+    pub(crate) fn has_function(&self, name: &str) -> bool {
         self.named(name).any(|t| t.kind == kind::FUNC)
     }
 
-    pub fn task_offsets(&self) -> Result<TaskOffsets, KernelError> {
+    pub(crate) fn task_offsets(&self) -> Result<TaskOffsets, KernelError> {
         Ok(TaskOffsets {
             exit_code: self.member_offset("task_struct", "exit_code")?,
             real_parent: self.member_offset("task_struct", "real_parent")?,

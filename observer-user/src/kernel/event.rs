@@ -12,7 +12,7 @@ pub struct Comm {
 }
 
 impl Comm {
-    pub fn from_nul_terminated(raw: &[u8]) -> Self {
+    pub(crate) fn from_nul_terminated(raw: &[u8]) -> Self {
         let len = raw
             .iter()
             .position(|&b| b == 0)
@@ -74,7 +74,8 @@ pub struct WaitStatus(pub u32);
 
 impl Task {
     /// Pid 1 of a pid namespace other than the host's: a container's init.
-    pub fn is_namespace_init(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_namespace_init(&self) -> bool {
         self.ns_level > 0 && self.ns_pid == 1
     }
 }
@@ -84,7 +85,8 @@ impl WaitStatus {
         Self(u32::from(code) << 8)
     }
 
-    pub fn signaled(signal: u8, core_dumped: bool) -> Self {
+    #[cfg(test)]
+    pub(crate) fn signaled(signal: u8, core_dumped: bool) -> Self {
         Self(u32::from(signal & 0x7f) | if core_dumped { 0x80 } else { 0 })
     }
 
@@ -220,7 +222,7 @@ impl KernelEvent {
     }
 
     /// Every [`Self::type_name`], in [`Self::type_index`] order.
-    pub const TYPES: [&'static str; 7] = [
+    pub(crate) const TYPES: [&'static str; 7] = [
         "exec",
         "exit",
         "oom_kill",
@@ -230,7 +232,7 @@ impl KernelEvent {
         "lost",
     ];
 
-    pub fn type_index(&self) -> usize {
+    pub(crate) fn type_index(&self) -> usize {
         match self {
             Self::Exec(_) => 0,
             Self::Exit(_) => 1,

@@ -84,7 +84,7 @@ fn mono_to_wall(at_us: u64) -> SystemTime {
 
 /// Where [`read_history_from`] found the kernel log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogSource {
+pub(crate) enum LogSource {
     DevKmsg,
     Syslog,
 }
@@ -108,7 +108,7 @@ pub fn read_history() -> std::io::Result<History> {
 /// it is bind-mounted: the runtime's device cgroup allows only its default devices. syslog(2)
 /// needs CAP_SYSLOG alone (with kernel.dmesg_restrict=1; runtime-default seccomp profiles allow
 /// the call exactly when that capability is granted).
-pub fn read_history_from() -> std::io::Result<(History, LogSource)> {
+pub(crate) fn read_history_from() -> std::io::Result<(History, LogSource)> {
     let (records, source) = match read_dev_kmsg() {
         Ok(records) => (records, LogSource::DevKmsg),
         Err(e)
@@ -204,10 +204,10 @@ fn syslog_line_to_record(line: &str) -> Option<String> {
 /// kernel logs a group kill's `Tasks in ... memory.oom.group set` line and its members' lines
 /// after the victim's, one record at a time (about 100 µs apart, more when the killing task is
 /// preempted): a reader that catches up in between must not take the victim for the whole kill.
-pub const SETTLE: Duration = Duration::from_millis(250);
+pub(crate) const SETTLE: Duration = Duration::from_millis(250);
 
 /// New OOM kills as the kernel logs them, from the moment it is opened. Woken by epoll.
-pub struct Follower {
+pub(crate) struct Follower {
     fd: tokio::io::unix::AsyncFd<File>,
     buf: Vec<u8>,
     /// The reports under way (bounded: see [`oom_report::Parser`]).
@@ -218,7 +218,7 @@ pub struct Follower {
 
 impl Follower {
     /// Opens the log at its end (only kills from now on).
-    pub fn open() -> std::io::Result<Self> {
+    pub(crate) fn open() -> std::io::Result<Self> {
         use std::{io::Seek, io::SeekFrom};
         let mut f = File::options()
             .read(true)
@@ -230,7 +230,7 @@ impl Follower {
 
     /// Follows a non-blocking file whose every read returns one whole record, as /dev/kmsg's do
     /// (a `SOCK_SEQPACKET` socket in tests).
-    pub fn from_records(f: File) -> std::io::Result<Self> {
+    pub(crate) fn from_records(f: File) -> std::io::Result<Self> {
         // SAFETY: the File owns the fd and keeps it open until it is dropped with the AsyncFd.
         let fd = unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::READABLE)
@@ -245,7 +245,7 @@ impl Follower {
 
     /// The next complete kill. A report is finished when a later kill began, or when the log
     /// stayed quiet for [`SETTLE`] after its victim (a group kill's members come right after).
-    pub async fn next(&mut self) -> std::io::Result<LoggedOomKill> {
+    pub(crate) async fn next(&mut self) -> std::io::Result<LoggedOomKill> {
         loop {
             if let Some(k) = self.ready.pop_front() {
                 return Ok(k);

@@ -135,10 +135,10 @@ pub struct KernelCounters {
 }
 
 /// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
-pub struct Stats(PerCpuArray<MapData, u64>);
+pub(crate) struct Stats(PerCpuArray<MapData, u64>);
 
 impl Stats {
-    pub fn read(&self) -> Result<KernelCounters, KernelError> {
+    pub(super) fn read(&self) -> Result<KernelCounters, KernelError> {
         let sum = |i: u32| -> Result<u64, KernelError> {
             Ok(self
                 .0
@@ -315,7 +315,7 @@ impl Probes {
     }
 
     /// Replaces the cgroup subtrees exec/exit are limited to (no effect under [`Watch::All`]).
-    pub fn set_watch_roots(&mut self, roots: &[WatchRoot]) -> Result<(), KernelError> {
+    pub(crate) fn set_watch_roots(&mut self, roots: &[WatchRoot]) -> Result<(), KernelError> {
         if roots.len() > MAX_WATCH_ROOTS as usize {
             return Err(KernelError::TooManyRoots(roots.len()));
         }
@@ -524,6 +524,6 @@ fn raise_memlock() {
 }
 
 /// Where the kernel's BTF is expected; exposed for `observer check`.
-pub fn btf_path() -> PathBuf {
+pub(crate) fn btf_path() -> PathBuf {
     PathBuf::from(super::btf::VMLINUX)
 }

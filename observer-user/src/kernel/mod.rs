@@ -15,9 +15,9 @@ use std::{path::PathBuf, time::Duration};
 pub use crate::model::BootClock;
 pub use event::*;
 pub use known_inits::KnownInits;
+pub(crate) use loader::btf_path;
 pub use loader::{
-    btf_path, privileges, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats,
-    Wake, Watch,
+    privileges, GroupDeadSource, KernelCounters, ProbeOptions, Probes, ProgramStats, Wake, Watch,
 };
 pub use observer_common::WatchRoot;
 pub use reader::{EventReader, Wait};
@@ -26,7 +26,7 @@ pub use reader::{EventReader, Wait};
 /// processes other than its init) waits in the ring buffer before it is read, while records keep
 /// coming: the reader polls this often when the kernel has not woken it. A record that wakes it
 /// brings every record before it along (one ring, read in order).
-pub const QUIET_RECORD_DELAY: Duration = Duration::from_millis(10);
+pub(crate) const QUIET_RECORD_DELAY: Duration = Duration::from_millis(10);
 
 /// The longest poll period: each poll that finds nothing doubles the period up to this, and a
 /// record read brings it back to [`QUIET_RECORD_DELAY`] (`reader::QuietPoll`). So an idle

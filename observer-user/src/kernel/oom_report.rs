@@ -417,7 +417,7 @@ impl Parser {
 
     /// A report under way has its victim: it is finished once its group's members had time to
     /// be logged ([`Parser::flush_killed`]).
-    pub fn victim_logged(&self) -> bool {
+    pub(crate) fn victim_logged(&self) -> bool {
         self.pending.iter().any(|p| p.report.complete())
     }
 
@@ -442,7 +442,7 @@ impl Parser {
 }
 
 /// Parses a whole log at once.
-pub fn parse_all<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<OomReport> {
+pub(crate) fn parse_all<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<OomReport> {
     let mut p = Parser::new();
     for r in records {
         p.push(r);
@@ -719,7 +719,7 @@ fn keep_largest(tasks: &mut Vec<Task>, t: Task) {
 }
 
 /// A finished report, shared by every kill it names (a group kill's members).
-pub type SharedReport = Arc<OomReport>;
+pub(crate) type SharedReport = Arc<OomReport>;
 
 // An explicit path: the fuzz target includes this file by its path, from another directory.
 #[cfg(test)]

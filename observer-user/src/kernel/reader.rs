@@ -44,7 +44,7 @@ pub struct EventReader {
 /// found nothing, up to [`QUIET_IDLE_DELAY`], and is back at [`QUIET_RECORD_DELAY`] as soon as
 /// a record is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuietPoll(Duration);
+pub(crate) struct QuietPoll(Duration);
 
 impl Default for QuietPoll {
     fn default() -> Self {
@@ -53,17 +53,17 @@ impl Default for QuietPoll {
 }
 
 impl QuietPoll {
-    pub fn period(self) -> Duration {
+    pub(super) fn period(self) -> Duration {
         self.0
     }
 
     /// A record was read.
-    pub fn found(&mut self) {
+    pub(super) fn found(&mut self) {
         self.0 = QUIET_RECORD_DELAY;
     }
 
     /// A poll found nothing.
-    pub fn empty(&mut self) {
+    pub(super) fn empty(&mut self) {
         self.0 = (self.0 * 2).min(QUIET_IDLE_DELAY);
     }
 }
@@ -218,13 +218,13 @@ impl EventReader {
     }
 
     /// Wall-clock time of a kernel timestamp. The clock offset is refreshed by [`Self::refresh_clock`].
-    pub fn wall_time(&self, ev: &KernelEvent) -> SystemTime {
+    pub(crate) fn wall_time(&self, ev: &KernelEvent) -> SystemTime {
         self.clock.to_system_time(ev.at())
     }
 
     /// Maps kernel times with `clock` (a clone shared with the agent's other parts, which see
     /// this reader's refreshes).
-    pub fn with_clock(mut self, clock: BootClock) -> Self {
+    pub(crate) fn with_clock(mut self, clock: BootClock) -> Self {
         self.clock = clock;
         self.clock.refresh();
         self
@@ -235,7 +235,7 @@ impl EventReader {
         self.clock.clone()
     }
 
-    pub fn refresh_clock(&self) {
+    pub(crate) fn refresh_clock(&self) {
         self.clock.refresh();
     }
 

@@ -93,7 +93,7 @@ impl Format {
     }
 
     /// Offset of `name`, checking its size; [`FIELD_ABSENT`] when this kernel lacks the field.
-    pub fn offset(&self, name: &str, size: u32) -> Result<u32, KernelError> {
+    pub(crate) fn offset(&self, name: &str, size: u32) -> Result<u32, KernelError> {
         match self.fields.get(name) {
             None => Ok(FIELD_ABSENT),
             Some(&(off, sz)) if sz == size => Ok(off),

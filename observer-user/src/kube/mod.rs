@@ -13,7 +13,8 @@ use std::{ffi::OsStr, path::PathBuf, time::Duration};
 
 use thiserror::Error;
 
-pub use pods::{NodePods, PodChange};
+pub use pods::NodePods;
+pub use pods::PodChange;
 
 /// The one error type of the module.
 #[derive(Debug, Error)]
@@ -73,7 +74,7 @@ pub async fn client(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> 
 /// [`client`] without kube's retries of 429, 503 and 504 (up to 15, backing off for minutes):
 /// for a one-shot command such as the kubectl plugin, where the pod proxy's 503 for an agent it
 /// cannot reach must be told at once, not after minutes of silence.
-pub async fn client_once(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
+pub(crate) async fn client_once(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
     client_config(kubeconfig, false).await
 }
 
@@ -106,7 +107,7 @@ pub async fn config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<::kube::C
 }
 
 /// What a failed API call means for the operator: the server, the cause, and what to check.
-pub fn describe_api_error(e: &::kube::Error, url: &str) -> String {
+pub(crate) fn describe_api_error(e: &::kube::Error, url: &str) -> String {
     match e {
         ::kube::Error::Api(s) => describe_status(s.code, &s.reason, &s.message, url),
         other => format!(
@@ -144,7 +145,7 @@ pub fn describe(e: &KubeError, url: &str) -> String {
 }
 
 /// A failed list or watch of pods, described.
-pub fn describe_watch_error(e: &::kube::runtime::watcher::Error, url: &str) -> String {
+pub(crate) fn describe_watch_error(e: &::kube::runtime::watcher::Error, url: &str) -> String {
     use ::kube::runtime::watcher::Error as W;
     match e {
         W::InitialListFailed(k) | W::WatchStartFailed(k) | W::WatchFailed(k) => {

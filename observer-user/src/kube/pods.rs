@@ -64,7 +64,7 @@ impl NodePods {
         })
     }
 
-    pub fn by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
+    pub(crate) fn by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
         self.store.find(|p| p.metadata.uid.as_deref() == Some(uid))
     }
 
@@ -102,7 +102,7 @@ impl NodePods {
 
 /// Whether the API's `pod` is the one whose sandbox has `uid`: the same UID, or the mirror of
 /// that static pod.
-pub fn is_pod_of(pod: &Pod, uid: &str) -> bool {
+pub(crate) fn is_pod_of(pod: &Pod, uid: &str) -> bool {
     pod.metadata.uid.as_deref() == Some(uid)
         || pod
             .metadata
@@ -113,7 +113,7 @@ pub fn is_pod_of(pod: &Pod, uid: &str) -> bool {
 }
 
 /// The field selector of this node's pods.
-pub fn node_selector(node: &str) -> String {
+pub(crate) fn node_selector(node: &str) -> String {
     format!("spec.nodeName={node}")
 }
 

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use crate::reconcile::testkit::*;
+pub(crate) use crate::reconcile::testkit::*;
 
-pub fn container(name: &str) -> Container {
+pub(crate) fn container(name: &str) -> Container {
     Container {
         name: name.to_string(),
         image: Some(format!("registry.local/{name}:1")),
@@ -17,7 +17,7 @@ pub fn container(name: &str) -> Container {
     }
 }
 
-pub fn with_memory_limit(mut c: Container, limit: &str) -> Container {
+pub(crate) fn with_memory_limit(mut c: Container, limit: &str) -> Container {
     c.resources = Some(ResourceRequirements {
         limits: Some([("memory".to_string(), Quantity(limit.to_string()))].into()),
         ..Default::default()
@@ -25,20 +25,24 @@ pub fn with_memory_limit(mut c: Container, limit: &str) -> Container {
     c
 }
 
-pub fn with_readiness_probe(mut c: Container) -> Container {
+pub(crate) fn with_readiness_probe(mut c: Container) -> Container {
     c.readiness_probe = Some(Probe::default());
     c
 }
 
 /// A native sidecar: an init container with `restartPolicy: Always`.
-pub fn sidecar(name: &str) -> Container {
+pub(crate) fn sidecar(name: &str) -> Container {
     Container {
         restart_policy: Some("Always".into()),
         ..container(name)
     }
 }
 
-pub fn spec(restart_policy: &str, init: Vec<Container>, containers: Vec<Container>) -> PodSpec {
+pub(crate) fn spec(
+    restart_policy: &str,
+    init: Vec<Container>,
+    containers: Vec<Container>,
+) -> PodSpec {
     PodSpec {
         node_name: Some("node-1".into()),
         restart_policy: Some(restart_policy.to_string()),
@@ -48,14 +52,14 @@ pub fn spec(restart_policy: &str, init: Vec<Container>, containers: Vec<Containe
     }
 }
 
-pub fn with_gate(mut s: PodSpec, condition_type: &str) -> PodSpec {
+pub(crate) fn with_gate(mut s: PodSpec, condition_type: &str) -> PodSpec {
     s.readiness_gates = Some(vec![PodReadinessGate {
         condition_type: condition_type.to_string(),
     }]);
     s
 }
 
-pub fn pod(spec: PodSpec, status: Option<PodStatus>) -> Pod {
+pub(crate) fn pod(spec: PodSpec, status: Option<PodStatus>) -> Pod {
     Pod {
         metadata: ObjectMeta {
             namespace: Some(NS.into()),
@@ -71,7 +75,7 @@ pub fn pod(spec: PodSpec, status: Option<PodStatus>) -> Pod {
 
 /// The API server side of kube's mock service (tower-test), in the ApiServerVerifier pattern:
 /// a test's scenario answers each request the client sends, and records it.
-pub mod api {
+pub(crate) mod api {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -82,11 +86,11 @@ pub mod api {
     use serde_json::{json, Value};
     use tokio::time::Instant;
 
-    pub type ApiHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+    pub(crate) type ApiHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
     /// A request as the server received it.
     #[derive(Clone, Debug)]
-    pub struct Seen {
+    pub(crate) struct Seen {
         pub method: http::Method,
         pub path: String,
         pub query: String,
@@ -95,12 +99,12 @@ pub mod api {
         pub at: Instant,
     }
 
-    pub fn client() -> (Client, ApiHandle) {
+    pub(crate) fn client() -> (Client, ApiHandle) {
         let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         (Client::new(svc, "default"), handle)
     }
 
-    pub async fn read(req: Request<Body>) -> Seen {
+    pub(crate) async fn read(req: Request<Body>) -> Seen {
         let (parts, body) = req.into_parts();
         let bytes = body.collect().await.expect("request body").to_bytes();
         Seen {
@@ -124,7 +128,7 @@ pub mod api {
 
     /// What the scenario answers to one request.
     #[derive(Clone, Debug)]
-    pub enum Reply {
+    pub(crate) enum Reply {
         /// Status code, JSON body.
         Json(u16, Value),
         /// 429 with `Retry-After: <secs>`.
@@ -144,14 +148,14 @@ pub mod api {
         }
     }
 
-    pub fn ok_pod() -> Reply {
+    pub(crate) fn ok_pod() -> Reply {
         Reply::Json(
             200,
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}}),
         )
     }
 
-    pub fn status(code: u16, reason: &str) -> Reply {
+    pub(crate) fn status(code: u16, reason: &str) -> Reply {
         Reply::Json(
             code,
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -159,7 +163,7 @@ pub mod api {
         )
     }
 
-    pub fn response(reply: &Reply) -> Option<Response<Body>> {
+    pub(crate) fn response(reply: &Reply) -> Option<Response<Body>> {
         match reply {
             Reply::Json(code, v) => Some(
                 Response::builder()
@@ -198,7 +202,7 @@ pub mod api {
 
     /// Answers requests in order with `replies` (then 200 with a pod), recording each. Hung
     /// requests are held until the scenario ends.
-    pub fn serve(mut handle: ApiHandle, replies: Vec<Reply>) -> Arc<Mutex<Vec<Seen>>> {
+    pub(crate) fn serve(mut handle: ApiHandle, replies: Vec<Reply>) -> Arc<Mutex<Vec<Seen>>> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
         tokio::spawn(async move {
@@ -219,7 +223,11 @@ pub mod api {
     }
 
     /// Waits (on paused time: advances) until `n` requests were seen, at most `limit`.
-    pub async fn wait_for(seen: &Arc<Mutex<Vec<Seen>>>, n: usize, limit: Duration) -> Vec<Seen> {
+    pub(crate) async fn wait_for(
+        seen: &Arc<Mutex<Vec<Seen>>>,
+        n: usize,
+        limit: Duration,
+    ) -> Vec<Seen> {
         let deadline = Instant::now() + limit;
         loop {
             let s = seen.lock().expect("log").clone();
@@ -233,7 +241,7 @@ pub mod api {
 
 /// A stand-in API server for the manager: lists this node's pods and holds the watch open,
 /// answers status patches in order from a script (then 200), echoes Events; records everything.
-pub mod server {
+pub(crate) mod server {
     use std::sync::{Arc, Mutex};
 
     use k8s_openapi::api::core::v1::Pod;
@@ -241,9 +249,9 @@ pub mod server {
 
     use super::api::{ok_pod, read, response, ApiHandle, Reply, Seen};
 
-    pub type Log = Arc<Mutex<Vec<Seen>>>;
+    pub(crate) type Log = Arc<Mutex<Vec<Seen>>>;
 
-    pub fn serve(mut handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
+    pub(crate) fn serve(mut handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
         let seen: Log = Arc::default();
         let log = Arc::clone(&seen);
         tokio::spawn(async move {
@@ -279,7 +287,7 @@ pub mod server {
         seen
     }
 
-    pub fn patches(log: &Log) -> Vec<Seen> {
+    pub(crate) fn patches(log: &Log) -> Vec<Seen> {
         log.lock()
             .expect("log")
             .iter()
@@ -288,7 +296,7 @@ pub mod server {
             .collect()
     }
 
-    pub fn events(log: &Log) -> Vec<Seen> {
+    pub(crate) fn events(log: &Log) -> Vec<Seen> {
         log.lock()
             .expect("log")
             .iter()

@@ -24,7 +24,7 @@ pub struct Answer {
 
 impl Transport {
     /// One request and its whole answer.
-    pub async fn exchange(&self, req: http::Request<Vec<u8>>) -> Result<Answer, KubeError> {
+    pub(crate) async fn exchange(&self, req: http::Request<Vec<u8>>) -> Result<Answer, KubeError> {
         answer(self.0.send(req.map(Body::from)).await?).await
     }
 }
@@ -55,7 +55,7 @@ where
 }
 
 /// The `message` of a `Status` body, else the body's text (proxies answer in HTML).
-pub fn api_message(bytes: &[u8]) -> String {
+pub(crate) fn api_message(bytes: &[u8]) -> String {
     serde_json::from_slice::<serde_json::Value>(bytes)
         .ok()
         .and_then(|v| {

@@ -4,10 +4,13 @@
 use std::{
     sync::{
         atomic::{AtomicI64, Ordering},
-        Arc, Mutex, PoisonError,
+        Arc,
     },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
+
+#[cfg(test)]
+use std::sync::{Mutex, PoisonError};
 
 use nix::time::{clock_gettime, ClockId};
 
@@ -22,7 +25,7 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// The clock the parts of one agent share.
-pub type SharedClock = Arc<dyn Clock>;
+pub(crate) type SharedClock = Arc<dyn Clock>;
 
 /// The real wall clock, shared.
 pub fn system_clock() -> SharedClock {
@@ -40,23 +43,22 @@ impl Clock for SystemClock {
 }
 
 /// A wall clock that moves only when told; clones share it.
+#[cfg(test)]
 #[derive(Clone, Debug)]
-pub struct FakeClock(Arc<Mutex<SystemTime>>);
+pub(crate) struct FakeClock(Arc<Mutex<SystemTime>>);
 
+#[cfg(test)]
 impl FakeClock {
-    pub fn at(t: SystemTime) -> Self {
+    pub(crate) fn at(t: SystemTime) -> Self {
         Self(Arc::new(Mutex::new(t)))
     }
 
-    pub fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) += by;
-    }
-
-    pub fn set(&self, t: SystemTime) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = t;
     }
 }
 
+#[cfg(test)]
 impl Clock for FakeClock {
     fn now(&self) -> SystemTime {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -82,7 +84,7 @@ impl BootClock {
     }
 
     /// Re-reads the offset; cheap (three vDSO clock reads).
-    pub fn refresh(&self) {
+    pub(crate) fn refresh(&self) {
         let ns = |id| {
             clock_gettime(id)
                 .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)

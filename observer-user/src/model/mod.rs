@@ -8,8 +8,12 @@
 mod clock;
 mod ids;
 
-pub use clock::{system_clock, BootClock, BootNs, Clock, FakeClock, SharedClock, SystemClock};
-pub use ids::{ContainerId, IdError, PodUid};
+#[cfg(test)]
+pub(crate) use clock::FakeClock;
+pub(crate) use clock::SharedClock;
+pub use clock::{system_clock, BootClock, BootNs, Clock, SystemClock};
+pub use ids::IdError;
+pub use ids::{ContainerId, PodUid};
 
 /// An error with its causes, each once: a cause whose text the message already holds (an I/O
 /// error repeated by its wrapper) is not said again.

@@ -16,7 +16,7 @@ use crate::{
 
 impl PipelineHealth {
     /// The pipeline's metrics, and the probes' counters and run time.
-    pub fn encode_metrics(
+    pub(crate) fn encode_metrics(
         &self,
         probes: &Mutex<Probes>,
         e: &mut DescriptorEncoder<'_>,

@@ -19,7 +19,9 @@ use std::{
 };
 
 pub use hook::{Hook, HookFactory};
-pub use task::{PipelineHealth, PipelineTask, ReaderThread, HEARTBEAT};
+pub use task::PipelineHealth;
+pub(crate) use task::HEARTBEAT;
+pub use task::{PipelineTask, ReaderThread};
 
 use crate::{
     cgroup::{
@@ -92,7 +94,7 @@ pub fn unified_mount(cgroupfs: Option<&Path>) -> Result<HierarchyMount, Pipeline
 
 /// The kernel filter for `roots` (relative to the cgroup2 root): those that exist, or every
 /// process when none does.
-pub fn watch_of<S: AsRef<str>>(
+pub(crate) fn watch_of<S: AsRef<str>>(
     unified: &HierarchyMount,
     roots: &[S],
 ) -> Result<Watch, CgroupError> {
@@ -135,7 +137,7 @@ pub struct Batch {
 
 /// What one [`KernelPipeline::next_batch_blocking`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Turn {
+pub(crate) enum Turn {
     Batch(Batch),
     /// Nothing came within the timeout.
     Idle,
@@ -235,7 +237,7 @@ impl KernelPipeline {
     /// [`Self::next_batch`] for a thread of its own: blocks for at most `timeout`, until `stop`
     /// is readable, or until one of `extra` has what it waits for ([`Turn::Io`]; its `revents`
     /// say what).
-    pub fn next_batch_blocking(
+    pub(crate) fn next_batch_blocking(
         &mut self,
         timeout: Duration,
         stop: Option<BorrowedFd<'_>>,

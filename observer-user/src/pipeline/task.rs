@@ -23,7 +23,7 @@ use crate::kernel::{BootClock, KernelCounters, KernelError, KernelEvent, Probes}
 
 /// How often the loop turns when the kernel has nothing to say: refreshes the clock and proves
 /// the loop alive. Cheap enough for a near-zero idle CPU.
-pub const HEARTBEAT: Duration = Duration::from_secs(5);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// How soon the loop tries again to queue events the consumer's lock kept back.
 const HAND_OVER_RETRY: Duration = Duration::from_millis(1);
@@ -71,7 +71,7 @@ impl PipelineHealth {
     }
 
     /// Time since the loop last turned.
-    pub fn since_last_turn(&self) -> Duration {
+    pub(crate) fn since_last_turn(&self) -> Duration {
         self.born.elapsed().saturating_sub(Duration::from_millis(
             self.last_turn_ms.load(Ordering::Relaxed),
         ))

@@ -41,7 +41,7 @@ impl PlegEventType {
     ];
 
     /// Position in [`Self::ALL`].
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
@@ -162,7 +162,7 @@ pub struct PodLifecycleEvent {
 
 impl PodLifecycleEvent {
     /// "Re-read this pod".
-    pub fn pod_sync(pod_uid: PodUid, at: BootNs) -> Self {
+    pub(crate) fn pod_sync(pod_uid: PodUid, at: BootNs) -> Self {
         Self {
             pod_uid,
             runtime: None,

@@ -10,8 +10,13 @@ pub mod stream;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 pub use event::{ContainerExit, Death, ExitReason, PlegEvent, PlegEventType, PodLifecycleEvent};
-pub use model::{Applied, ContainerRecord, ContainerState, NodeModel, PodRecord};
-pub use stream::{channel, LagCounter, PlegReceiver, PlegSender, Stamped};
+pub use model::Applied;
+pub use model::ContainerRecord;
+pub use model::ContainerState;
+pub use model::NodeModel;
+pub use model::PodRecord;
+pub(crate) use stream::LagCounter;
+pub use stream::{channel, PlegReceiver, PlegSender, Stamped};
 
 use crate::{
     cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},
@@ -28,7 +33,7 @@ const TOMBSTONES: usize = 4096;
 /// A container's init came or went, for the kernel's set of known inits (whose exit wakes the
 /// reader at once: `kernel::KnownInits`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InitChange {
+pub(crate) enum InitChange {
     /// ContainerStarted: this process is a container's init.
     Started(u32),
     /// ContainerDied: it is not any more.
@@ -89,7 +94,7 @@ impl Pleg {
     }
 
     /// Sets the depth of the node's own pid namespace (see [`NodeModel::set_host_ns_level`]).
-    pub fn set_host_ns_level(&mut self, level: u32) {
+    pub(crate) fn set_host_ns_level(&mut self, level: u32) {
         self.model.set_host_ns_level(level);
     }
 
@@ -107,7 +112,7 @@ impl Pleg {
 
     /// True after the kernel dropped records: the caller should walk the cgroup tree and call
     /// [`Self::resync`] (and relist the runtime).
-    pub fn needs_resync(&self) -> bool {
+    pub(crate) fn needs_resync(&self) -> bool {
         self.needs_resync
     }
 
@@ -125,7 +130,7 @@ impl Pleg {
 
     /// Walks the cgroup tree below `roots` (relative to the cgroup2 root; absent ones are
     /// skipped) and resyncs with what it finds.
-    pub fn rescan<S: AsRef<str>>(&mut self, roots: &[S]) -> Result<(), CgroupError> {
+    pub(crate) fn rescan<S: AsRef<str>>(&mut self, roots: &[S]) -> Result<(), CgroupError> {
         let mount = self.cgroups.mount().clone();
         let present: Vec<&str> = roots
             .iter()
@@ -277,7 +282,7 @@ impl Pleg {
     /// The inits that started and died since the last call, in order. A running container reaches
     /// Exited through a ContainerDied before it is forgotten, so what goes in comes out (one
     /// left behind would only cost a needless wake-up, should its pid exit again).
-    pub fn take_init_changes(&mut self) -> std::vec::Drain<'_, InitChange> {
+    pub(crate) fn take_init_changes(&mut self) -> std::vec::Drain<'_, InitChange> {
         self.init_changes.drain(..)
     }
 

@@ -109,7 +109,7 @@ impl NodeModel {
     }
 
     /// Sets the node's pid namespace depth (the agent's own, with hostPID).
-    pub fn set_host_ns_level(&mut self, level: u32) {
+    pub(crate) fn set_host_ns_level(&mut self, level: u32) {
         self.host_ns_level = level;
     }
 

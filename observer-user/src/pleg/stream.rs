@@ -147,17 +147,17 @@ impl PlegSender {
     }
 
     /// A handle on the lag count that neither sends nor keeps the stream open.
-    pub fn lag_counter(&self) -> LagCounter {
+    pub(crate) fn lag_counter(&self) -> LagCounter {
         LagCounter(Arc::clone(&self.0))
     }
 }
 
 /// Reads how many events were folded into PodSyncs because the consumer lagged.
 #[derive(Clone)]
-pub struct LagCounter(Arc<Shared>);
+pub(crate) struct LagCounter(Arc<Shared>);
 
 impl LagCounter {
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.lagged.load(Ordering::Relaxed)
     }
 }
@@ -204,7 +204,7 @@ impl PlegReceiver {
     }
 
     /// [`Self::try_recv`] with the time the PLEG sent the event.
-    pub fn try_recv_stamped(&mut self) -> Option<Stamped> {
+    pub(crate) fn try_recv_stamped(&mut self) -> Option<Stamped> {
         let mut inner = crate::sync::lock(&self.shared.inner);
         if let Some(ev) = inner.queue.pop_front() {
             return Some(ev);

@@ -19,7 +19,10 @@ use crate::{
 };
 
 mod kubelet;
-pub use kubelet::{Disagreement, KubeletAccount, KubeletContainer, KubeletState};
+pub use kubelet::Disagreement;
+pub use kubelet::KubeletAccount;
+pub use kubelet::KubeletContainer;
+pub use kubelet::KubeletState;
 
 /// Page size of the task dump's figures (x86-64 and arm64 with 4 KiB pages).
 const PAGE_KB: u64 = 4;

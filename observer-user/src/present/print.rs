@@ -25,7 +25,11 @@ pub struct Columns {
 }
 
 /// kubectl's RESTARTS cell: `2 (5m30s ago)`.
-pub fn restarts_cell(restarts: u32, last_restart: Option<SystemTime>, now: SystemTime) -> String {
+pub(crate) fn restarts_cell(
+    restarts: u32,
+    last_restart: Option<SystemTime>,
+    now: SystemTime,
+) -> String {
     match last_restart {
         Some(at) if restarts > 0 => format!(
             "{restarts} ({} ago)",
@@ -196,14 +200,14 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
 
 /// The columns of a pod from the node's view alone (no API: no spec), as `observer status`
 /// prints them: the status is computed, then printed.
-pub fn view_columns(view: &PodView, now: SystemTime) -> Columns {
+pub(crate) fn view_columns(view: &PodView, now: SystemTime) -> Columns {
     let (pod, unknown) = computed_pod(view, None, &ConditionTypes::default(), "", now);
     columns(&pod, &unknown)
 }
 
 /// The pod as far as the runtime knows it, with the status the agent computes without the API
 /// (the spec unknown), and what that leaves unknown.
-pub fn computed_pod(
+pub(crate) fn computed_pod(
     view: &PodView,
     api: Option<&Pod>,
     types: &ConditionTypes,
@@ -239,7 +243,7 @@ pub fn computed_pod(
 }
 
 /// kubectl's `duration.HumanDuration` (AGE, and RESTARTS' "ago").
-pub fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     let s = d.as_secs();
     let (m, h) = (s / 60, s / 3600);
     let with = |a: u64, ua: &str, b: u64, ub: &str| {

@@ -17,7 +17,7 @@ pub enum Format {
 
 /// One line of `observer watch --format json`. Field names are a public interface (README).
 #[derive(Debug, Default, Serialize)]
-pub struct WatchLine<'a> {
+pub(crate) struct WatchLine<'a> {
     #[serde(rename = "type")]
     pub kind: &'a str,
     pub time: String,
@@ -71,12 +71,12 @@ pub struct WatchLine<'a> {
     pub lost_records: Option<u64>,
 }
 
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     OffsetDateTime::from(t).format(&Rfc3339).unwrap_or_default()
 }
 
 /// Builds the line for `ev`; `cgroups` turns ids into paths and container identities.
-pub fn watch_line<'a>(
+pub(crate) fn watch_line<'a>(
     ev: &'a KernelEvent,
     time: SystemTime,
     cgroups: &mut CgroupIndex,
@@ -154,13 +154,13 @@ fn kind_fields(line: &mut WatchLine<'_>, kind: &CgroupKind) {
     }
 }
 
-pub fn write_json(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
+pub(crate) fn write_json(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, line)?;
     out.write_all(b"\n")
 }
 
 /// `15:04:05.123456 exit         1234    1200 sh               code=42  /kubepods/...`
-pub fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
+pub(crate) fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io::Result<()> {
     let clock = line.time.get(11..26).unwrap_or(&line.time);
     let dash = || "-".to_string();
     write!(
@@ -292,7 +292,7 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
 
 /// A death the agent did not watch, from the reconciled view (kubelet's first relist reports
 /// exited containers as died, too).
-pub fn view_died_line(
+pub(crate) fn view_died_line(
     pod: &crate::reconcile::PodView,
     c: &crate::reconcile::ContainerView,
 ) -> PlegLine {
@@ -314,7 +314,7 @@ pub fn view_died_line(
 }
 
 /// An OOM kill the agent did not watch, from the kernel log.
-pub fn view_oom_line(
+pub(crate) fn view_oom_line(
     pod: &crate::reconcile::PodView,
     c: &crate::reconcile::ContainerView,
     o: &crate::reconcile::OomEvidence,
@@ -337,7 +337,7 @@ pub fn view_oom_line(
     }
 }
 
-pub fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()> {
+pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()> {
     let clock = l.time.get(11..26).unwrap_or(&l.time);
     let ctr = l
         .container_id

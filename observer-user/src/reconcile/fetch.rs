@@ -10,7 +10,7 @@ use crate::{
 };
 
 #[derive(Debug, Default)]
-pub struct PodSnapshot {
+pub(crate) struct PodSnapshot {
     pub sandboxes: Vec<api::PodSandbox>,
     pub containers: Vec<api::ContainerStatus>,
     /// The init's pid of dead containers whose account may hinge on it (the runtime says
@@ -18,7 +18,10 @@ pub struct PodSnapshot {
     pub pids: HashMap<String, u32>,
 }
 
-pub async fn fetch_pod<R: RuntimeService>(cri: &R, uid: PodUid) -> Result<PodSnapshot, CriError> {
+pub(crate) async fn fetch_pod<R: RuntimeService>(
+    cri: &R,
+    uid: PodUid,
+) -> Result<PodSnapshot, CriError> {
     let selector: HashMap<String, String> = [(keys::POD_UID.to_string(), uid.to_string())].into();
     let sandbox_filter = api::PodSandboxFilter {
         label_selector: selector.clone(),

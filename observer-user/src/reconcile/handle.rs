@@ -18,7 +18,7 @@ use crate::{model::PodUid, pleg::PodLifecycleEvent};
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The node as reconciled, by pod uid.
-pub type NodeView = HashMap<PodUid, PodView>;
+pub(crate) type NodeView = HashMap<PodUid, PodView>;
 
 /// Counters, readable while the reconciler runs.
 #[derive(Debug, Default)]
@@ -81,7 +81,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             view: RwLock::default(),
             stats: ReconcileStats::default(),
@@ -98,21 +98,21 @@ impl Shared {
         }
     }
 
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.last_turn_ms
             .store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
-    pub fn view(&self) -> RwLockReadGuard<'_, NodeView> {
+    pub(super) fn view(&self) -> RwLockReadGuard<'_, NodeView> {
         crate::sync::read(&self.view)
     }
 
-    pub fn view_mut(&self) -> RwLockWriteGuard<'_, NodeView> {
+    pub(crate) fn view_mut(&self) -> RwLockWriteGuard<'_, NodeView> {
         crate::sync::write(&self.view)
     }
 
     /// The view of `uid` changed (or the pod left it).
-    pub fn changed(&self, uid: PodUid) {
+    pub(super) fn changed(&self, uid: PodUid) {
         crate::sync::lock(&self.dirty)
             .entry(uid)
             .or_insert_with(tokio::time::Instant::now);
@@ -153,7 +153,7 @@ impl ReconcileHandle {
 
     /// Whether the first relist ran and the pod requests it started were answered: the view then
     /// holds every pod the runtime has.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         *self.0.settled.borrow()
     }
 
@@ -169,7 +169,7 @@ impl ReconcileHandle {
     }
 
     /// Time since the reconciler's loop last turned (it turns at least every few seconds).
-    pub fn since_last_turn(&self) -> Duration {
+    pub(crate) fn since_last_turn(&self) -> Duration {
         self.0.born.elapsed().saturating_sub(Duration::from_millis(
             self.0.last_turn_ms.load(Ordering::Relaxed),
         ))
@@ -178,7 +178,7 @@ impl ReconcileHandle {
     /// The pods whose view changed since the last call, each with when it first changed, waiting
     /// until there is one. Meant for one consumer (the status manager): a burst of changes to a
     /// pod is one entry.
-    pub async fn changed_pods(&self) -> Vec<(PodUid, tokio::time::Instant)> {
+    pub(crate) async fn changed_pods(&self) -> Vec<(PodUid, tokio::time::Instant)> {
         loop {
             let notified = self.0.dirty_notify.notified();
             let taken = self.take_changed();
@@ -190,18 +190,18 @@ impl ReconcileHandle {
     }
 
     /// What [`Self::changed_pods`] would return now, without waiting.
-    pub fn take_changed(&self) -> Vec<(PodUid, tokio::time::Instant)> {
+    pub(crate) fn take_changed(&self) -> Vec<(PodUid, tokio::time::Instant)> {
         crate::sync::lock(&self.0.dirty).drain().collect()
     }
 
     /// Asks the status manager to take `uid` again though its view did not change (the fast
     /// path's patch was answered).
-    pub fn mark_changed(&self, uid: PodUid) {
+    pub(crate) fn mark_changed(&self, uid: PodUid) {
         self.0.changed(uid);
     }
 
     /// Changes not taken yet.
-    pub fn pending_changes(&self) -> usize {
+    pub(crate) fn pending_changes(&self) -> usize {
         crate::sync::lock(&self.0.dirty).len()
     }
 

@@ -19,7 +19,7 @@ const KEPT_PER_CONTAINER: usize = 16;
 const REPORTS_PER_CONTAINER: usize = 2;
 
 #[derive(Debug, Default)]
-pub struct OomHistory {
+pub(crate) struct OomHistory {
     by_container: HashMap<ContainerId, Vec<LoggedOomKill>>,
     since: Option<SystemTime>,
     /// Kills in no container (a system service, a malformed path).
@@ -35,7 +35,7 @@ const UNPLACED_KEPT: usize = 16;
 
 impl OomHistory {
     /// Reads the kernel log. Unreadable (no CAP_SYSLOG, no /dev/kmsg): said once, empty history.
-    pub fn read() -> Self {
+    pub(crate) fn read() -> Self {
         match kmsg::read_history() {
             Ok(h) => Self::from_history(h),
             Err(e) => {
@@ -47,7 +47,7 @@ impl OomHistory {
         }
     }
 
-    pub fn from_history(h: History) -> Self {
+    pub(crate) fn from_history(h: History) -> Self {
         let mut me = Self {
             since: h.since,
             ..Self::default()
@@ -59,7 +59,7 @@ impl OomHistory {
     }
 
     /// Adds a kill attributed by its victim's memory cgroup; returns the container it belongs to.
-    pub fn add(&mut self, k: LoggedOomKill) -> Option<ContainerId> {
+    pub(crate) fn add(&mut self, k: LoggedOomKill) -> Option<ContainerId> {
         match Self::container_of(&k) {
             Some(id) => {
                 self.add_to(id, k);
@@ -73,7 +73,7 @@ impl OomHistory {
     }
 
     /// A kill whose container is not known (yet).
-    pub fn unplaced(&mut self, k: LoggedOomKill) {
+    pub(crate) fn unplaced(&mut self, k: LoggedOomKill) {
         self.outside += 1;
         if self.unplaced.len() == UNPLACED_KEPT {
             self.unplaced.pop_front();
@@ -83,7 +83,11 @@ impl OomHistory {
 
     /// The probes saw container `id` lose a process: a kept kill `is_it` names is the
     /// container's. Returns whether one was.
-    pub fn place(&mut self, id: ContainerId, is_it: impl Fn(&LoggedOomKill) -> bool) -> bool {
+    pub(crate) fn place(
+        &mut self,
+        id: ContainerId,
+        is_it: impl Fn(&LoggedOomKill) -> bool,
+    ) -> bool {
         let Some(i) = self.unplaced.iter().position(is_it) else {
             return false;
         };
@@ -96,12 +100,12 @@ impl OomHistory {
     /// The container of a kill's victim from its memory cgroup (its own, or one nested in it).
     /// On cgroup v2 that is the nearest cgroup with the memory controller on, which can be above
     /// the container: then `None`, and the caller may know the victim from the probes.
-    pub fn container_of(k: &LoggedOomKill) -> Option<ContainerId> {
+    pub(crate) fn container_of(k: &LoggedOomKill) -> Option<ContainerId> {
         classify(&k.task_memcg).container().map(|c| c.id)
     }
 
     /// Adds a kill to a container's.
-    pub fn add_to(&mut self, id: ContainerId, k: LoggedOomKill) {
+    pub(crate) fn add_to(&mut self, id: ContainerId, k: LoggedOomKill) {
         let kills = self.by_container.entry(id).or_default();
         if kills.iter().any(|o| o.pid == k.pid && o.at_us == k.at_us) {
             return;
@@ -116,7 +120,7 @@ impl OomHistory {
         }
     }
 
-    pub fn kills_of(&self, id: &ContainerId) -> &[LoggedOomKill] {
+    pub(crate) fn kills_of(&self, id: &ContainerId) -> &[LoggedOomKill] {
         self.by_container
             .get(id)
             .map(Vec::as_slice)
@@ -124,21 +128,18 @@ impl OomHistory {
     }
 
     /// The oldest time the log still covers.
-    pub fn since(&self) -> Option<SystemTime> {
+    pub(crate) fn since(&self) -> Option<SystemTime> {
         self.since
     }
 
     /// Forgets a container's kills (its record is gone).
-    pub fn forget(&mut self, id: &ContainerId) {
+    pub(crate) fn forget(&mut self, id: &ContainerId) {
         self.by_container.remove(id);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.by_container.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_container.is_empty()
     }
 }
 

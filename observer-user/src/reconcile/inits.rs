@@ -50,7 +50,7 @@ pub enum StateError {
     Locked { dir: PathBuf, holder: String },
 }
 
-pub struct InitStore {
+pub(crate) struct InitStore {
     /// Where to write, with the lock that makes this process the only writer.
     writer: Option<(PathBuf, Flock<File>)>,
     known: HashMap<ContainerId, u32>,
@@ -71,7 +71,7 @@ struct Unused {
 
 impl InitStore {
     /// Nothing kept beyond this process.
-    pub fn in_memory() -> Self {
+    pub(crate) fn in_memory() -> Self {
         Self {
             writer: None,
             known: HashMap::new(),
@@ -81,7 +81,7 @@ impl InitStore {
 
     /// Reads what earlier agents of this boot recorded in `dir`; with [`StateAccess::ReadWrite`],
     /// locks `dir` and keeps the file up to date from now on.
-    pub fn open(dir: &Path, access: StateAccess) -> Result<Self, StateError> {
+    pub(crate) fn open(dir: &Path, access: StateAccess) -> Result<Self, StateError> {
         let mut me = Self::in_memory();
         let lock = match access {
             StateAccess::ReadOnly => None,
@@ -119,18 +119,18 @@ impl InitStore {
         Ok(me)
     }
 
-    pub fn get(&self, id: &ContainerId) -> Option<u32> {
+    pub(crate) fn get(&self, id: &ContainerId) -> Option<u32> {
         self.known.get(id).copied()
     }
 
-    pub fn record(&mut self, id: ContainerId, pid: u32) {
+    pub(crate) fn record(&mut self, id: ContainerId, pid: u32) {
         if self.known.insert(id, pid) != Some(pid) {
             self.save();
         }
     }
 
     /// Keeps only the containers `alive` says are still known.
-    pub fn retain(&mut self, alive: impl Fn(&ContainerId) -> bool) {
+    pub(crate) fn retain(&mut self, alive: impl Fn(&ContainerId) -> bool) {
         let before = self.known.len();
         self.known.retain(|id, _| alive(id));
         if self.known.len() != before {

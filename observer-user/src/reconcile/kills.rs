@@ -20,10 +20,10 @@ use crate::model::{ContainerId, PodUid};
 
 /// How long a kill waits for the kernel log's report before it is counted (and its Event
 /// published, `status::manager`) with scope `unknown`.
-pub const SCOPE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const SCOPE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ContainerLabels {
+pub(crate) struct ContainerLabels {
     pub namespace: String,
     pub pod: String,
     pub container: String,
@@ -31,7 +31,7 @@ pub struct ContainerLabels {
 
 /// [`ContainerLabels`] and the kill's scope (`container`, `pod`, `cgroup`, `node`, `unknown`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OomKillLabels {
+pub(crate) struct OomKillLabels {
     pub namespace: String,
     pub pod: String,
     pub container: String,
@@ -66,7 +66,7 @@ impl Seen {
 }
 
 impl KillCounter {
-    pub fn new(family: Family<OomKillLabels, Counter>) -> Self {
+    pub(super) fn new(family: Family<OomKillLabels, Counter>) -> Self {
         Self {
             family,
             seen: HashMap::new(),
@@ -75,12 +75,12 @@ impl KillCounter {
     }
 
     /// When the first held kill's grace ends.
-    pub fn next_held(&self) -> Option<SystemTime> {
+    pub(crate) fn next_held(&self) -> Option<SystemTime> {
         self.held.values().min().copied()
     }
 
     /// The pods whose held kill's grace has ended by `now`: to be updated again.
-    pub fn held_due(&self, now: SystemTime) -> Vec<PodUid> {
+    pub(crate) fn held_due(&self, now: SystemTime) -> Vec<PodUid> {
         self.held
             .iter()
             .filter(|(_, at)| **at <= now)
@@ -89,7 +89,7 @@ impl KillCounter {
     }
 
     /// The pod's view is now `view` (`None`: it left the node).
-    pub fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
+    pub(crate) fn update_at(&mut self, uid: PodUid, view: Option<&PodView>, now: SystemTime) {
         self.held.remove(&uid);
         let Some(view) = view else {
             for seen in self

@@ -32,11 +32,11 @@ use crate::{
 const SIGKILL_EXIT: i32 = 137;
 
 /// CRI timestamps are nanoseconds since the epoch; 0 means unset.
-pub fn cri_time(ns: i64) -> Option<SystemTime> {
+pub(crate) fn cri_time(ns: i64) -> Option<SystemTime> {
     (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns as u64))
 }
 
-pub fn cri_phase(state: i32) -> ContainerPhase {
+pub(crate) fn cri_phase(state: i32) -> ContainerPhase {
     match api::ContainerState::try_from(state) {
         Ok(api::ContainerState::ContainerCreated) => ContainerPhase::Created,
         Ok(api::ContainerState::ContainerRunning) => ContainerPhase::Running,
@@ -75,7 +75,7 @@ impl<'a> Inputs<'a> {
 }
 
 /// The evidence of a kill the probes saw.
-pub fn probe_oom(
+pub(crate) fn probe_oom(
     o: &OomKill,
     id: ContainerId,
     init: Option<bool>,
@@ -104,7 +104,7 @@ pub fn probe_oom(
 }
 
 /// The evidence of a kill from the kernel log.
-pub fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> OomEvidence {
+pub(crate) fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> OomEvidence {
     OomEvidence {
         time: k.time,
         container_id: id,
@@ -130,7 +130,7 @@ pub fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>) -> Oom
 }
 
 /// Which limit a logged kill hit: from the report's constraint and the cgroup that ran out.
-pub fn scope_of(k: &LoggedOomKill) -> OomScope {
+pub(crate) fn scope_of(k: &LoggedOomKill) -> OomScope {
     let constraint = k.report.as_ref().map(|r| r.constraint);
     match constraint {
         Some(Some(Constraint::None | Constraint::Nodes)) => return OomScope::Node,
@@ -361,7 +361,12 @@ fn log_covers(i: &Inputs<'_>, v: &ContainerView) -> bool {
 
 /// Whether the probes' victim `pid`, chosen at `at`, is the log's kill `k`: the same pid, chosen
 /// within 2 s of each other on the wall clock (pids are reused, never within seconds).
-pub fn same_kill(pid: u32, at: crate::model::BootNs, k: &LoggedOomKill, clock: &BootClock) -> bool {
+pub(crate) fn same_kill(
+    pid: u32,
+    at: crate::model::BootNs,
+    k: &LoggedOomKill,
+    clock: &BootClock,
+) -> bool {
     pid == k.pid && abs_diff(clock.to_system_time(at), k.time) < Duration::from_secs(2)
 }
 

@@ -5,7 +5,7 @@ use super::{ReconcileHandle, ReconcileStats};
 use crate::exposition::{counter, gauge};
 
 impl ReconcileHandle {
-    pub fn encode_metrics(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+    pub(crate) fn encode_metrics(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let r = self.stats();
         let g = ReconcileStats::get;
         counter(e, "relists", "Full relists of the runtime", g(&r.relists))?;

@@ -39,14 +39,13 @@ use tokio::{sync::mpsc, time::Instant};
 pub use evidence::KernelEvidence;
 use fetch::{fetch_pod, PodSnapshot};
 use handle::{add, bump, Shared};
-pub use handle::{NodeView, ReconcileHandle, ReconcileStats};
-pub use history::OomHistory;
-pub use kills::{ContainerLabels, OomKillLabels, SCOPE_GRACE};
+pub use handle::{ReconcileHandle, ReconcileStats};
+pub(crate) use history::OomHistory;
+pub(crate) use kills::{OomKillLabels, SCOPE_GRACE};
 pub use runtime::RuntimeService;
 use snapshot::{PodPlan, SandboxPlan};
-pub use view::{
-    ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, Source,
-};
+pub use view::OomEvidence;
+pub use view::{ContainerPhase, ContainerView, OomScope, PodView, ScopeUnknown, Source};
 
 use crate::{
     cri::{CriError, KubeletLabels, ReconnectingCri},
@@ -120,7 +119,7 @@ impl Tracked {
 
 /// The reconciler against a runtime: the CRI ([`ReconnectingCri`]) in the agent, a fake one in
 /// its tests.
-pub struct Reconciler<R: RuntimeService = ReconnectingCri> {
+pub(crate) struct Reconciler<R: RuntimeService = ReconnectingCri> {
     cri: R,
     cfg: ReconcileConfig,
     clock: BootClock,
@@ -142,7 +141,7 @@ impl<R: RuntimeService> Reconciler<R> {
     /// `clock` maps kernel times to wall time; pass the pipeline's, which it keeps refreshed.
     /// `history`: the kernel log's kills (read after the probes were attached, so that together
     /// they miss none). `inits`: what earlier agents of this boot saw start.
-    pub fn new(
+    pub(crate) fn new(
         cri: R,
         cfg: ReconcileConfig,
         clock: BootClock,
@@ -197,23 +196,23 @@ impl<R: RuntimeService> Reconciler<R> {
     }
 
     /// Reads the wall clock from `clock` (the agent's; a fake one in tests).
-    pub fn set_wall_clock(&mut self, clock: SharedClock) {
+    pub(crate) fn set_wall_clock(&mut self, clock: SharedClock) {
         self.wall = clock;
     }
 
     /// The kernel log's kills so far: read once the probes are attached (so that together they
     /// miss none), before [`Self::run`].
-    pub fn set_history(&mut self, history: OomHistory) {
+    pub(crate) fn set_history(&mut self, history: OomHistory) {
         self.history = history;
     }
 
     /// Merges the kills the kernel logs from now on into the evidence (see [`crate::kernel::kmsg::Follower`]).
-    pub fn follow_kernel_log(&mut self, kills: mpsc::Receiver<LoggedOomKill>) {
+    pub(crate) fn follow_kernel_log(&mut self, kills: mpsc::Receiver<LoggedOomKill>) {
         self.kmsg = Some(kills);
     }
 
     /// Runs until the PLEG stream ends.
-    pub async fn run(mut self, mut pleg: PlegReceiver) {
+    pub(crate) async fn run(mut self, mut pleg: PlegReceiver) {
         let mut conn = self.cri.connection();
         let mut seen_generation = conn.borrow().generation;
         let mut tick = tokio::time::interval(self.cfg.relist_period);

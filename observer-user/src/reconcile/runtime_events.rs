@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use super::runtime::RuntimeService;
 use crate::{cri::KubeletLabels, model::PodUid};
 
-pub async fn follow<R: RuntimeService>(cri: R, tx: mpsc::Sender<PodUid>) {
+pub(super) async fn follow<R: RuntimeService>(cri: R, tx: mpsc::Sender<PodUid>) {
     let mut conn = cri.connection();
     loop {
         let _ = conn.wait_for(|s| s.connected).await;

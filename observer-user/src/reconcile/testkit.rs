@@ -9,17 +9,17 @@ use crate::{
     },
 };
 
-pub const NS: &str = "default";
-pub const NAME: &str = "web";
-pub const UID: &str = "0b6a3f5e-0000-4000-8000-000000000001";
+pub(crate) const NS: &str = "default";
+pub(crate) const NAME: &str = "web";
+pub(crate) const UID: &str = "0b6a3f5e-0000-4000-8000-000000000001";
 
 /// Seconds after a fixed epoch, so that times in expected statuses are readable.
-pub fn t(secs: u64) -> SystemTime {
+pub(crate) fn t(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
 }
 
 /// The one constructor of `ContainerView` in the tests.
-pub fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerView {
+pub(crate) fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerView {
     // A container id of the runtime's shape (64 hex digits), readable: the name's bytes, the attempt.
     let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
     let id = ContainerId::parse(&format!("{:0>64}", format!("{hex}{restart:04x}")))
@@ -48,7 +48,7 @@ pub fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerView {
 }
 
 /// An exited instance: code, and the signal that killed it (then code is 128 + signal).
-pub fn exited(name: &str, restart: u32, code: i32, reason: &str) -> ContainerView {
+pub(crate) fn exited(name: &str, restart: u32, code: i32, reason: &str) -> ContainerView {
     let mut c = cv(name, restart, ContainerPhase::Exited);
     c.exit_code = Some(code);
     c.signal = (code > 128).then(|| (code - 128) as u8);
@@ -58,7 +58,7 @@ pub fn exited(name: &str, restart: u32, code: i32, reason: &str) -> ContainerVie
 }
 
 /// The kernel's record of an OOM kill in `c`; `init`: the victim was its init.
-pub fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
+pub(crate) fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
     OomEvidence {
         time: c
             .finished_at
@@ -82,7 +82,7 @@ pub fn oom(c: &ContainerView, pid: u32, comm: &str, init: bool) -> OomEvidence {
 }
 
 /// The one constructor of `PodView` in the tests.
-pub fn view(containers: Vec<ContainerView>) -> PodView {
+pub(crate) fn view(containers: Vec<ContainerView>) -> PodView {
     let last_oom = containers
         .iter()
         .filter_map(|c| c.last_oom.clone())

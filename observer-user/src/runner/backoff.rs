@@ -5,7 +5,7 @@ use std::time::Duration;
 /// Delays double from `initial` up to `max`; each delay is drawn from [d/2, d] ("equal jitter")
 /// so that agents on many nodes, or many callers, do not retry in lockstep after a runtime restart.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub initial: Duration,
     pub max: Duration,
     attempt: u32,
@@ -13,7 +13,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
             initial,
             max: max.max(initial),
@@ -23,7 +23,7 @@ impl Backoff {
     }
 
     /// Same as [`Backoff::new`] with a fixed random seed, for reproducible tests.
-    pub fn with_seed(initial: Duration, max: Duration, seed: u64) -> Self {
+    pub(crate) fn with_seed(initial: Duration, max: Duration, seed: u64) -> Self {
         Backoff {
             rng: fastrand::Rng::with_seed(seed),
             ..Backoff::new(initial, max)
@@ -31,13 +31,13 @@ impl Backoff {
     }
 
     /// The ceiling of the next delay, before jitter.
-    pub fn ceiling(&self) -> Duration {
+    pub(crate) fn ceiling(&self) -> Duration {
         // 2^attempt saturates long before u32 overflows; cap the shift to stay in range.
         let factor = 1u32 << self.attempt.min(20);
         self.initial.saturating_mul(factor).min(self.max)
     }
 
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = self.ceiling();
         self.attempt = self.attempt.saturating_add(1);
         let half = ceiling / 2;
@@ -46,11 +46,12 @@ impl Backoff {
     }
 
     /// Starts over after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.attempt = 0;
     }
 
-    pub fn attempts(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn attempts(&self) -> u32 {
         self.attempt
     }
 }

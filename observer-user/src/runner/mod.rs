@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 
-pub use backoff::Backoff;
+pub(crate) use backoff::Backoff;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::time::{delay_queue, DelayQueue};
 
@@ -64,11 +64,11 @@ pub enum Then {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("job panicked: {0}")]
-pub struct JobPanicked(pub String);
+pub(crate) struct JobPanicked(pub String);
 
 /// A job that finished.
 #[derive(Debug)]
-pub struct Finished<K, R> {
+pub(crate) struct Finished<K, R> {
     pub key: K,
     /// `Err` when the job panicked; it is then retried like a failure.
     pub output: Result<R, JobPanicked>,
@@ -77,7 +77,7 @@ pub struct Finished<K, R> {
 }
 
 #[derive(Clone, Debug)]
-pub struct RunnerConfig {
+pub(crate) struct RunnerConfig {
     /// Jobs in flight at once, over all keys.
     pub max_concurrent: usize,
     pub backoff_initial: Duration,
@@ -99,7 +99,7 @@ impl Default for RunnerConfig {
 
 /// Counters since the runner was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunnerStats {
+pub(crate) struct RunnerStats {
     pub started: u64,
     pub retries: u64,
     pub panics: u64,
@@ -124,7 +124,7 @@ struct Slot<V> {
     failures: u32,
 }
 
-pub struct Runner<K, V, R> {
+pub(crate) struct Runner<K, V, R> {
     job: Job<K, V, R>,
     cfg: RunnerConfig,
     slots: HashMap<K, Slot<V>>,
@@ -143,7 +143,7 @@ where
     R: Send + 'static,
 {
     /// `job(key, state)` is spawned on the current tokio runtime for each run.
-    pub fn new<F, Fut>(cfg: RunnerConfig, job: F) -> Self
+    pub(crate) fn new<F, Fut>(cfg: RunnerConfig, job: F) -> Self
     where
         F: Fn(K, V) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Step<R>> + Send + 'static,
@@ -166,13 +166,13 @@ where
 
     /// Sets the key's newest state. It runs as soon as the key has no job in flight, is not
     /// waiting out a back-off, and a concurrency slot is free.
-    pub fn schedule(&mut self, key: K, state: V) {
+    pub(crate) fn schedule(&mut self, key: K, state: V) {
         self.schedule_after(key, state, None);
     }
 
     /// [`Self::schedule`], but not before `delay` (a requeue: "ask again shortly"). A key that is
     /// already busy keeps its own timing.
-    pub fn schedule_in(&mut self, key: K, state: V, delay: Duration) {
+    pub(crate) fn schedule_in(&mut self, key: K, state: V, delay: Duration) {
         self.schedule_after(key, state, Some(delay));
     }
 
@@ -206,7 +206,7 @@ where
 
     /// Drops the key's pending state and back-off. A job in flight still finishes (and is
     /// reported), but is not retried.
-    pub fn forget(&mut self, key: &K) {
+    pub(crate) fn forget(&mut self, key: &K) {
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
@@ -223,7 +223,7 @@ where
 
     /// Ends every back-off now: keys waiting to retry run as soon as a slot is free (a flush at
     /// shutdown).
-    pub fn expedite(&mut self) {
+    pub(crate) fn expedite(&mut self) {
         for slot in self.slots.values_mut() {
             slot.delayed = None;
         }
@@ -244,7 +244,7 @@ where
     }
 
     /// The next job to finish. Pending forever while nothing runs or waits. Cancel-safe.
-    pub async fn next(&mut self) -> Finished<K, R> {
+    pub(crate) async fn next(&mut self) -> Finished<K, R> {
         loop {
             self.start_ready();
             tokio::select! {
@@ -269,30 +269,33 @@ where
     }
 
     /// Nothing pending, running or waiting to retry.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.slots.is_empty()
     }
 
     /// Whether the key has work pending, in flight or waiting to retry.
-    pub fn is_busy(&self, key: &K) -> bool {
+    pub(crate) fn is_busy(&self, key: &K) -> bool {
         self.slots.contains_key(key)
     }
 
-    pub fn in_flight(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
         self.running.len()
     }
 
     /// Jobs running or ready to run now (not waiting out a delay).
-    pub fn active(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn active(&self) -> usize {
         self.running.len() + self.ready.len()
     }
 
     /// Keys with work pending, in flight or waiting to retry.
-    pub fn keys(&self) -> usize {
+    pub(crate) fn keys(&self) -> usize {
         self.slots.len()
     }
 
-    pub fn stats(&self) -> RunnerStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> RunnerStats {
         self.stats
     }
 

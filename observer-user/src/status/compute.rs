@@ -36,7 +36,7 @@ use kubelet::{
 };
 
 /// kubelet's condition types: the agent writes none of them except in `full` mode.
-pub const KUBELET_CONDITIONS: &[&str] = &[
+pub(crate) const KUBELET_CONDITIONS: &[&str] = &[
     "PodScheduled",
     "Ready",
     "Initialized",
@@ -46,27 +46,27 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
     "PodResizeInProgress",
 ];
 /// Shared with the eviction and disruption controllers.
-pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub(crate) const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
-pub fn kubelet_owns(condition_type: &str) -> bool {
+pub(crate) fn kubelet_owns(condition_type: &str) -> bool {
     KUBELET_CONDITIONS.contains(&condition_type)
 }
 
 /// kubelet's waiting reasons.
-pub const CONTAINER_CREATING: &str = "ContainerCreating";
-pub const POD_INITIALIZING: &str = "PodInitializing";
-pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
-pub const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+pub(crate) const CONTAINER_CREATING: &str = "ContainerCreating";
+pub(crate) const POD_INITIALIZING: &str = "PodInitializing";
+pub(crate) const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+pub(crate) const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 
 /// kubelet's restart back-off: 10 s doubling to 300 s.
-pub const BACKOFF_INITIAL_SECS: u64 = 10;
-pub const BACKOFF_MAX_SECS: u64 = 300;
+pub(crate) const BACKOFF_INITIAL_SECS: u64 = 10;
+pub(crate) const BACKOFF_MAX_SECS: u64 = 300;
 /// A container that ran this long before dying starts its back-off over (kubelet's back-off
 /// entries expire after twice the maximum).
-pub const BACKOFF_RESET_SECS: u64 = 600;
+pub(crate) const BACKOFF_RESET_SECS: u64 = 600;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestartPolicy {
+pub(crate) enum RestartPolicy {
     Always,
     OnFailure,
     Never,
@@ -74,7 +74,7 @@ pub enum RestartPolicy {
 
 impl RestartPolicy {
     /// The API defaults `restartPolicy` to Always.
-    pub fn of(spec: &PodSpec) -> Self {
+    pub(crate) fn of(spec: &PodSpec) -> Self {
         match spec.restart_policy.as_deref() {
             Some("OnFailure") => RestartPolicy::OnFailure,
             Some("Never") => RestartPolicy::Never,
@@ -85,7 +85,7 @@ impl RestartPolicy {
 
 /// Everything the computation reads.
 #[derive(Clone, Copy)]
-pub struct StatusInputs<'a> {
+pub(crate) struct StatusInputs<'a> {
     /// The pod from the API: spec, metadata (deletion), and kubelet's status. `None` when the
     /// API is not reachable (`observer status` without a cluster).
     pub pod: Option<&'a Pod>,
@@ -148,12 +148,12 @@ impl fmt::Display for Unknown {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct ComputedStatus {
+pub(crate) struct ComputedStatus {
     pub status: PodStatus,
     pub unknown: Vec<Unknown>,
 }
 
-pub fn to_time(t: SystemTime) -> Time {
+pub(crate) fn to_time(t: SystemTime) -> Time {
     Time(Timestamp::try_from(t).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
@@ -161,14 +161,14 @@ pub fn to_time(t: SystemTime) -> Time {
 /// k8s-openapi's `Time` give). Formatted here for the years 1970 to 9999: the fast path formats
 /// two times per death on the real-time reader's thread, where jiff's general formatter (k8s
 /// -openapi's parses its format string at every call) took about 40 µs of cold code.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let mut s = String::with_capacity(20);
     rfc3339_into(t, &mut s);
     s
 }
 
 /// [`rfc3339`] appended to `out`.
-pub fn rfc3339_into(t: SystemTime, out: &mut String) {
+pub(crate) fn rfc3339_into(t: SystemTime, out: &mut String) {
     let Some(secs) = t
         .duration_since(std::time::UNIX_EPOCH)
         .ok()
@@ -213,7 +213,7 @@ pub fn rfc3339_into(t: SystemTime, out: &mut String) {
 
 /// The status kubelet would write for this pod, with the kernel's account and the observer's
 /// conditions.
-pub fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
+pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
     let api = inp.pod.and_then(|p| p.status.as_ref());
     let empty = PodStatus::default();
     let old = inp.previous.or(api).unwrap_or(&empty);
@@ -362,7 +362,7 @@ impl ReasonCache for BackOff<'_> {
 }
 
 /// Go's `time.Duration` text for whole seconds: `10s`, `1m20s`, `5m0s`.
-pub fn go_duration(secs: u64) -> String {
+pub(crate) fn go_duration(secs: u64) -> String {
     match secs {
         0..60 => format!("{secs}s"),
         60..3600 => format!("{}m{}s", secs / 60, secs % 60),
@@ -645,7 +645,7 @@ impl ReasonCache for NoReasons {
 /// container's init was the victim (or died of SIGKILL while the OOM killer worked in its
 /// container: a group kill); a child killed under an init that exited by itself is the init's
 /// own exit.
-pub fn terminated_reason(v: &ContainerView) -> String {
+pub(crate) fn terminated_reason(v: &ContainerView) -> String {
     let code = v.exit_code.unwrap_or(137);
     let own = if code == 0 { "Completed" } else { "Error" };
     let sigkill = v.signal == Some(9) || (v.signal.is_none() && code == 137);
@@ -659,7 +659,7 @@ pub fn terminated_reason(v: &ContainerView) -> String {
 
 /// kubelet's back-off before restarting this dead instance, if any: the first death restarts at
 /// once; then 10 s doubling to 300 s; a container that ran 10 minutes starts over.
-pub fn backoff(v: &ContainerView) -> Option<std::time::Duration> {
+pub(crate) fn backoff(v: &ContainerView) -> Option<std::time::Duration> {
     let ran = match (v.started_at, v.finished_at) {
         (Some(s), Some(f)) => f.duration_since(s).unwrap_or_default(),
         _ => std::time::Duration::ZERO,

@@ -59,7 +59,7 @@ impl ConditionTypes {
 /// Checks a condition prefix: the prefix of a qualified name, a DNS subdomain (RFC 1123: at most
 /// 253 characters, dot-separated labels of lowercase letters, digits and '-', each starting and
 /// ending alphanumeric). The API refuses any other condition type, for every pod.
-pub fn check_prefix(prefix: &str) -> Result<(), crate::kube::KubeError> {
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), crate::kube::KubeError> {
     let bad = |why: &str| {
         Err(crate::kube::KubeError::BadConditionPrefix {
             prefix: prefix.to_string(),
@@ -94,16 +94,16 @@ impl Default for ConditionTypes {
     }
 }
 
-pub const REASON_ALL_RUNNING: &str = "AllContainersRunning";
-pub const REASON_DIED: &str = "ContainerDied";
-pub const REASON_NOT_RUNNING: &str = "ContainersNotRunning";
-pub const REASON_COMPLETED: &str = "PodCompleted";
-pub const REASON_INIT_OOM: &str = "ContainerOOMKilled";
-pub const REASON_CHILD_OOM: &str = "ProcessOOMKilled";
+pub(crate) const REASON_ALL_RUNNING: &str = "AllContainersRunning";
+pub(crate) const REASON_DIED: &str = "ContainerDied";
+pub(crate) const REASON_NOT_RUNNING: &str = "ContainersNotRunning";
+pub(crate) const REASON_COMPLETED: &str = "PodCompleted";
+pub(crate) const REASON_INIT_OOM: &str = "ContainerOOMKilled";
+pub(crate) const REASON_CHILD_OOM: &str = "ProcessOOMKilled";
 
 /// The observer-owned conditions of a pod: ContainersAlive always, OOMKilled once a kill is
 /// known. `old` is the pod's conditions as last seen or written (for `lastTransitionTime`).
-pub fn observer_conditions(
+pub(crate) fn observer_conditions(
     spec: Option<&PodSpec>,
     view: &PodView,
     old: &[PodCondition],
@@ -118,7 +118,11 @@ pub fn observer_conditions(
 }
 
 /// kubelet's `updateLastTransitionTime`: the old time while the status is unchanged.
-pub fn keep_transition(mut c: PodCondition, old: &[PodCondition], now: SystemTime) -> PodCondition {
+pub(crate) fn keep_transition(
+    mut c: PodCondition,
+    old: &[PodCondition],
+    now: SystemTime,
+) -> PodCondition {
     c.last_transition_time = old
         .iter()
         .find(|o| o.type_ == c.type_ && o.status == c.status)
@@ -250,7 +254,7 @@ pub fn death(v: &ContainerView) -> String {
 }
 
 /// How a container instance ended, as [`death`] tells it.
-pub struct Ending<'a> {
+pub(crate) struct Ending<'a> {
     pub exit_code: Option<i32>,
     pub signal: Option<u8>,
     pub reason: Option<&'a str>,
@@ -260,7 +264,7 @@ pub struct Ending<'a> {
 /// [`death`] from the parts (the fast path has no view of the ended instance). Put together by
 /// hand, not with `format!`: the fast path makes these words on the real-time reader's thread,
 /// waking cold, where `core::fmt`'s machinery took about 20 µs of the way to the wire.
-pub fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
+pub(crate) fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
     let mut n = itoa::Buffer::new();
     let mut s = String::with_capacity(name.len() + 96);
     s.push_str(name);
@@ -292,12 +296,12 @@ pub fn death_words(name: &str, restart_count: u32, e: &Ending<'_>) -> String {
     s
 }
 
-pub fn is_sidecar(c: &Container) -> bool {
+pub(crate) fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
 /// The newest OOM kill of the pod, and the container it happened in.
-pub fn last_kill(view: &PodView) -> Option<(&OomEvidence, Option<&ContainerView>)> {
+pub(crate) fn last_kill(view: &PodView) -> Option<(&OomEvidence, Option<&ContainerView>)> {
     let newest = view
         .containers
         .iter()
@@ -476,7 +480,7 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
 /// What filled the cgroup that ran out, and the processes that held the most:
 /// "anon 251.0 MiB (java 240.0 MiB, sh 2.0 MiB), file 3.0 MiB". A global OOM has no breakdown:
 /// the largest processes of the node then.
-pub fn filled_with(r: &OomReport) -> Option<String> {
+pub(crate) fn filled_with(r: &OomReport) -> Option<String> {
     const TOP: usize = 3;
     const PAGE_KB: u64 = 4;
     let split = r.tasks.iter().any(|t| t.rss_anon_pages.is_some());

@@ -71,13 +71,11 @@ impl Default for EventConfig {
 
 /// What happened.
 #[derive(Clone, Debug)]
-pub enum PodEvent {
+pub(crate) enum PodEvent {
     OomKill {
         container: String,
         init_container: bool,
         victim: Box<OomEvidence>,
-        /// Whether the container outlived the kill (None: unknown).
-        survived: Option<bool>,
         /// The container's memory limit, from its spec.
         limit: Option<String>,
         /// The container as the view had it (for the note).
@@ -95,7 +93,7 @@ pub enum PodEvent {
 
 /// Counters, readable while the publisher runs.
 #[derive(Debug, Default)]
-pub struct EventStats {
+pub(crate) struct EventStats {
     pub queued: AtomicU64,
     pub published: AtomicU64,
     pub failed: AtomicU64,
@@ -112,7 +110,7 @@ fn get(c: &AtomicU64) -> u64 {
 }
 
 impl EventStats {
-    pub fn snapshot(&self) -> [u64; 6] {
+    pub(crate) fn snapshot(&self) -> [u64; 6] {
         [
             get(&self.queued),
             get(&self.published),
@@ -128,7 +126,7 @@ const NOTE_LIMIT: usize = 1024;
 
 impl PodEvent {
     /// The Recorder's event, and the field path of `regarding`.
-    pub fn render(&self) -> (Event, String) {
+    pub(crate) fn render(&self) -> (Event, String) {
         let field = |c: &str, init: bool| {
             if init {
                 format!("spec.initContainers{{{c}}}")
@@ -256,7 +254,7 @@ pub fn regarding(pod: &PodRef, field_path: String) -> ObjectReference {
 
 /// Takes events from the status manager, rate-limits them per pod and queues them for the
 /// publishing task.
-pub struct EventPublisher {
+pub(crate) struct EventPublisher {
     tx: mpsc::Sender<(ObjectReference, Event)>,
     limits: KeyedLimiter<String>,
     stats: Arc<EventStats>,
@@ -265,7 +263,7 @@ pub struct EventPublisher {
 impl EventPublisher {
     /// The publisher, and the task that publishes (spawn it; it ends when the publisher is
     /// dropped and its queue is empty). `url` names the API server in reports.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         reporter: Reporter,
         cfg: EventConfig,
@@ -317,7 +315,7 @@ impl EventPublisher {
 
     /// Queues the event unless the pod is over its rate or the queue is full (both counted).
     /// Returns whether it was queued.
-    pub fn publish(&mut self, pod: &PodRef, ev: &PodEvent) -> bool {
+    pub(crate) fn publish(&mut self, pod: &PodRef, ev: &PodEvent) -> bool {
         if !self.limits.take(pod.uid.as_str()).allowed() {
             self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(pod = %pod.name, "event over the pod's rate limit: dropped");
@@ -339,23 +337,24 @@ impl EventPublisher {
     }
 
     /// The pod left the node: its rate limit is forgotten.
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         self.limits.forget(uid);
     }
 
-    pub fn stats(&self) -> Arc<EventStats> {
+    pub(crate) fn stats(&self) -> Arc<EventStats> {
         Arc::clone(&self.stats)
     }
 
     /// Events queued and not yet published.
-    pub fn pending(&self) -> u64 {
+    pub(crate) fn pending(&self) -> u64 {
         self.stats
             .pending
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Pods whose rate limit is remembered.
-    pub fn tracked_pods(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn tracked_pods(&self) -> usize {
         self.limits.len()
     }
 }
@@ -387,7 +386,6 @@ mod tests {
             container: "app".into(),
             init_container: false,
             victim: Box::new(oom(&c, pid, comm, false)),
-            survived: Some(true),
             limit: Some("64Mi".into()),
             view: Some(Box::new(c)),
         }

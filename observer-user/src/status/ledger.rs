@@ -22,7 +22,7 @@ use crate::{
 
 /// A death the fast path claimed: its False transition is the fast path's to write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claim {
+pub(crate) struct Claim {
     pub container: ContainerId,
     /// The API accepted the fast path's patch.
     pub confirmed: bool,
@@ -78,7 +78,7 @@ pub struct AliveLedger {
 
 /// What the manager is to do with a pod, from the ledger.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ManagerTurn {
+pub(crate) enum ManagerTurn {
     /// No claim: as without a fast path (`alive`: the last submitted, for its transition time).
     Unclaimed { alive: Option<PodCondition> },
     /// The fast path claimed a death the view does not show yet: writing now would say True.
@@ -120,7 +120,7 @@ impl AliveLedger {
     /// written ([`Self::record_condition`]): `ok` says, from the last submitted condition, whether the
     /// death is a transition. Until settled the manager sees the claim (it waits, or finds it in
     /// flight) and the last submitted condition is the one before.
-    pub fn claim_ahead(
+    pub(crate) fn claim_ahead(
         &self,
         pod: PodUid,
         container: ContainerId,
@@ -137,7 +137,12 @@ impl AliveLedger {
 
     /// The condition of a claim made with [`Self::claim_ahead`], unless the manager settled
     /// the pod since.
-    pub fn record_condition(&self, pod: &PodUid, container: ContainerId, alive: PodCondition) {
+    pub(crate) fn record_condition(
+        &self,
+        pod: &PodUid,
+        container: ContainerId,
+        alive: PodCondition,
+    ) {
         let mut map = crate::sync::lock(&self.pods);
         if let Some(e) = map
             .get_mut(pod)
@@ -172,7 +177,7 @@ impl AliveLedger {
     }
 
     /// The fast path has its client: only then are claims made.
-    pub fn writer_running(&self, on: bool) {
+    pub(crate) fn writer_running(&self, on: bool) {
         self.writer.store(on, Ordering::Release);
     }
 
@@ -188,7 +193,7 @@ impl AliveLedger {
     }
 
     /// The fast path's patch for `container` was accepted.
-    pub fn confirm(&self, pod: &PodUid, container: ContainerId) {
+    pub(crate) fn confirm(&self, pod: &PodUid, container: ContainerId) {
         if let Some(c) = crate::sync::lock(&self.pods)
             .get_mut(pod)
             .and_then(|e| e.claim.as_mut())
@@ -211,7 +216,7 @@ impl AliveLedger {
 
     /// The manager, before computing a pod: `caught_up` says whether the view shows a container's
     /// death (or no longer has it).
-    pub fn manager_turn(
+    pub(crate) fn manager_turn(
         &self,
         pod: &PodUid,
         caught_up: impl Fn(ContainerId) -> bool,
@@ -256,7 +261,7 @@ impl AliveLedger {
         crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(Arc::new(basis));
     }
 
-    pub fn forget(&self, pod: &PodUid) {
+    pub(crate) fn forget(&self, pod: &PodUid) {
         crate::sync::lock(&self.pods).remove(pod);
     }
 
@@ -270,7 +275,7 @@ impl AliveLedger {
 }
 
 /// Whether `view` shows `container`'s death (or no longer has the container).
-pub fn caught_up(view: &PodView, container: ContainerId) -> bool {
+pub(crate) fn caught_up(view: &PodView, container: ContainerId) -> bool {
     view.containers
         .iter()
         .find(|c| c.id == container)

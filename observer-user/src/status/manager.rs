@@ -34,9 +34,10 @@ use tokio::{
     time::Instant,
 };
 
+#[cfg(test)]
+use super::compute::{compute_status, ComputedStatus, StatusInputs};
 use super::{
     audit::FindingKind,
-    compute::{compute_status, ComputedStatus, StatusInputs},
     conditions::ConditionTypes,
     events::{EventPublisher, EventStats},
     writer::StatusWriter,
@@ -108,18 +109,13 @@ impl StatusHandle {
     }
 
     /// The event publisher's counters (queued, published, failed, rate-limited, overflow).
-    pub fn event_stats(&self) -> &EventStats {
+    pub(crate) fn event_stats(&self) -> &EventStats {
         &self.events
     }
 
-    /// This node's pods as the reflector has them.
-    pub fn pods(&self) -> &NodePods {
-        &self.pods
-    }
-
-    /// The full PodStatus the agent computes for a view, with what it cannot know
-    /// (`observer status -o yaml`). Works without the API: the spec is then absent.
-    pub fn compute(&self, view: &PodView) -> ComputedStatus {
+    /// The full PodStatus the agent computes for a view (the tests' view of the computation).
+    #[cfg(test)]
+    pub(crate) fn compute(&self, view: &PodView) -> ComputedStatus {
         let pod = self.pods.by_uid(view.uid.as_str());
         compute_status(&StatusInputs {
             pod: pod.as_deref(),
@@ -129,6 +125,11 @@ impl StatusHandle {
             runtime: &self.cfg.runtime_name,
             types: &self.cfg.condition_types(),
         })
+    }
+
+    /// This node's pods as the reflector has them.
+    pub fn pods(&self) -> &NodePods {
+        &self.pods
     }
 }
 
@@ -260,7 +261,7 @@ impl StatusManager {
 
     /// Reads the wall clock from `clock` (the agent's, shared with the fast path and the
     /// reconciler; a fake one in tests): what is history, and the transition times.
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+    pub(crate) fn with_clock(mut self, clock: SharedClock) -> Self {
         self.epoch = Epoch {
             wall: clock.now(),
             at: Instant::now(),
@@ -269,19 +270,19 @@ impl StatusManager {
     }
 
     /// Shares ContainersAlive's truth with the fast path (see [`super::fast`]).
-    pub fn set_alive_ledger(&mut self, ledger: Arc<super::ledger::AliveLedger>) {
+    pub(crate) fn set_alive_ledger(&mut self, ledger: Arc<super::ledger::AliveLedger>) {
         self.ledger = Some(ledger);
     }
 
     /// The runtime's name for container ids (`<runtime>://<id>`), known once it answered.
-    pub fn with_runtime_name(mut self, name: String) -> Self {
+    pub(crate) fn with_runtime_name(mut self, name: String) -> Self {
         Arc::make_mut(&mut self.cfg).runtime_name = name;
         self
     }
 
     /// The Events' publishing, to run beside [`Self::run`] (the agent supervises it); left
     /// here, `run` spawns it.
-    pub fn take_events_worker(&mut self) -> Option<futures::future::BoxFuture<'static, ()>> {
+    pub(crate) fn take_events_worker(&mut self) -> Option<futures::future::BoxFuture<'static, ()>> {
         self.events_worker.take()
     }
 

@@ -28,7 +28,7 @@
 //! handle.flush(Duration::from_secs(5)).await;
 //! ```
 pub mod audit;
-pub mod compute;
+pub(crate) mod compute;
 pub mod conditions;
 pub mod events;
 pub mod ledger;
@@ -41,14 +41,21 @@ use std::{fmt, str::FromStr, time::Duration};
 
 use crate::{kube::KubeError, ratelimit::Rate};
 
-pub use audit::{audit, Finding, FindingKind};
-pub use compute::{compute_status, ComputedStatus, StatusInputs, Unknown};
-pub use conditions::{check_prefix, observer_conditions, ConditionTypes};
-pub use events::{EventConfig, EventPublisher, PodEvent};
-pub use ledger::{AliveLedger, Claim, ManagerSnapshot, ManagerTurn};
-pub use manager::{FlushReport, StatusHandle, StatusManager, StatusStats};
-pub use prepared::{DeathDetails, Prepared};
-pub use writer::{StatusWriter, WriteJob, WriteOutcome};
+pub use audit::audit;
+pub use audit::Finding;
+pub use audit::FindingKind;
+pub use compute::Unknown;
+pub(crate) use conditions::check_prefix;
+pub use conditions::ConditionTypes;
+pub use events::EventConfig;
+pub use ledger::AliveLedger;
+pub use ledger::ManagerSnapshot;
+pub use manager::FlushReport;
+pub use manager::{StatusHandle, StatusManager, StatusStats};
+pub use prepared::DeathDetails;
+pub use prepared::Prepared;
+pub use writer::WriteJob;
+pub use writer::WriteOutcome;
 
 /// What reaches the API. See the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -145,7 +152,7 @@ impl StatusConfig {
         }
     }
 
-    pub fn condition_types(&self) -> ConditionTypes {
+    pub(crate) fn condition_types(&self) -> ConditionTypes {
         ConditionTypes::new(&self.condition_prefix)
     }
 }

@@ -33,7 +33,7 @@ const MERGE_LISTS: &[(&str, &str)] = &[
 
 /// kubelet's `normalizeStatus`: the JSON form (times are whole seconds there), regular container
 /// statuses sorted by name so that order never makes two statuses differ.
-pub fn normalize(status: &PodStatus) -> Result<Value, KubeError> {
+pub(crate) fn normalize(status: &PodStatus) -> Result<Value, KubeError> {
     let mut s = status.clone();
     if let Some(cs) = s.container_statuses.as_mut() {
         cs.sort_by(|a, b| a.name.cmp(&b.name));
@@ -42,7 +42,8 @@ pub fn normalize(status: &PodStatus) -> Result<Value, KubeError> {
 }
 
 /// Normalized equality of two statuses (kubelet's no-op check).
-pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+#[cfg(test)]
+pub(crate) fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
     match (normalize(a), normalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -50,7 +51,8 @@ pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
 }
 
 /// Normalized equality of two sets of conditions, by type (order does not matter).
-pub fn same_conditions(a: &[PodCondition], b: &[PodCondition]) -> bool {
+#[cfg(test)]
+pub(crate) fn same_conditions(a: &[PodCondition], b: &[PodCondition]) -> bool {
     a.len() == b.len()
         && a.iter().all(|x| {
             b.iter().any(|y| {
@@ -69,7 +71,7 @@ pub fn body(uid: &str, status: Value) -> Value {
 ///
 /// Only types in `desired` are compared: the agent never deletes a condition (its OOMKilled is
 /// history) and never names kubelet's.
-pub fn conditions_patch(
+pub(crate) fn conditions_patch(
     uid: &str,
     base: &[PodCondition],
     desired: &[PodCondition],
@@ -88,7 +90,7 @@ pub fn conditions_patch(
 /// The `PodStatus` keys `full` mode writes: what `compute` derives from the runtime, the kernel
 /// and the previous status. A computed key the computation leaves empty (a phase's reason that no
 /// longer applies) is deleted; every other key is never named.
-pub const COMPUTED_KEYS: &[&str] = &[
+pub(crate) const COMPUTED_KEYS: &[&str] = &[
     "phase",
     "reason",
     "message",
@@ -130,7 +132,7 @@ fn keep_unmodeled(base: &[ContainerStatus], desired: &mut [ContainerStatus]) {
 }
 
 /// `desired` with the per-container fields the agent does not model taken from `base`.
-pub fn with_unmodeled(base: &PodStatus, desired: &PodStatus) -> PodStatus {
+pub(crate) fn with_unmodeled(base: &PodStatus, desired: &PodStatus) -> PodStatus {
     let mut d = desired.clone();
     let lists = [
         (&base.container_statuses, &mut d.container_statuses),

@@ -26,7 +26,7 @@ use crate::kube::{
 };
 use crate::{
     model::PodUid,
-    runner::{Finished, Runner, RunnerConfig, RunnerStats, Step, Then},
+    runner::{Finished, Runner, RunnerConfig, Step, Then},
 };
 
 /// One status patch for one pod.
@@ -72,17 +72,17 @@ impl WriteOutcome {
 }
 
 /// Retry-After when a 429 names none (kube's client-go does the same: 1 s).
-pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-pub type WriteDone = Finished<PodUid, (WriteJob, WriteOutcome)>;
+pub(crate) type WriteDone = Finished<PodUid, (WriteJob, WriteOutcome)>;
 
 /// The pod status writer; driven by its owner's loop like the [`Runner`] it wraps.
-pub struct StatusWriter {
+pub(crate) struct StatusWriter {
     runner: Runner<PodUid, WriteJob, (WriteJob, WriteOutcome)>,
 }
 
 impl StatusWriter {
-    pub fn new(client: Client, cfg: &StatusConfig) -> Self {
+    pub(crate) fn new(client: Client, cfg: &StatusConfig) -> Self {
         let timeout = cfg.request_timeout;
         let params = PatchParams {
             field_manager: Some(cfg.reporter.clone()),
@@ -112,39 +112,41 @@ impl StatusWriter {
 
     /// The pod's newest patch: it runs as soon as the pod has no request in flight and is not
     /// waiting out a back-off.
-    pub fn submit(&mut self, job: WriteJob) {
+    pub(crate) fn submit(&mut self, job: WriteJob) {
         self.runner.schedule(job.uid, job);
     }
 
     /// Drops the pod's pending work and back-off (a request in flight still finishes).
-    pub fn forget(&mut self, uid: &PodUid) {
+    pub(crate) fn forget(&mut self, uid: &PodUid) {
         self.runner.forget(uid);
     }
 
     /// The next finished request. Cancel-safe; pending forever while idle.
-    pub async fn next(&mut self) -> WriteDone {
+    pub(crate) async fn next(&mut self) -> WriteDone {
         self.runner.next().await
     }
 
     /// Ends every back-off now (the flush at shutdown).
-    pub fn expedite(&mut self) {
+    pub(crate) fn expedite(&mut self) {
         self.runner.expedite();
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.runner.is_idle()
     }
 
-    pub fn is_busy(&self, uid: &PodUid) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_busy(&self, uid: &PodUid) -> bool {
         self.runner.is_busy(uid)
     }
 
     /// Pods with a write pending, in flight or waiting to retry.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.runner.keys()
     }
 
-    pub fn stats(&self) -> RunnerStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> crate::runner::RunnerStats {
         self.runner.stats()
     }
 }
@@ -165,7 +167,7 @@ pub async fn send(
 }
 
 /// [`send`] with the patch's body already encoded.
-pub async fn send_patch(
+pub(crate) async fn send_patch(
     transport: &Transport,
     params: &PatchParams,
     namespace: &str,
@@ -212,7 +214,11 @@ pub async fn send_patch(
 }
 
 /// The path and query of a pod's status subresource, as kube builds them.
-pub fn status_path(params: &PatchParams, namespace: &str, name: &str) -> Result<String, KubeError> {
+pub(crate) fn status_path(
+    params: &PatchParams,
+    namespace: &str,
+    name: &str,
+) -> Result<String, KubeError> {
     Ok(build(params, namespace, name, Vec::new())?
         .uri()
         .to_string())

@@ -25,10 +25,10 @@ const INIT: &str = include_str!("init.sh");
 
 /// Where the guest finds the suites; `observer-workload` sits in the parent directory, where
 /// `observer_tests::kernel::workload()` looks for it (as under target/release/).
-pub const GUEST_DIR: &str = "/opt/observer";
+pub(super) const GUEST_DIR: &str = "/opt/observer";
 
 /// The binaries the guest runs.
-pub struct Payload {
+pub(super) struct Payload {
     pub busybox: PathBuf,
     pub observer: PathBuf,
     pub workload: PathBuf,
@@ -37,7 +37,7 @@ pub struct Payload {
 }
 
 /// Writes the initramfs to `out`; `scratch` holds the stripped copies. Returns its size in bytes.
-pub fn build(payload: &Payload, out: &Path, scratch: &Path) -> Result<u64> {
+pub(super) fn build(payload: &Payload, out: &Path, scratch: &Path) -> Result<u64> {
     fs::create_dir_all(scratch).with_context(|| format!("mkdir {}", scratch.display()))?;
     // guest path -> host file
     let mut files: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
@@ -124,7 +124,7 @@ fn strip_debug(bin: &Path, out: &Path) -> Result<()> {
 /// A writer of the "newc" cpio format the kernel unpacks (Documentation/driver-api/early-userspace/
 /// buffer-format.rst): a 110-byte ASCII header, the NUL-terminated name, the data, each padded to 4
 /// bytes; a `TRAILER!!!` entry ends it. Owner root, time 0: the same inputs give the same bytes.
-pub struct Cpio<W: Write> {
+pub(super) struct Cpio<W: Write> {
     w: W,
     ino: u32,
     written: u64,
@@ -136,7 +136,7 @@ const S_IFLNK: u32 = 0o120000;
 const S_IFCHR: u32 = 0o020000;
 
 impl<W: Write> Cpio<W> {
-    pub fn new(w: W) -> Self {
+    pub(super) fn new(w: W) -> Self {
         Self {
             w,
             ino: 1,
@@ -144,19 +144,19 @@ impl<W: Write> Cpio<W> {
         }
     }
 
-    pub fn dir(&mut self, name: &str) -> io::Result<()> {
+    pub(super) fn dir(&mut self, name: &str) -> io::Result<()> {
         self.entry(name, S_IFDIR | 0o755, 2, (0, 0), &[])
     }
 
-    pub fn file(&mut self, name: &str, perm: u32, data: &[u8]) -> io::Result<()> {
+    pub(super) fn file(&mut self, name: &str, perm: u32, data: &[u8]) -> io::Result<()> {
         self.entry(name, S_IFREG | perm, 1, (0, 0), data)
     }
 
-    pub fn symlink(&mut self, name: &str, target: &str) -> io::Result<()> {
+    pub(super) fn symlink(&mut self, name: &str, target: &str) -> io::Result<()> {
         self.entry(name, S_IFLNK | 0o777, 1, (0, 0), target.as_bytes())
     }
 
-    pub fn char_dev(&mut self, name: &str, major: u32, minor: u32) -> io::Result<()> {
+    pub(super) fn char_dev(&mut self, name: &str, major: u32, minor: u32) -> io::Result<()> {
         self.entry(name, S_IFCHR | 0o600, 1, (major, minor), &[])
     }
 
@@ -206,7 +206,7 @@ impl<W: Write> Cpio<W> {
     }
 
     /// Writes the trailer; returns the archive's size.
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub(super) fn finish(mut self) -> io::Result<u64> {
         self.entry("TRAILER!!!", 0, 1, (0, 0), &[])?;
         self.w.flush()?;
         Ok(self.written)

@@ -14,7 +14,7 @@
 //! Guests run one after the other: on two cores a second guest only slows the first.
 mod initramfs;
 mod qemu;
-pub mod report;
+pub(crate) mod report;
 
 use std::{
     collections::BTreeMap,
@@ -31,7 +31,7 @@ use report::{Cell, Line, Mode, Parser, Row, Verdict};
 use crate::root;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// A kernel to boot (repeatable): a Debian flavour bookworm packages (`amd64`,
     /// `cloud-amd64`, `rt-amd64`; `6.12:amd64` for the 6.12 series; `amd64@6.1.0-57` pins an ABI),
     /// `host` (/boot/vmlinuz-$(uname -r)), a vmlinuz file, or a kernel .deb. Default: amd64.
@@ -88,7 +88,7 @@ struct Kernel {
     vmlinuz: PathBuf,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     if !nix_is_root() {
         bail!("vm-test must run as root (it installs kernel packages with apt)");
     }

@@ -18,7 +18,7 @@ use super::report::Ended;
 
 /// How qemu runs the guest's CPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Accel {
+pub(super) enum Accel {
     /// KVM when a probe guest boots with it, else TCG.
     Auto,
     Kvm,
@@ -27,7 +27,7 @@ pub enum Accel {
 }
 
 #[derive(Clone, Debug)]
-pub struct Machine {
+pub(super) struct Machine {
     pub accel: Accel,
     pub smp: u32,
     pub memory: String,
@@ -66,7 +66,7 @@ impl Machine {
     }
 }
 
-pub struct Boot<'a> {
+pub(super) struct Boot<'a> {
     pub kernel: &'a Path,
     pub initrd: &'a Path,
     pub append: String,
@@ -76,14 +76,14 @@ pub struct Boot<'a> {
 }
 
 /// One line qemu printed: the guest's (ttyS1) or qemu's own (stderr).
-pub enum Output<'a> {
+pub(super) enum Output<'a> {
     Guest(&'a str),
     Qemu(&'a str),
 }
 
 /// What the caller wants after a line.
 #[derive(PartialEq, Eq)]
-pub enum Next {
+pub(super) enum Next {
     Continue,
     /// The guest said it is done: give it a few seconds to power off, then kill it.
     Finishing,
@@ -91,7 +91,7 @@ pub enum Next {
     Stop,
 }
 
-pub struct Outcome {
+pub(super) struct Outcome {
     pub ended: Ended,
     pub took: Duration,
     /// qemu's own error output.
@@ -107,7 +107,7 @@ enum Msg {
 /// How long a guest that said DONE may take to power off.
 const POWEROFF_GRACE: Duration = Duration::from_secs(20);
 
-pub fn boot(
+pub(super) fn boot(
     m: &Machine,
     b: &Boot<'_>,
     mut on_line: impl FnMut(Output<'_>) -> Next,
@@ -220,7 +220,7 @@ fn spawn_reader<R: Read + Send + 'static>(
 /// without the features a guest needs: "KVM internal error ... emulation failure", or an MSR
 /// error with `-cpu host`). So boot the real kernel and initramfs with `observer.vm=probe`, whose
 /// init prints one line and powers off, and see.
-pub fn kvm_works(m: &Machine, kernel: &Path, initrd: &Path, log: &Path) -> (bool, String) {
+pub(super) fn kvm_works(m: &Machine, kernel: &Path, initrd: &Path, log: &Path) -> (bool, String) {
     if let Err(e) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -281,7 +281,7 @@ pub fn kvm_works(m: &Machine, kernel: &Path, initrd: &Path, log: &Path) -> (bool
 }
 
 /// The kernel's panic line in a console log, if it panicked.
-pub fn panic_line(console_log: &Path) -> Option<String> {
+pub(super) fn panic_line(console_log: &Path) -> Option<String> {
     let text = std::fs::read(console_log).ok()?;
     let text = String::from_utf8_lossy(&text);
     text.lines()
@@ -290,7 +290,7 @@ pub fn panic_line(console_log: &Path) -> Option<String> {
 }
 
 /// The last `n` lines of a log file.
-pub fn tail(path: &Path, n: usize) -> Vec<String> {
+pub(super) fn tail(path: &Path, n: usize) -> Vec<String> {
     let text = std::fs::read(path).unwrap_or_default();
     let text = String::from_utf8_lossy(&text);
     let lines: Vec<&str> = text.lines().collect();
@@ -301,7 +301,7 @@ pub fn tail(path: &Path, n: usize) -> Vec<String> {
 }
 
 /// Where qemu is, for the error message when it is not.
-pub fn qemu_path() -> Option<PathBuf> {
+pub(super) fn qemu_path() -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .map(|d| d.join("qemu-system-x86_64"))
         .find(|p| p.is_file())

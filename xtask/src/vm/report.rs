@@ -7,11 +7,11 @@
 //! [`render_matrix`] prints the kernel × cgroup mode table the README carries.
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
-pub const MARKER: &str = "@@OBSERVER-VM";
+pub(crate) const MARKER: &str = "@@OBSERVER-VM";
 
 /// The cgroup setups a guest is booted with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// cgroup v2 only, every controller on it (memory.max, memory.oom.group are real).
     V2,
     /// v1 controllers beside a cgroup2 hierarchy at /sys/fs/cgroup/unified (systemd's hybrid).
@@ -21,10 +21,10 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::V2, Mode::Hybrid, Mode::V1];
+    pub(crate) const ALL: [Mode; 3] = [Mode::V2, Mode::Hybrid, Mode::V1];
 
     /// The value of `observer.cgroup=` on the guest's command line.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::V2 => "v2",
             Mode::Hybrid => "hybrid",
@@ -43,7 +43,7 @@ impl Mode {
     /// The suites the guest runs in this mode (v1 only runs `observer check`: the suites need
     /// cgroup2 and would only repeat its refusal; the OOM suite's kills, a global OOM and a
     /// `memory.oom.group` kill, are cgroup v2's).
-    pub fn suites(self) -> &'static [&'static str] {
+    pub(crate) fn suites(self) -> &'static [&'static str] {
         match self {
             Mode::V2 => &["kernel", "pleg", "oom"],
             Mode::Hybrid => &["kernel", "pleg"],
@@ -54,7 +54,7 @@ impl Mode {
 
 /// One step of the guest: its output and exit code.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     pub name: String,
     pub lines: Vec<String>,
     /// `None` until its END marker came.
@@ -63,7 +63,7 @@ pub struct Step {
 
 /// Everything a guest reported.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GuestRun {
+pub(crate) struct GuestRun {
     /// `uname -r` in the guest.
     pub release: Option<String>,
     /// `/proc/version` in the guest.
@@ -74,14 +74,14 @@ pub struct GuestRun {
 }
 
 impl GuestRun {
-    pub fn step(&self, name: &str) -> Option<&Step> {
+    pub(crate) fn step(&self, name: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)
     }
 }
 
 /// What a line of the guest's output was, for whoever prints it live.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Line<'a> {
+pub(crate) enum Line<'a> {
     /// A step started.
     Begin(&'a str),
     /// A step ended with this exit code.
@@ -96,13 +96,13 @@ pub enum Line<'a> {
 
 /// Feeds on the guest's output one line at a time.
 #[derive(Default)]
-pub struct Parser {
+pub(crate) struct Parser {
     run: GuestRun,
     current: Option<Step>,
 }
 
 impl Parser {
-    pub fn feed<'a>(&mut self, raw: &'a str) -> Line<'a> {
+    pub(crate) fn feed<'a>(&mut self, raw: &'a str) -> Line<'a> {
         // The serial line may end in \r\n.
         let line = raw.trim_end_matches(['\r', '\n']);
         let Some(rest) = line.strip_prefix(MARKER).map(str::trim_start) else {
@@ -170,7 +170,7 @@ impl Parser {
     }
 
     /// What the guest said, a step cut short included (its `rc` stays `None`).
-    pub fn finish(mut self) -> GuestRun {
+    pub(crate) fn finish(mut self) -> GuestRun {
         self.finish_current();
         self.run
     }
@@ -178,7 +178,7 @@ impl Parser {
 
 /// libtest's closing line: `test result: ok. 12 passed; 0 failed; 0 ignored; ...`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TestCounts {
+pub(crate) struct TestCounts {
     pub passed: u32,
     pub failed: u32,
     pub ignored: u32,
@@ -186,7 +186,7 @@ pub struct TestCounts {
     pub filtered: u32,
 }
 
-pub fn test_counts(lines: &[String]) -> Option<TestCounts> {
+pub(crate) fn test_counts(lines: &[String]) -> Option<TestCounts> {
     let line = lines
         .iter()
         .rev()
@@ -211,7 +211,7 @@ pub fn test_counts(lines: &[String]) -> Option<TestCounts> {
 }
 
 /// `test some::name ... FAILED` lines.
-pub fn failed_tests(lines: &[String]) -> Vec<String> {
+pub(crate) fn failed_tests(lines: &[String]) -> Vec<String> {
     lines
         .iter()
         .filter_map(|l| {
@@ -223,7 +223,7 @@ pub fn failed_tests(lines: &[String]) -> Vec<String> {
 
 /// How the guest ended, as the host saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// qemu exited (the guest powered off, or panicked with `panic=-1 -no-reboot`).
     Exited,
     /// Still running at the deadline: killed.
@@ -232,7 +232,7 @@ pub enum Ended {
 
 /// The outcome of one guest.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// `observer check` and every suite passed.
     Pass {
         tests: u32,
@@ -243,11 +243,11 @@ pub enum Verdict {
 }
 
 /// The words `observer check` uses to refuse a node without cgroup2 (observer-user/src/cli/check.rs).
-pub const REFUSAL: &str = "cgroup v2 is required";
+pub(crate) const REFUSAL: &str = "cgroup v2 is required";
 
 /// Decides what one guest's run means for `mode`. `panic` is the kernel's panic line from the
 /// console log, if it has one.
-pub fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&str>) -> Verdict {
+pub(crate) fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&str>) -> Verdict {
     if let Some(p) = panic {
         return Verdict::Fail(format!("kernel panic: {p}"));
     }
@@ -338,7 +338,7 @@ pub fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&str>) -> 
 }
 
 /// What `observer check` found about the kernel's fallbacks, for the matrix's notes column.
-pub fn kernel_notes(run: &GuestRun) -> Vec<String> {
+pub(crate) fn kernel_notes(run: &GuestRun) -> Vec<String> {
     let mut notes = Vec::new();
     // "note: v1 memory not mountable (...)" from the cgroup setup.
     let unmountable: Vec<&str> = run
@@ -392,14 +392,14 @@ pub fn kernel_notes(run: &GuestRun) -> Vec<String> {
 
 /// One row of the matrix: a kernel, and what each cgroup mode gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub kernel: String,
     pub cells: BTreeMap<Mode, Cell>,
     pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cell {
+pub(crate) enum Cell {
     Ran {
         verdict: Verdict,
         took: Duration,
@@ -409,7 +409,7 @@ pub enum Cell {
 }
 
 impl Cell {
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         matches!(
             self,
             Cell::Ran {
@@ -440,7 +440,7 @@ fn escape(s: &str) -> String {
 }
 
 /// The kernel × cgroup mode table, in markdown, with only the modes that some row has.
-pub fn render_matrix(rows: &[Row]) -> String {
+pub(crate) fn render_matrix(rows: &[Row]) -> String {
     let modes: Vec<Mode> = Mode::ALL
         .into_iter()
         .filter(|m| rows.iter().any(|r| r.cells.contains_key(m)))

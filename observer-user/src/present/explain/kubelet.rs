@@ -187,7 +187,7 @@ fn differs(c: &ContainerView, k: Option<&KubeletState>, newest: bool) -> Option<
 
 /// kubelet's account from the API's `pod` (`Err`: why there is none) for the containers of
 /// `view` that `wanted` selects.
-pub fn account(
+pub(super) fn account(
     view: &PodView,
     api: Result<&Pod, &str>,
     wanted: impl Fn(&str) -> bool,
@@ -311,7 +311,7 @@ fn short(id: &str) -> &str {
 }
 
 /// The account as `observer explain` prints it.
-pub fn render(k: &KubeletAccount, out: &mut String) {
+pub(super) fn render(k: &KubeletAccount, out: &mut String) {
     use std::fmt::Write;
     if let Some(why) = &k.unavailable {
         let _ = writeln!(out, "Kubelet's account: not shown ({why})");

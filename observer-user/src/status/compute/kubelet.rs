@@ -16,15 +16,15 @@ use crate::status::conditions::is_sidecar;
 /// The reason kubelet 1.35+ gives containers removed to restart all of a pod's containers
 /// (RestartAllContainers). The agent writes it never; a status that carries it counts as
 /// restarting, as in kubelet's `getPhase`.
-pub const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
+pub(crate) const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
 
 /// kubelet's condition reasons (pkg/kubelet/status).
-pub const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
-pub const POD_COMPLETED: &str = "PodCompleted";
-pub const POD_FAILED: &str = "PodFailed";
-pub const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
-pub const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
-pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+pub(crate) const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
+pub(crate) const POD_COMPLETED: &str = "PodCompleted";
+pub(crate) const POD_FAILED: &str = "PodFailed";
+pub(crate) const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
+pub(crate) const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
+pub(crate) const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
 
 fn state(s: &ContainerStatus) -> ContainerState {
     s.state.clone().unwrap_or_default()
@@ -40,7 +40,7 @@ fn find<'s>(statuses: &'s [ContainerStatus], name: &str) -> Option<&'s Container
 
 /// `podutil.ContainerShouldRestart`: the container's own restart policy and rules
 /// (ContainerRestartRules, 1.34) before the pod's.
-pub fn container_should_restart(c: &Container, spec: &PodSpec, exit_code: i32) -> bool {
+pub(crate) fn container_should_restart(c: &Container, spec: &PodSpec, exit_code: i32) -> bool {
     if let Some(policy) = c.restart_policy.as_deref() {
         let rule = c.restart_policy_rules.iter().flatten().find(|r| {
             r.exit_codes.as_ref().is_some_and(|e| {
@@ -87,7 +87,7 @@ fn is_static(pod: &Pod) -> bool {
 
 /// kubelet's `getPhase`, with per-container restart policies (ContainerRestartRules): for a
 /// pod without them it is the pod-level rule exactly.
-pub fn get_phase(
+pub(crate) fn get_phase(
     pod: &Pod,
     info: &[ContainerStatus],
     pod_is_terminal: bool,
@@ -209,7 +209,7 @@ pub fn get_phase(
 
 /// The runtime's account of the pod's sandbox(es), as kubelet's `PodSandboxChanged` reads it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     pub ready: bool,
     /// The sandbox's IP; `None`: not known (the agent lists sandboxes without their network
     /// status).
@@ -219,7 +219,7 @@ pub struct Sandbox {
 }
 
 /// kubelet's `PodSandboxChanged`: whether a new sandbox is needed. `sandboxes` newest first.
-pub fn pod_sandbox_changed(pod: &Pod, sandboxes: &[Sandbox]) -> bool {
+pub(crate) fn pod_sandbox_changed(pod: &Pod, sandboxes: &[Sandbox]) -> bool {
     let Some(newest) = sandboxes.first() else {
         return true;
     };
@@ -251,7 +251,10 @@ pub(super) fn condition(
 
 /// `status.GeneratePodReadyToStartContainersCondition` as kubelet 1.34 writes it (a False
 /// condition without reason or message).
-pub fn ready_to_start_containers_condition(pod: &Pod, sandboxes: &[Sandbox]) -> PodCondition {
+pub(crate) fn ready_to_start_containers_condition(
+    pod: &Pod,
+    sandboxes: &[Sandbox],
+) -> PodCondition {
     condition(
         "PodReadyToStartContainers",
         !pod_sandbox_changed(pod, sandboxes),
@@ -267,7 +270,7 @@ fn go_list(names: &[String]) -> String {
 
 /// `status.GenerateContainersReadyCondition`. `statuses`: `None` is Go's nil (no statuses at
 /// all), apart from an empty list.
-pub fn containers_ready_condition(
+pub(crate) fn containers_ready_condition(
     pod: &Pod,
     statuses: Option<&[ContainerStatus]>,
     phase: &str,
@@ -325,7 +328,7 @@ pub fn containers_ready_condition(
 }
 
 /// `generate{ContainersReady,PodReady}ConditionForTerminalPhase`.
-pub fn terminal_ready_condition(type_: &str, phase: &str) -> PodCondition {
+pub(crate) fn terminal_ready_condition(type_: &str, phase: &str) -> PodCondition {
     let reason = match phase {
         "Failed" => Some(POD_FAILED),
         "Succeeded" => Some(POD_COMPLETED),
@@ -336,7 +339,7 @@ pub fn terminal_ready_condition(type_: &str, phase: &str) -> PodCondition {
 
 /// `status.GeneratePodReadyCondition`: ContainersReady, then every readiness gate's condition
 /// True.
-pub fn pod_ready_condition(
+pub(crate) fn pod_ready_condition(
     pod: &Pod,
     conditions: &[PodCondition],
     statuses: Option<&[ContainerStatus]>,
@@ -377,7 +380,10 @@ pub fn pod_ready_condition(
 }
 
 /// `kubecontainer.HasAnyRegularContainerStarted`: a regular container running or terminated.
-pub fn has_any_regular_container_started(spec: &PodSpec, statuses: &[ContainerStatus]) -> bool {
+pub(crate) fn has_any_regular_container_started(
+    spec: &PodSpec,
+    statuses: &[ContainerStatus],
+) -> bool {
     statuses.iter().any(|s| {
         let st = state(s);
         spec.containers.iter().any(|c| c.name == s.name)
@@ -387,7 +393,7 @@ pub fn has_any_regular_container_started(spec: &PodSpec, statuses: &[ContainerSt
 
 /// `status.GeneratePodInitializedCondition`. A regular init container is done when ready, a
 /// sidecar when started; a regular container that ran means the pod was initialized.
-pub fn initialized_condition(
+pub(crate) fn initialized_condition(
     pod: &Pod,
     statuses: Option<&[ContainerStatus]>,
     phase: &str,
@@ -452,12 +458,12 @@ pub fn initialized_condition(
 
 /// kubelet's reason cache: the last error of a container's start (`CrashLoopBackOff` while it
 /// backs off), as (reason, message).
-pub trait ReasonCache {
+pub(crate) trait ReasonCache {
     fn get(&self, container: &str) -> Option<(String, Option<String>)>;
 }
 
 /// What convertToAPIContainerStatuses reads besides the lists.
-pub struct Convert<'a> {
+pub(crate) struct Convert<'a> {
     pub pod: &'a Pod,
     pub view: &'a PodView,
     /// Scheme of container ids: `containerd` gives `containerd://<id>`.
@@ -471,7 +477,7 @@ impl Convert<'_> {
     }
 
     /// The runtime's instances of a container, newest first (kubelet sorts by creation time).
-    pub fn instances(&self, name: &str) -> Vec<&ContainerView> {
+    pub(super) fn instances(&self, name: &str) -> Vec<&ContainerView> {
         let mut v: Vec<&ContainerView> = self
             .view
             .containers
@@ -482,7 +488,7 @@ impl Convert<'_> {
         v
     }
 
-    pub fn container_id(&self, v: &ContainerView) -> String {
+    pub(super) fn container_id(&self, v: &ContainerView) -> String {
         format!("{}://{}", self.runtime, v.id)
     }
 
@@ -577,7 +583,7 @@ impl Convert<'_> {
     }
 
     /// kubelet's `convertToAPIContainerStatuses` for one list (regular or init containers).
-    pub fn statuses(
+    pub(super) fn statuses(
         &self,
         containers: &[Container],
         previous: &[ContainerStatus],
@@ -711,7 +717,7 @@ impl Convert<'_> {
     }
 }
 
-pub fn waiting(reason: Option<&str>, message: Option<String>) -> ContainerState {
+pub(super) fn waiting(reason: Option<&str>, message: Option<String>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
             reason: reason.map(str::to_string),

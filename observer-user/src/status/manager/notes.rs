@@ -13,11 +13,7 @@ use crate::{
     reconcile::{
         ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, SCOPE_GRACE,
     },
-    status::{
-        audit::audit,
-        conditions::{memory_limit, survived},
-        events::PodEvent,
-    },
+    status::{audit::audit, conditions::memory_limit, events::PodEvent},
 };
 
 impl StatusManager {
@@ -125,7 +121,6 @@ impl StatusManager {
                         container: c.name.clone(),
                         init_container: is_init(&c.name),
                         victim: Box::new(o.clone()),
-                        survived: survived(o, Some(c)),
                         limit: memory_limit(spec, &c.name),
                         view: Some(Box::new(c.clone())),
                     });

@@ -52,7 +52,7 @@ pub(super) fn bump(c: &AtomicU64) {
 
 impl super::StatusHandle {
     /// The status manager's and its Events' metrics.
-    pub fn encode_metrics(
+    pub(crate) fn encode_metrics(
         &self,
         e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
     ) -> std::fmt::Result {
