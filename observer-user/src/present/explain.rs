@@ -14,7 +14,7 @@ use crate::{
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
     status::{
         compute::rfc3339,
-        conditions::{describe_kill, memory_limit},
+        conditions::{describe_kill, memory_limit, report_is_the_pods, trigger_is_the_pods},
     },
 };
 
@@ -76,8 +76,18 @@ pub struct Kill {
     pub limit_bytes: Option<u64>,
     /// `kernel` (the probes) or `kernel-log`.
     pub source: &'static str,
-    /// The kernel's whole report, where the log held it (null: see `scope_detail`).
+    /// The kernel's whole report, where the log held it (null: see `scope_detail`). When the
+    /// report spans other pods (a node-level OOM, an ancestor's limit), their processes are
+    /// taken out of it and counted in `others_withheld`.
     pub report: Option<OomReport>,
+    pub others_withheld: Option<Withheld>,
+}
+
+/// Processes of a kill's report that may be other pods': counted, never named.
+#[derive(Clone, Debug, Serialize)]
+pub struct Withheld {
+    pub processes: usize,
+    pub rss_kb: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -160,7 +170,25 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         }
         _ => None,
     };
-    let trigger = o.report.as_deref().and_then(|r| r.trigger.as_ref());
+    let trigger_ours = trigger_is_the_pods(o);
+    let mut report = o.report.as_deref().cloned();
+    let mut others_withheld = None;
+    if let Some(r) = report.as_mut().filter(|_| !report_is_the_pods(o)) {
+        let (victim, others): (Vec<_>, Vec<_>) = r.tasks.drain(..).partition(|t| t.pid == o.pid);
+        others_withheld = Some(Withheld {
+            processes: others.len(),
+            rss_kb: others.iter().map(|t| t.rss_pages * PAGE_KB).sum(),
+        });
+        r.tasks = victim;
+        if !trigger_ours {
+            r.trigger = None;
+        }
+    }
+    let trigger = o
+        .report
+        .as_deref()
+        .and_then(|r| r.trigger.as_ref())
+        .filter(|_| trigger_ours);
     Kill {
         container: c.name.clone(),
         time: rfc3339(o.time),
@@ -176,9 +204,12 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
             total_vm_kb: o.total_vm_kb,
             oom_score_adj: o.oom_score_adj,
         },
-        trigger_pid: o.trigger_pid.or(trigger.and_then(|t| t.pid)),
+        trigger_pid: o
+            .trigger_pid
+            .filter(|_| trigger_ours)
+            .or(trigger.and_then(|t| t.pid)),
         trigger_comm: trigger.map(|t| t.comm.clone()),
-        trigger_container: o.trigger_container.map(|id| {
+        trigger_container: o.trigger_container.filter(|_| trigger_ours).map(|id| {
             view.containers
                 .iter()
                 .find(|c| c.id == id)
@@ -188,7 +219,8 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         group: o.group,
         limit_bytes: o.limit_bytes,
         source: o.source.as_str(),
-        report: o.report.as_deref().cloned(),
+        report,
+        others_withheld,
     }
 }
 
@@ -264,6 +296,8 @@ pub fn render_text(e: &Explanation) -> String {
                 t.order.map_or("?".into(), |o| o.to_string()),
                 t.oom_score_adj.map_or("?".into(), |a| a.to_string()),
             );
+        } else if k.others_withheld.is_some() && r.has_start {
+            let _ = writeln!(s, "  Trigger:  not named (a process outside this container)");
         } else {
             let _ = writeln!(s, "  Trigger:  unknown (the log lost the report's start)");
         }
@@ -295,14 +329,27 @@ pub fn render_text(e: &Explanation) -> String {
                 .filter(|(_, v)| *v > 0)
                 .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
                 .collect();
-            let _ = writeln!(s, "  DeathDetails:   {}", parts.join(", "));
+            let _ = writeln!(s, "  Filled:   {}", parts.join(", "));
+        }
+        if let Some(w) = &k.others_withheld {
+            let _ = writeln!(
+                s,
+                "  Others:   {} processes held {} resident (not named: the report spans other pods)",
+                w.processes,
+                mib(w.rss_kb)
+            );
         }
         if r.tasks_listed {
             let _ = writeln!(
                 s,
-                "  Tasks ({} listed, largest {}):",
+                "  Tasks ({} listed, largest {}{}):",
                 r.task_count,
-                r.tasks.len()
+                r.tasks.len(),
+                if k.others_withheld.is_some() {
+                    ", this pod's victim only"
+                } else {
+                    ""
+                }
             );
             let _ = writeln!(
                 s,
@@ -389,6 +436,45 @@ mod tests {
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["kills"][0]["report"]["trigger"]["pid"], 446);
         assert_eq!(json["kills"][0]["scope"], "pod");
+    }
+
+    #[test]
+    fn a_kill_beyond_the_pod_names_no_other_pods_process() {
+        // The pod-level capture, told as if the node had run out: its report's other processes
+        // and the trigger (made another container's) may then be other tenants'.
+        let mut o = logged("6.12-debian-v2.kmsg", 2);
+        o.scope = OomScope::Node;
+        let other = cv("elsewhere", 1, ContainerPhase::Running).id;
+        let report = o.report.clone().unwrap();
+        let stranger = report.tasks.iter().find(|t| t.pid != o.pid).unwrap().pid;
+        o.trigger_container = Some(other);
+        o.trigger_pid = Some(stranger);
+        let foreign: Vec<String> = report
+            .tasks
+            .iter()
+            .filter(|t| t.pid != o.pid && t.name != o.comm)
+            .map(|t| t.name.clone())
+            .collect();
+        assert!(!foreign.is_empty(), "the capture lists other processes");
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        app.id = o.container_id;
+        app.oom_kills = 1;
+        app.last_oom = Some(o.clone());
+        let e = explain(&view(vec![app]), None, Err("no API"));
+        let k = &e.kills[0];
+        let kept = &k.report.as_ref().unwrap().tasks;
+        assert!(kept.iter().all(|t| t.pid == o.pid), "{kept:?}");
+        let w = k.others_withheld.as_ref().unwrap();
+        assert_eq!(w.processes, report.tasks.len() - kept.len());
+        assert!(k.trigger_pid.is_none() && k.trigger_container.is_none());
+        let text = render_text(&e);
+        let json = serde_json::to_string(&e).unwrap();
+        for name in &foreign {
+            assert!(!text.contains(name.as_str()), "{name} named in\n{text}");
+            assert!(!json.contains(&format!("\"{name}\"")), "{name} named in {json}");
+        }
+        assert!(!text.contains(&format!("pid {stranger}")), "{text}");
+        assert!(text.contains("Others:   ") && text.contains("Trigger:  not named"), "{text}");
     }
 
     mod beside_kubelet {

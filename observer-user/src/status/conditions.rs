@@ -350,6 +350,19 @@ pub fn kib(kb: u64) -> String {
     }
 }
 
+/// Whether every process the kill's report lists is this pod's: only a kill inside the pod's own
+/// cgroups (its container's limit or its pod-level one). A node-level OOM or an ancestor's limit
+/// lists other tenants' processes, which this pod's Event, condition and explanation count but
+/// never name.
+pub(crate) fn report_is_the_pods(o: &OomEvidence) -> bool {
+    matches!(o.scope, OomScope::Container | OomScope::Pod)
+}
+
+/// Whether the process whose allocation triggered the kill may be named to this pod's readers.
+pub(crate) fn trigger_is_the_pods(o: &OomEvidence) -> bool {
+    report_is_the_pods(o) || o.trigger_container.as_ref() == Some(&o.container_id)
+}
+
 /// One sentence for a kill, the same in the Event and the OOMKilled condition: which limit was
 /// hit, what filled it and who held it, then the victim, the trigger and the container's fate.
 /// What is not known is said to be unknown, never guessed:
@@ -360,7 +373,8 @@ pub fn kib(kb: u64) -> String {
 pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&str>) -> String {
     let container = c.map(|c| c.name.as_str()).unwrap_or("an unknown container");
     let mut out = scope_clause(o, container, limit);
-    if let Some(filled) = o.report.as_deref().and_then(filled_with) {
+    let own = report_is_the_pods(o);
+    if let Some(filled) = o.report.as_deref().and_then(|r| filled_with(r, own, o.pid)) {
         out.push_str(": ");
         out.push_str(&filled);
     }
@@ -390,8 +404,13 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
     if !mem.is_empty() {
         out.push_str(&format!(": {}", mem.join(", ")));
     }
-    // The trigger, when it is not the process the sentence leads with.
-    if let Some(t) = o.trigger_pid.filter(|&t| t != pid) {
+    // The trigger, when it is not the process the sentence leads with; outside the pod's own
+    // cgroups it may be another pod's process, so it is named only when it is this container's.
+    let trigger_ours = trigger_is_the_pods(o);
+    if o.trigger_pid.is_some_and(|t| t != pid) && !trigger_ours {
+        out.push_str("; the allocation that hit the limit was made outside this container");
+    }
+    if let Some(t) = o.trigger_pid.filter(|&t| t != pid && trigger_ours) {
         let comm = o
             .report
             .as_deref()
@@ -479,22 +498,47 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
 
 /// What filled the cgroup that ran out, and the processes that held the most:
 /// "anon 251.0 MiB (java 240.0 MiB, sh 2.0 MiB), file 3.0 MiB". A global OOM has no breakdown:
-/// the largest processes of the node then.
-pub(crate) fn filled_with(r: &OomReport) -> Option<String> {
+/// the largest processes of the node then. `name_tasks` false (the report spans other pods: a
+/// node-level OOM, an ancestor's limit): processes other than the victim `victim` are counted
+/// with their memory, never named, so one tenant's Event does not describe another's processes.
+pub(crate) fn filled_with(r: &OomReport, name_tasks: bool, victim: u32) -> Option<String> {
     const TOP: usize = 3;
     const PAGE_KB: u64 = 4;
     let split = r.tasks.iter().any(|t| t.rss_anon_pages.is_some());
+    let pages = |t: &crate::kernel::oom_report::Task| {
+        if split {
+            t.rss_anon_pages.unwrap_or(0)
+        } else {
+            t.rss_pages
+        }
+    };
+    if !name_tasks {
+        let others: Vec<u64> = r
+            .tasks
+            .iter()
+            .filter(|t| t.pid != victim)
+            .map(|t| t.rss_pages * PAGE_KB)
+            .collect();
+        let held = (!others.is_empty()).then(|| {
+            format!(
+                "{} other processes held {} resident (not named: they may be other pods')",
+                others.len(),
+                kib(others.iter().sum())
+            )
+        });
+        let parts = r.breakdown.as_ref().map(|b| b.parts()).unwrap_or_default();
+        let mut s: Vec<String> = parts
+            .iter()
+            .filter(|(_, bytes)| *bytes >= 1024 * 1024 || parts.len() == 1)
+            .map(|(k, bytes)| format!("{k} {}", kib(bytes / 1024)))
+            .collect();
+        s.extend(held);
+        return (!s.is_empty()).then(|| s.join(", "));
+    }
     let mut top: Vec<(&str, u64)> = r
         .tasks
         .iter()
-        .map(|t| {
-            let pages = if split {
-                t.rss_anon_pages.unwrap_or(0)
-            } else {
-                t.rss_pages
-            };
-            (t.name.as_str(), pages * PAGE_KB)
-        })
+        .map(|t| (t.name.as_str(), pages(t) * PAGE_KB))
         .filter(|(_, kb)| *kb > 0)
         .collect();
     top.sort_by_key(|b| std::cmp::Reverse(b.1));
@@ -782,9 +826,38 @@ mod tests {
             assert_eq!(node.scope, OomScope::Node, "{file}");
             let s = sentence(node, Some("64Mi"));
             assert!(
-                s.starts_with("the node ran out of memory (no cgroup limit was hit): the largest processes: dd "),
+                s.starts_with("the node ran out of memory (no cgroup limit was hit)")
+                    && !s.contains("largest processes"),
                 "{file}: {s}"
             );
+            // Other tenants' processes are counted, never named: only the victim is. (The
+            // captures' VMs held only the victim; two more processes are added to the dump.)
+            let mut crowded = node.clone();
+            let mut report = (**node.report.as_ref().unwrap()).clone();
+            for (pid, name) in [(9001, "postgres"), (9002, "redis-server")] {
+                report.tasks.push(crate::kernel::oom_report::Task {
+                    pid,
+                    tgid: pid,
+                    rss_pages: 1024,
+                    rss_anon_pages: Some(1000),
+                    name: name.into(),
+                    ..Default::default()
+                });
+            }
+            crowded.report = Some(report.into());
+            crowded.trigger_pid = Some(9001);
+            crowded.trigger_container = None;
+            let s = sentence(&crowded, None);
+            assert!(
+                s.contains("2 other processes held 8.0 MiB resident")
+                    && s.contains(
+                        "the allocation that hit the limit was made outside this container"
+                    ),
+                "{file}: {s}"
+            );
+            for name in ["postgres", "redis-server", "9001", "9002"] {
+                assert!(!s.contains(name), "{file}: {name} is named: {s}");
+            }
             for o in &k {
                 let s = sentence(o, None);
                 assert!(!s.contains("no container memory limit"), "{s}");
