@@ -58,7 +58,11 @@ pub(super) async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
     )
     .await
     .with_context(|| format!("API server {}", api.url))?;
-    print!("{body}");
+    // The agent escapes what it prints; the plugin does not rely on it (whatever answered on the
+    // agent's port wrote this body): every line is escaped again before it reaches the terminal.
+    for line in body.lines() {
+        println!("{}", crate::model::Printable(line));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

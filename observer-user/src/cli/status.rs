@@ -411,6 +411,8 @@ fn write_table(
                 "-".into(),
             ]
         }))
+        // Every cell may hold what the node said (names, the runtime's reasons, process names).
+        .map(|row| row.map(|v| crate::model::printable(&v).into_owned()))
         .collect();
     const HEAD: [&str; 7] = [
         "NAMESPACE",
@@ -498,6 +500,53 @@ mod tests {
         assert!(
             list.items[0].metadata.annotations.as_ref().unwrap()["observer.dev/unknown"]
                 .contains("no pod spec")
+        );
+    }
+
+    /// Names from the node reach a terminal escaped in every human-readable output: the table,
+    /// the kill's sentence (Event, condition), explain's text and the watch line.
+    #[test]
+    fn what_the_node_names_cannot_drive_a_terminal() {
+        use crate::{
+            kube::testkit::{cv, oom, view},
+            present::{explain, render},
+        };
+        let hostile = "ev\nil\x1b[2J\u{202e}";
+        let mut app = cv(hostile, 0, ContainerPhase::Running);
+        let kill = oom(&app, 4242, hostile, true);
+        app.oom_kills = 1;
+        app.last_oom = Some(kill);
+        let mut v = view(vec![app]);
+        v.name = hostile.into();
+        let types = ConditionTypes::default();
+        let (pod, unknown) = computed_pod(&v, None, &types, "containerd", SystemTime::now());
+        let row = Row::of(&v, &columns(&pod, &unknown));
+        let mut out = Vec::new();
+        write_table(&mut out, &[&row], &[], true).unwrap();
+        let table = String::from_utf8(out).unwrap();
+        let e = explain::explain(&v, None, Err("no API"));
+        let text = explain::render_text(&e);
+        let sentence = &e.kills[0].sentence;
+        let c = &v.containers[0];
+        let mut out = Vec::new();
+        let oom_line = render::view_oom_line(&v, c, c.last_oom.as_ref().unwrap());
+        render::write_pleg_text(&mut out, &oom_line).unwrap();
+        render::write_pleg_text(&mut out, &render::view_died_line(&v, c)).unwrap();
+        let watch = String::from_utf8(out).unwrap();
+        for (what, s, lines) in [
+            ("table", &table, 2),
+            ("sentence", sentence, 0),
+            ("watch", &watch, 2),
+        ] {
+            assert_eq!(s.matches('\n').count(), lines, "{what}: {s}");
+            assert!(!s.contains(['\x1b', '\u{202e}']), "{what}: {s}");
+        }
+        assert!(table.contains("ev\\x0ail\\x1b[2J\\u{202e}"), "{table}");
+        assert!(sentence.contains("ev\\x0ail"), "{sentence}");
+        assert!(!text.contains(['\x1b', '\u{202e}']), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("il")),
+            "no forged line: {text}"
         );
     }
 

@@ -7,6 +7,7 @@
 //! every layer that reads it sits above the reconciler anyway.
 mod clock;
 mod ids;
+mod text;
 
 #[cfg(test)]
 pub(crate) use clock::FakeClock;
@@ -14,6 +15,7 @@ pub(crate) use clock::SharedClock;
 pub use clock::{system_clock, BootClock, BootNs, Clock, SystemClock};
 pub use ids::IdError;
 pub use ids::{ContainerId, PodUid};
+pub use text::{printable, Printable};
 
 /// An error with its causes, each once: a cause whose text the message already holds (an I/O
 /// error repeated by its wrapper) is not said again.

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::{
     kernel::oom_report::OomReport,
+    model::Printable,
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
     status::{
         compute::rfc3339,
@@ -232,7 +233,12 @@ fn mib(kb: u64) -> String {
 pub fn render_text(e: &Explanation) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "Pod:        {}/{}", e.namespace, e.name);
+    let _ = writeln!(
+        s,
+        "Pod:        {}/{}",
+        Printable(&e.namespace),
+        Printable(&e.name)
+    );
     let _ = writeln!(s, "UID:        {}", e.uid);
     let _ = writeln!(s, "Lifecycle (the agent's record, oldest first):");
     for i in &e.instances {
@@ -244,7 +250,7 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(
             s,
             "  {} #{} {}: started {}{}{}{}{}{}",
-            i.container,
+            Printable(&i.container),
             i.restart_count,
             i.state,
             i.started_at.as_deref().unwrap_or("?"),
@@ -255,7 +261,7 @@ pub fn render_text(e: &Explanation) -> String {
             exit,
             i.reason
                 .as_deref()
-                .map(|r| format!(" {r}"))
+                .map(|r| format!(" {}", Printable(r)))
                 .unwrap_or_default(),
             i.exit_source
                 .map(|src| format!(" (known from {src})"))
@@ -275,7 +281,9 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(
             s,
             "OOM kill in {} at {} (scope: {}):",
-            k.container, k.time, k.scope
+            Printable(&k.container),
+            k.time,
+            k.scope
         );
         let _ = writeln!(s, "  {}", k.sentence);
         let Some(r) = &k.report else {
@@ -290,14 +298,17 @@ pub fn render_text(e: &Explanation) -> String {
             let _ = writeln!(
                 s,
                 "  Trigger:  {} (pid {}) gfp_mask={} order={} oom_score_adj={}",
-                t.comm,
+                Printable(&t.comm),
                 t.pid.map_or("?".into(), |p| p.to_string()),
                 t.gfp_mask,
                 t.order.map_or("?".into(), |o| o.to_string()),
                 t.oom_score_adj.map_or("?".into(), |a| a.to_string()),
             );
         } else if k.others_withheld.is_some() && r.has_start {
-            let _ = writeln!(s, "  Trigger:  not named (a process outside this container)");
+            let _ = writeln!(
+                s,
+                "  Trigger:  not named (a process outside this container)"
+            );
         } else {
             let _ = writeln!(s, "  Trigger:  unknown (the log lost the report's start)");
         }
@@ -306,7 +317,7 @@ pub fn render_text(e: &Explanation) -> String {
         } else {
             &r.oom_memcg
         };
-        let _ = writeln!(s, "  Limit of: {cg}");
+        let _ = writeln!(s, "  Limit of: {}", Printable(cg));
         for c in &r.counters {
             let _ = writeln!(
                 s,
@@ -367,7 +378,7 @@ pub fn render_text(e: &Explanation) -> String {
                     kb(t.rss_file_pages),
                     kb(t.rss_shmem_pages),
                     t.oom_score_adj,
-                    t.name
+                    Printable(&t.name)
                 );
             }
         } else {
@@ -375,7 +386,7 @@ pub fn render_text(e: &Explanation) -> String {
         }
         let killed: Vec<String> = r
             .killed()
-            .map(|k| format!("{} (pid {})", k.comm, k.pid))
+            .map(|k| format!("{} (pid {})", Printable(&k.comm), k.pid))
             .collect();
         let _ = writeln!(
             s,
@@ -471,10 +482,16 @@ mod tests {
         let json = serde_json::to_string(&e).unwrap();
         for name in &foreign {
             assert!(!text.contains(name.as_str()), "{name} named in\n{text}");
-            assert!(!json.contains(&format!("\"{name}\"")), "{name} named in {json}");
+            assert!(
+                !json.contains(&format!("\"{name}\"")),
+                "{name} named in {json}"
+            );
         }
         assert!(!text.contains(&format!("pid {stranger}")), "{text}");
-        assert!(text.contains("Others:   ") && text.contains("Trigger:  not named"), "{text}");
+        assert!(
+            text.contains("Others:   ") && text.contains("Trigger:  not named"),
+            "{text}"
+        );
     }
 
     mod beside_kubelet {

@@ -7,6 +7,7 @@ use time::{format_description::well_known::Rfc3339, OffsetDateTime};
 use crate::{
     cgroup::{CgroupIndex, CgroupKind},
     kernel::{KernelEvent, Task},
+    model::{printable, Printable},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -169,10 +170,10 @@ pub(crate) fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io:
         line.kind,
         line.tgid.map_or_else(dash, |p| p.to_string()),
         line.ppid.map_or_else(dash, |p| p.to_string()),
-        line.comm.as_deref().unwrap_or("-"),
+        Printable(line.comm.as_deref().unwrap_or("-")),
     )?;
     let detail = match line.kind {
-        "exec" => line.filename.unwrap_or("").to_string(),
+        "exec" => printable(line.filename.unwrap_or("")).into_owned(),
         "exit" => match line.signal.flatten() {
             Some(s) => format!(
                 "signal={s}{}",
@@ -201,7 +202,7 @@ pub(crate) fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io:
     write!(
         out,
         "{detail:<24} {}",
-        line.cgroup_path.as_deref().unwrap_or("-")
+        Printable(line.cgroup_path.as_deref().unwrap_or("-"))
     )?;
     if let (Some(c), Some(p)) = (&line.container_id, &line.pod_uid) {
         write!(out, " [pod {p} container {}]", &c[..12.min(c.len())])?;
@@ -349,7 +350,7 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
         l.event, l.pod_uid
     )?;
     if let Some(reason) = &l.reason {
-        write!(out, " {reason}")?;
+        write!(out, " {}", Printable(reason))?;
     }
     if let Some(code) = l.exit_code {
         write!(out, " exit={code}")?;
@@ -358,7 +359,7 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
         write!(out, " signal={sig}")?;
     }
     if let (Some(pid), Some(comm)) = (l.pid, &l.comm) {
-        write!(out, " pid={pid} comm={comm}")?;
+        write!(out, " pid={pid} comm={}", Printable(comm))?;
     }
     if let Some(rss) = l.anon_rss_kb {
         write!(out, " anon_rss={rss}kB")?;

@@ -32,6 +32,7 @@ use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec};
 use super::compute::{rfc3339, rfc3339_into, to_time, RestartPolicy};
 use crate::{
     kernel::oom_report::OomReport,
+    model::{printable, Printable},
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
 };
 
@@ -371,7 +372,10 @@ pub(crate) fn trigger_is_the_pods(o: &OomEvidence) -> bool {
 /// process hog (pid 4242) in container app was OOM-killed at …: anon-rss 31.0 MiB, ...; the
 /// container survived (a child process was killed)".
 pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&str>) -> String {
-    let container = c.map(|c| c.name.as_str()).unwrap_or("an unknown container");
+    // Names from the node (process names, the runtime's container names) are escaped: the
+    // sentence reaches terminals through kubectl, the agent's logs and its own outputs.
+    let container = printable(c.map(|c| c.name.as_str()).unwrap_or("an unknown container"));
+    let container = container.as_ref();
     let mut out = scope_clause(o, container, limit);
     let own = report_is_the_pods(o);
     if let Some(filled) = o.report.as_deref().and_then(|r| filled_with(r, own, o.pid)) {
@@ -398,7 +402,8 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
         mem.push(format!("total-vm {}", kib(kb)));
     }
     out.push_str(&format!(
-        "; process {comm} (pid {pid}) in container {container} was OOM-killed at {}",
+        "; process {} (pid {pid}) in container {container} was OOM-killed at {}",
+        Printable(comm),
         rfc3339(o.time)
     ));
     if !mem.is_empty() {
@@ -416,7 +421,7 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
             .as_deref()
             .and_then(|r| r.trigger.as_ref())
             .filter(|tr| tr.pid == Some(t))
-            .map(|tr| format!("{} ", tr.comm))
+            .map(|tr| format!("{} ", Printable(&tr.comm)))
             .unwrap_or_default();
         out.push_str(&match &o.trigger_container {
             Some(tc) if *tc != o.container_id => format!(
@@ -435,7 +440,7 @@ pub fn describe_kill(o: &OomEvidence, c: Option<&ContainerView>, limit: Option<&
             .iter()
             .flat_map(|r| r.killed())
             .filter(|k| k.pid != pid)
-            .map(|k| format!("{} (pid {})", k.comm, k.pid))
+            .map(|k| format!("{} (pid {})", Printable(&k.comm), k.pid))
             .collect();
         if !others.is_empty() {
             out.push_str(": ");
@@ -545,7 +550,7 @@ pub(crate) fn filled_with(r: &OomReport, name_tasks: bool, victim: u32) -> Optio
     top.truncate(TOP);
     let who = (!top.is_empty()).then(|| {
         top.iter()
-            .map(|(n, kb)| format!("{n} {}", kib(*kb)))
+            .map(|(n, kb)| format!("{} {}", Printable(n), kib(*kb)))
             .collect::<Vec<_>>()
             .join(", ")
     });

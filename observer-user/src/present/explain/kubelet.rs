@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use serde::Serialize;
 
 use crate::{
+    model::Printable,
     reconcile::{ContainerPhase, ContainerView, OomEvidence, PodView},
     status::compute::rfc3339,
 };
@@ -286,7 +287,7 @@ pub(super) fn account(
 fn state_line(k: &KubeletState) -> String {
     let mut s = k.state.to_string();
     if let Some(r) = &k.reason {
-        s.push_str(&format!(" {r}"));
+        s.push_str(&format!(" {}", Printable(r)));
     }
     if let Some(code) = k.exit_code {
         s.push_str(&format!(", exit {code}"));
@@ -301,7 +302,7 @@ fn state_line(k: &KubeletState) -> String {
         s.push_str(&format!(", finished {t}"));
     }
     if let Some(id) = &k.container_id {
-        s.push_str(&format!(" ({})", short(id)));
+        s.push_str(&format!(" ({})", Printable(short(id))));
     }
     s
 }
@@ -325,7 +326,7 @@ pub(super) fn render(k: &KubeletAccount, out: &mut String) {
         let _ = writeln!(
             out,
             "  {}{}: restartCount {}",
-            c.container,
+            Printable(&c.container),
             if c.init_container { " (init)" } else { "" },
             c.restart_count
                 .map_or("none (kubelet wrote no status for it)".into(), |r| r
@@ -349,9 +350,9 @@ pub(super) fn render(k: &KubeletAccount, out: &mut String) {
             let _ = writeln!(
                 out,
                 "    DIFFERS {}: kubelet {}, the agent {}: {}",
-                short(&d.instance),
-                d.kubelet,
-                d.agent,
+                Printable(short(&d.instance)),
+                Printable(&d.kubelet),
+                Printable(&d.agent),
                 d.why
             );
         }
