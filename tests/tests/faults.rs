@@ -572,3 +572,46 @@ async fn api_hung_the_fast_path_still_sends_every_death_at_once() -> Result<()> 
     }
     Ok(())
 }
+
+/// Connections opened from eight addresses and never finished (half a request line each), far
+/// past the endpoint's caps: the agent's port stays answerable for the probes, and a death still
+/// reaches the API at once (the kernel reader and the status manager share nothing with the
+/// listener but the runtime's workers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_slow_connections_leaves_probes_and_deaths_unaffected() -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let Some((scene, specs)) = Scene::start(&["flooded"]).await? else {
+        return Ok(());
+    };
+    let (p, pid) = scene.alive(&specs[0], Some(3)).await?;
+    let Scene { api, agent, .. } = &scene;
+    let mut held = Vec::new();
+    for peer in 2..10u8 {
+        for _ in 0..40 {
+            let sock = tokio::net::TcpSocket::new_v4()?;
+            sock.bind(SocketAddr::from(([127, 0, 0, peer], 0)))?;
+            let mut c = sock.connect(agent.listen).await?;
+            // A closed connection (over the cap) refuses the write: that is the point.
+            let _ = c.write_all(b"GET /metr").await;
+            held.push(c);
+        }
+    }
+    assert!(
+        agent.healthy(),
+        "/healthz during the flood:\n{}",
+        agent.stderr()
+    );
+    let before = api.recorded().len();
+    go(pid)?;
+    alive_patch(api, &p.name, "False", before, WAIT)
+        .await
+        .with_context(|| format!("the death during the flood\n{}", agent.stderr()))?;
+    assert!(agent.healthy());
+    let said = eventually_async(Duration::from_secs(10), || {
+        agent.stderr().contains("connection limit")
+    })
+    .await;
+    assert!(said, "the refusals are said:\n{}", agent.stderr());
+    drop(held);
+    Ok(())
+}

@@ -135,8 +135,7 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
             )
         }
     };
-    let pods = health.reconcile.pods();
-    let Some(view) = pods.iter().find(|v| v.namespace == ns && v.name == pod) else {
+    let Some(view) = health.reconcile.pod_named(ns, pod) else {
         return reply(
             StatusCode::NOT_FOUND,
             TEXT,
@@ -146,7 +145,7 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
     // kubelet's account is the reflector's pod, where the agent reaches the API.
     let api = match health.api.as_ref() {
         None => Err("the agent does not reach the Kubernetes API (--status-mode off)".to_string()),
-        Some(status) => match status.pods().of_view(view) {
+        Some(status) => match status.pods().of_view(&view) {
             Some(p) => Ok(p),
             None => Err(match status.listed() {
                 Err(why) => why,
@@ -155,7 +154,7 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
         },
     };
     let e =
-        crate::present::explain::explain(view, container, api.as_deref().map_err(String::as_str));
+        crate::present::explain::explain(&view, container, api.as_deref().map_err(String::as_str));
     if text {
         return reply(
             StatusCode::OK,
@@ -176,30 +175,136 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("listening on {addr}: {e}")))
 }
 
+/// What one client can hold of the endpoint: it serves every agent's scrapes and probes, and
+/// anyone who reaches the port can open connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once, a bound on what they cost (a few KiB each); beyond it a new
+    /// connection is closed at once. Prometheus, kubelet's probes and the plugin's proxied
+    /// requests need a handful; many peers together can still fill it, which only a
+    /// NetworkPolicy on the port prevents (deploy/).
+    pub max_connections: usize,
+    /// Of those, from one peer address: one client cannot take every slot, so kubelet's probes
+    /// (from the node's address) and the scrapes (from Prometheus's) still get theirs.
+    pub max_per_peer: usize,
+    /// From a connection's first byte to its request's last header.
+    pub header_timeout: Duration,
+    /// A connection's whole life: a client that reads its answer slowly, or keeps the
+    /// connection without asking, is dropped.
+    pub connection_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_per_peer: 8,
+            header_timeout: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Connections held per peer address.
+#[derive(Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection of a peer; given back when dropped.
+struct PeerSlot(Arc<Peers>, std::net::IpAddr);
+
+impl Peers {
+    fn take(self: &Arc<Self>, peer: std::net::IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut held = crate::sync::lock(&self.0);
+        let n = held.entry(peer).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot(Arc::clone(self), peer))
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = crate::sync::lock(&self.0 .0);
+        if let Some(n) = held.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.1);
+            }
+        }
+    }
+}
+
 /// Serves until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health) {
+    serve_with(listener, metrics, health, Limits::default()).await
+}
+
+/// [`serve`] with its limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Health,
+    limits: Limits,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let peers = Arc::new(Peers::default());
+    let mut accept_errors =
+        crate::runner::Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    let mut refused: u64 = 0;
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
+        let (stream, peer) = match listener.accept().await {
+            Ok((s, addr)) => {
+                accept_errors.reset();
+                (s, addr.ip())
+            }
             Err(e) => {
-                tracing::debug!("accept: {e}");
+                // EMFILE/ENFILE/ENOBUFS leave the connection queued: accepting again at once
+                // would spin. Waiting lets the agent's other work (and the fds' owners) go on.
+                let wait = accept_errors.next_delay();
+                if accept_errors.attempts() == 1 {
+                    tracing::warn!("the HTTP endpoint cannot accept connections ({e}); retrying with back-off up to 1 s (raise the agent's open-file limit if this is EMFILE)");
+                }
+                tokio::time::sleep(wait).await;
                 continue;
             }
         };
+        let peer_slot = peers.take(peer, limits.max_per_peer);
+        let slot = Arc::clone(&slots).try_acquire_owned();
+        let (Some(peer_slot), Ok(slot)) = (peer_slot, slot) else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(
+                    refused,
+                    %peer,
+                    "the HTTP endpoint is at its connection limit ({} in all, {} per peer): new ones are closed until some end",
+                    limits.max_connections,
+                    limits.max_per_peer
+                );
+            }
+            drop(stream);
+            continue;
+        };
         let (metrics, health) = (Arc::clone(&metrics), health.clone());
         tokio::spawn(async move {
+            let _slots = (slot, peer_slot);
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 let resp = route(target, &metrics, &health);
                 async move { Ok::<_, Infallible>(resp) }
             });
-            // A scraper that stalls is dropped rather than held for ever.
             let conn = http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
+                .header_read_timeout(limits.header_timeout)
                 .serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!("http connection: {e}");
+            match tokio::time::timeout(limits.connection_timeout, conn).await {
+                Ok(Err(e)) => tracing::debug!("http connection: {e}"),
+                Err(_) => tracing::debug!(
+                    "http connection dropped after {:?}",
+                    limits.connection_timeout
+                ),
+                Ok(Ok(())) => {}
             }
         });
     }
@@ -282,6 +387,90 @@ mod tests {
             get("/readyz", &health).await,
             (503, "the Events worker ended\n".into())
         );
+    }
+
+    /// A peer that opens connections and never finishes a request holds at most its share:
+    /// the probes (another address) are answered at once, and its connections end at the
+    /// header timeout.
+    #[tokio::test]
+    async fn a_peer_holding_slow_connections_leaves_the_probes_their_slots() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(
+            dir.path().join("absent.sock"),
+        )));
+        let tasks = Tasks::default();
+        let health = Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile: ReconcileHandle::detached(),
+            cri,
+            tasks: tasks.health(),
+            api: None,
+            stale_after: Duration::from_secs(60),
+        };
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            max_connections: 16,
+            max_per_peer: 4,
+            header_timeout: Duration::from_secs(4),
+            connection_timeout: Duration::from_secs(30),
+        };
+        let server = crate::sync::AbortOnDrop(tokio::spawn(serve_with(
+            listener,
+            Arc::new(Metrics::new(None)),
+            health,
+            limits,
+        )));
+        // 40 connections from 127.0.0.2, each with half a request line.
+        let mut slow = Vec::new();
+        for _ in 0..40 {
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            let mut c = sock.connect(addr).await.unwrap();
+            c.write_all(b"GET /hea").await.unwrap();
+            slow.push(c);
+        }
+        // The ones past its share are closed at once; the first four are held.
+        let mut closed = 0;
+        for c in &mut slow[4..] {
+            let mut b = [0u8; 1];
+            // Closed with its request unread, the socket is reset rather than shut down.
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(Duration::from_millis(500), c.read(&mut b)).await
+            {
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 36, "all but the peer's share closed");
+        for c in &mut slow[..4] {
+            let mut b = [0u8; 1];
+            let r = tokio::time::timeout(Duration::from_millis(100), c.read(&mut b)).await;
+            assert!(r.is_err(), "the peer's share is held: {r:?}");
+        }
+        // A probe from another address is answered while the four are still held.
+        let probe = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).await.unwrap();
+            out
+        })
+        .await
+        .expect("the probe is answered within a second");
+        assert!(probe.starts_with("HTTP/1.1 200"), "{probe}");
+        // The held ones end at the header timeout.
+        for c in &mut slow[..4] {
+            let mut b = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(8), c.read(&mut b))
+                .await
+                .expect("closed by the header timeout");
+            // hyper may answer 408 before it closes; either way the connection ends.
+            assert!(matches!(n, Ok(0) | Err(_)) || b[0] == b'H', "{n:?}");
+        }
+        drop(server);
     }
 
     #[tokio::test]

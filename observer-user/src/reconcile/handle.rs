@@ -137,6 +137,16 @@ impl ReconcileHandle {
         self.0.view().get(uid).cloned()
     }
 
+    /// The pod `namespace/name`, the only view copied (a lookup by anyone who can reach the
+    /// agent's port must not cost a copy of the node).
+    pub fn pod_named(&self, namespace: &str, name: &str) -> Option<PodView> {
+        self.0
+            .view()
+            .values()
+            .find(|v| v.namespace == namespace && v.name == name)
+            .cloned()
+    }
+
     pub fn stats(&self) -> &ReconcileStats {
         &self.0.stats
     }

@@ -50,7 +50,7 @@ impl Backoff {
         self.attempt = 0;
     }
 
-    #[cfg(test)]
+    /// Delays drawn since the last reset.
     pub(crate) fn attempts(&self) -> u32 {
         self.attempt
     }
