@@ -14,7 +14,9 @@
 //!   once its view shows the death, neither undoes it nor moves its transition time;
 //! - the API server hung (it reads writes and answers none): each death's patch still goes out
 //!   from the fast path at once, the second while the first is unanswered, and once the server
-//!   answers again both deaths reach it through the status manager.
+//!   answers again both deaths reach it through the status manager;
+//! - the agent's port flooded with connections that never finish a request, from eight
+//!   addresses: `/healthz` answers, a death reaches the API, the refusals are said.
 //!
 //! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
