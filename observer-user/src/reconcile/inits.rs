@@ -33,6 +33,9 @@ use crate::model::ContainerId;
 
 const FILE: &str = "inits";
 const LOCK: &str = "lock";
+/// The most the file is read of: 76 bytes an entry, so about 13 000 containers; anything
+/// larger was not written by an agent.
+const MAX_BYTES: u64 = 1 << 20;
 
 /// Whether this process may write the state directory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +58,8 @@ pub(crate) struct InitStore {
     writer: Option<(PathBuf, Flock<File>)>,
     known: HashMap<ContainerId, u32>,
     boot: String,
+    /// The last save failed (ENOSPC, EIO): said once, retried at each change, the lock kept.
+    failing: bool,
 }
 
 fn boot_id() -> String {
@@ -76,6 +81,7 @@ impl InitStore {
             writer: None,
             known: HashMap::new(),
             boot: boot_id(),
+            failing: false,
         }
     }
 
@@ -147,12 +153,22 @@ impl InitStore {
         for (id, pid) in &self.known {
             text.push_str(&format!("{id} {pid}\n"));
         }
-        if let Err(e) = replace(path, text.as_bytes()) {
-            tracing::warn!(
-                "container inits no longer kept across restarts ({}: {e}): the agent goes on from memory",
-                path.display()
-            );
-            self.writer = None;
+        // The lock stays held whatever happens: released, a second agent could take the
+        // directory while this one runs on (the file then written by two).
+        match replace(path, text.as_bytes()) {
+            Err(e) if !self.failing => {
+                tracing::warn!(
+                    "container inits cannot be written ({}: {e}): the agent goes on from memory and tries again at each change; until one succeeds, a restart loses the inits of containers that die meanwhile",
+                    path.display()
+                );
+                self.failing = true;
+            }
+            Err(_) => {}
+            Ok(()) if self.failing => {
+                tracing::info!("container inits written again ({})", path.display());
+                self.failing = false;
+            }
+            Ok(()) => {}
         }
     }
 }
@@ -171,9 +187,15 @@ fn lock(dir: &Path) -> Result<Flock<File>, LockError> {
         .create(true)
         .truncate(false)
         .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        // O_NONBLOCK: a FIFO put there must not hang start-up (it is refused below).
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(dir.join(LOCK))
         .map_err(LockError::Io)?;
+    if !file.metadata().map_err(LockError::Io)?.is_file() {
+        return Err(LockError::Io(std::io::Error::other(
+            "the lock is not a regular file",
+        )));
+    }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut held) => {
             let pid = std::process::id();
@@ -203,9 +225,10 @@ fn read(path: &Path, boot: &str) -> Result<HashMap<ContainerId, u32>, Unused> {
         why,
         kind: "unreadable",
     };
-    let mut file = match OpenOptions::new()
+    let file = match OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        // O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
     {
         Ok(f) => f,
@@ -219,8 +242,12 @@ fn read(path: &Path, boot: &str) -> Result<HashMap<ContainerId, u32>, Unused> {
         return Err(unreadable("not a regular file".into()));
     }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| unreadable(e.to_string()))?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(unreadable(format!("larger than {MAX_BYTES} bytes")));
+    }
     let text = String::from_utf8(bytes).map_err(|_| unreadable("not text".into()))?;
     let mut lines = text.lines();
     let first = lines.next().unwrap_or_default();

@@ -242,3 +242,88 @@ fn killed_in_the_middle_of_a_write_the_file_still_parses() {
         assert_eq!(next.known, s.known);
     }
 }
+
+#[test]
+fn a_fifo_at_the_file_or_the_lock_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    nix::unistd::mkfifo(&dir.path().join(FILE), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = rw(&path);
+        s.record(id(1), 10);
+        let _ = tx.send(s.get(&id(1)));
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10));
+    assert_eq!(got, Ok(Some(10)), "start-up did not block on the FIFO");
+    assert!(
+        others(dir.path())
+            .iter()
+            .any(|n| n.starts_with("inits.unreadable-")),
+        "{:?}",
+        others(dir.path())
+    );
+    assert_eq!(
+        fs::read_to_string(dir.path().join(FILE)).unwrap(),
+        text_of(&[(1, 10)])
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    nix::unistd::mkfifo(&dir.path().join(LOCK), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let s = rw(&path);
+        let _ = tx.send(s.writer.is_none());
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(true),
+        "a FIFO lock: memory only, at once"
+    );
+}
+
+#[test]
+fn a_file_larger_than_any_agent_writes_is_kept_aside_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = text_of(&[(1, 10)]);
+    while text.len() as u64 <= MAX_BYTES {
+        text.push_str(&text_of(&[(2, 20)])[37..]);
+    }
+    fs::write(dir.path().join(FILE), &text).unwrap();
+    let s = rw(dir.path());
+    assert_eq!(s.get(&id(1)), None, "not read");
+    assert!(others(dir.path())
+        .iter()
+        .any(|n| n.starts_with("inits.unreadable-")));
+}
+
+#[test]
+fn a_failed_write_keeps_the_lock_and_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = rw(dir.path());
+    // The next write's temporary file cannot be made (a directory is in its place), as a full
+    // disk would refuse it.
+    let tmp = dir.path().join(format!(".{FILE}.tmp"));
+    fs::create_dir(&tmp).unwrap();
+    s.record(id(1), 10);
+    assert!(s.failing && s.writer.is_some());
+    assert!(
+        matches!(
+            InitStore::open(dir.path(), StateAccess::ReadWrite),
+            Err(StateError::Locked { .. })
+        ),
+        "the lock is still held"
+    );
+    fs::remove_dir(&tmp).unwrap();
+    s.record(id(2), 20);
+    assert!(!s.failing);
+    // Both entries on disk (in the map's order, so compared as sets of lines).
+    let written = fs::read_to_string(dir.path().join(FILE)).unwrap();
+    let want = text_of(&[(1, 10), (2, 20)]);
+    let (mut got, mut want): (Vec<&str>, Vec<&str>) =
+        (written.lines().collect(), want.lines().collect());
+    got[1..].sort();
+    want[1..].sort();
+    assert_eq!(got, want);
+}
