@@ -45,6 +45,8 @@ pub struct Recorded {
     /// `User-Agent`: the fast path's own connections say `observer/<version>`, kube's client
     /// (the status manager) `observer`.
     pub user_agent: String,
+    /// `Authorization` as sent (the fast path's token after a refresh).
+    pub authorization: String,
     pub body: Value,
 }
 
@@ -153,6 +155,7 @@ async fn handle(
     };
     let content_type = header(hyper::header::CONTENT_TYPE);
     let user_agent = header(hyper::header::USER_AGENT);
+    let authorization = header(hyper::header::AUTHORIZATION);
     let bytes = req
         .into_body()
         .collect()
@@ -169,6 +172,7 @@ async fn handle(
         uri: uri.clone(),
         content_type: content_type.clone(),
         user_agent: user_agent.clone(),
+        authorization: authorization.clone(),
         body,
     };
     let refuse = state.lock().expect("state").refuse;
@@ -429,6 +433,22 @@ impl ApiStandIn {
                 self.url()
             ),
         )?;
+        Ok(path)
+    }
+
+    /// Rewrites [`Self::kubeconfig`]'s file in place with a bearer token read from `token_file`
+    /// (a credential rotated on disk under a running agent).
+    pub fn kubeconfig_with_token_file(&self, token_file: &Path) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {}\ncontexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: agent\nusers:\n- name: agent\n  user:\n    tokenFile: {}\ncurrent-context: stand-in\n",
+            self.url(),
+            token_file.display()
+        );
+        // Replaced as a whole, as a rotation does: never seen half written.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
         Ok(path)
     }
 

@@ -15,6 +15,8 @@
 //! - the API server hung (it reads writes and answers none): each death's patch still goes out
 //!   from the fast path at once, the second while the first is unanswered, and once the server
 //!   answers again both deaths reach it through the status manager;
+//! - credentials rotated on disk and the API answering 401: the fast path reads them again and
+//!   its next request carries the new token;
 //! - the agent's port flooded with connections that never finish a request, from eight
 //!   addresses: `/healthz` answers, a death reaches the API, the refusals are said.
 //!
@@ -615,5 +617,61 @@ async fn a_flood_of_slow_connections_leaves_probes_and_deaths_unaffected() -> Re
     .await;
     assert!(said, "the refusals are said:\n{}", agent.stderr());
     drop(held);
+    Ok(())
+}
+
+/// Credentials rotated on disk under a running agent (its kubeconfig replaced, now naming a
+/// token file): the API server answers the fast path's death with 401, the fast path reads its
+/// configuration again at once, and the next death goes out on its own connections with the new
+/// token. The refused death reaches the API through the status manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_makes_the_fast_path_read_its_credentials_again() -> Result<()> {
+    let Some((scene, specs)) = Scene::start(&["refused", "after"]).await? else {
+        return Ok(());
+    };
+    let (first, p1) = scene.alive(&specs[0], Some(4)).await?;
+    let (second, p2) = scene.alive(&specs[1], Some(5)).await?;
+    let Scene { api, agent, .. } = &scene;
+    let token = api.dir().join("token");
+    // As the kubelet writes a projected token: no newline.
+    std::fs::write(&token, "rotated-token")?;
+    api.kubeconfig_with_token_file(&token)?;
+
+    api.refuse(Some(401));
+    let before = api.recorded().len();
+    go(p1)?;
+    api.wait_for(WAIT, |r| {
+        r.seq >= before && r.code == 401 && status_patch_of(r, &first.name)
+    })
+    .await
+    .context("the death was never tried")?;
+    let reread = eventually_async(WAIT, || {
+        agent
+            .stderr()
+            .contains("refused the fast status path's credentials (401)")
+    })
+    .await;
+    assert!(reread, "the 401 is said:\n{}", agent.stderr());
+    api.refuse(None);
+    alive_patch(api, &first.name, "False", before, RECOVERY)
+        .await
+        .context("the refused death never reached the API")?;
+
+    let before = api.recorded().len();
+    go(p2)?;
+    let fast = api
+        .wait_for(WAIT, |r| {
+            r.seq >= before
+                && status_patch_of(r, &second.name)
+                && r.user_agent.starts_with("observer/")
+        })
+        .await
+        .with_context(|| format!("no fast path write after the 401\n{}", agent.stderr()))?;
+    assert_eq!(
+        (fast.code, fast.authorization.as_str()),
+        (200, "Bearer rotated-token"),
+        "the fast path's request carries the token read after the 401:\n{}",
+        agent.stderr()
+    );
     Ok(())
 }

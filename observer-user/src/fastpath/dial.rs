@@ -34,8 +34,10 @@ use crate::sync::{Bell, BellWaiter};
 pub(crate) const CONNECTIONS: usize = 2;
 /// How often an unreachable API server is tried again.
 const RETRY: Duration = Duration::from_secs(1);
-/// How often the credentials are taken again from kube's layers (a projected service account
-/// token is rotated hourly; kube re-reads it when it nears expiry).
+/// How often the configuration is read again and the credentials taken again from kube's layers:
+/// a projected service account token is rotated hourly (kube re-reads it when it nears expiry),
+/// a kubeconfig's client certificate or CA file may be replaced on disk. A 401 answer asks for it
+/// at once.
 const REFRESH: Duration = Duration::from_secs(60);
 
 /// What the dialer hands to the reader's thread.
@@ -50,6 +52,8 @@ pub enum Handed {
 struct Shared {
     /// Connections handed over and not given up yet.
     held: AtomicUsize,
+    /// The API server answered 401: the credentials are read again before the next dial.
+    refused: std::sync::atomic::AtomicBool,
 }
 
 /// The reader's end: connections as they are opened.
@@ -64,6 +68,13 @@ impl Dialed {
     /// What was handed over since the last call; never blocks.
     pub fn take(&self) -> Option<Handed> {
         self.rx.try_recv().ok()
+    }
+
+    /// The API server refused the credentials (401): the dialer reads the configuration again
+    /// and hands over the new headers (a rotated token, certificate or CA). No lock is taken.
+    pub fn credentials_refused(&self) {
+        self.shared.refused.store(true, Ordering::Relaxed);
+        self.wanted.ring();
     }
 
     /// A connection was given up: the dialer opens another.
@@ -173,7 +184,7 @@ impl Target {
 impl Dialer {
     /// Until the reader's end is dropped.
     pub async fn run(mut self) {
-        let config = match crate::kube::config(self.kubeconfig.as_deref(), false).await {
+        let mut config = match crate::kube::config(self.kubeconfig.as_deref(), false).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("the fast status path has no API configuration ({e}): deaths reach the API through the status manager only");
@@ -184,7 +195,7 @@ impl Dialer {
             tracing::warn!("the fast status path does not go through the configured proxy: deaths reach the API through the status manager only");
             return;
         }
-        let target = match Target::new(&config) {
+        let mut target = match Target::new(&config) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 tracing::warn!("the fast status path cannot use the API server's address ({e}): deaths reach the API through the status manager only");
@@ -194,11 +205,32 @@ impl Dialer {
         let mut template: Option<Arc<Template>> = None;
         let mut taken = tokio::time::Instant::now();
         let mut failures = 0u64;
+        let mut reload_failed = false;
+        // The last capture failed: taken again at the next turn, not at the next refresh.
+        let mut stale = false;
         loop {
-            if template.is_none() || taken.elapsed() >= REFRESH {
+            let refused = self.shared.refused.swap(false, Ordering::Relaxed);
+            if refused || taken.elapsed() >= REFRESH {
+                if refused {
+                    tracing::info!("the API server refused the fast status path's credentials (401): the configuration, its token and certificates are read again");
+                }
+                match self.reload().await {
+                    Ok((c, t)) => {
+                        (config, target) = (c, Arc::new(t));
+                        reload_failed = false;
+                    }
+                    Err(e) if !reload_failed => {
+                        tracing::warn!("the fast status path's configuration cannot be read again ({e}): it goes on with the one it has");
+                        reload_failed = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if template.is_none() || refused || stale || taken.elapsed() >= REFRESH {
                 match capture(&config).await {
                     Ok(t) => {
                         taken = tokio::time::Instant::now();
+                        stale = false;
                         if template.as_deref() != Some(&t) {
                             let t = Arc::new(t);
                             if template.is_some()
@@ -214,6 +246,7 @@ impl Dialer {
                             tracing::warn!("the fast status path has no credentials ({e}); deaths go through the status manager until it has (retried every second)");
                         }
                         failures += 1;
+                        stale = true;
                         tokio::time::sleep(RETRY).await;
                         continue;
                     }
@@ -263,6 +296,17 @@ impl Dialer {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+}
+
+impl Dialer {
+    /// The configuration read again, and where connections go with it.
+    async fn reload(&self) -> Result<(::kube::Config, Target), String> {
+        let c = crate::kube::config(self.kubeconfig.as_deref(), false)
+            .await
+            .map_err(|e| e.to_string())?;
+        let t = Target::new(&c)?;
+        Ok((c, t))
     }
 }
 

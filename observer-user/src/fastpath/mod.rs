@@ -458,6 +458,10 @@ impl FastDeaths {
 
     fn answered(&mut self, tag: Tag, r: &wire::Response) {
         let ok = (200..300).contains(&r.status);
+        if r.status == 401 {
+            // A rotated token, certificate or CA: read again before the next request.
+            self.dialed.credentials_refused();
+        }
         let Tag::Death {
             pod,
             container,
@@ -482,6 +486,9 @@ impl FastDeaths {
             // retrying writer.
             self.decider.ledger.fail(&pod, container);
             bump(&self.decider.stats.failed);
+            if r.status == 401 {
+                self.dialed.credentials_refused();
+            }
             tracing::debug!(pod = %name, status = r.status, "fast status write not accepted ({}); the status manager writes it", api_message(&r.body));
         }
         // The manager held the pod while the patch was in flight: its turn now.
