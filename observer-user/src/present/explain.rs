@@ -168,6 +168,9 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         OomScope::Unknown(ScopeUnknown::ReportIncomplete) => {
             Some("the kernel log no longer holds the whole report".into())
         }
+        OomScope::Unknown(ScopeUnknown::ReportRefused) => {
+            Some("the kernel log's oom-kill line could not be read one way only".into())
+        }
         _ => None,
     };
     let trigger_ours = trigger_is_the_pods(o);
@@ -297,7 +300,10 @@ pub fn render_text(e: &Explanation) -> String {
                 t.oom_score_adj.map_or("?".into(), |a| a.to_string()),
             );
         } else if k.others_withheld.is_some() && r.has_start {
-            let _ = writeln!(s, "  Trigger:  not named (a process outside this container)");
+            let _ = writeln!(
+                s,
+                "  Trigger:  not named (a process outside this container)"
+            );
         } else {
             let _ = writeln!(s, "  Trigger:  unknown (the log lost the report's start)");
         }
@@ -395,7 +401,7 @@ pub fn render_text(e: &Explanation) -> String {
 mod tests {
     use super::*;
     use crate::{
-        cgroup::classify,
+        cgroup::KubeRoots,
         kernel::kmsg,
         kube::testkit::{cv, oom, view},
         reconcile::merge::logged_oom,
@@ -405,7 +411,8 @@ mod tests {
         let path = format!("{}/src/kernel/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).unwrap();
         let k = &kmsg::parse(text.lines())[n];
-        let id = classify(&k.task_memcg).container().unwrap().id;
+        let roots = KubeRoots::of_kubelet_root("/").unwrap();
+        let id = roots.classify(&k.task_memcg).container().unwrap().id;
         logged_oom(k, id, Some(false))
     }
 
@@ -471,10 +478,16 @@ mod tests {
         let json = serde_json::to_string(&e).unwrap();
         for name in &foreign {
             assert!(!text.contains(name.as_str()), "{name} named in\n{text}");
-            assert!(!json.contains(&format!("\"{name}\"")), "{name} named in {json}");
+            assert!(
+                !json.contains(&format!("\"{name}\"")),
+                "{name} named in {json}"
+            );
         }
         assert!(!text.contains(&format!("pid {stranger}")), "{text}");
-        assert!(text.contains("Others:   ") && text.contains("Trigger:  not named"), "{text}");
+        assert!(
+            text.contains("Others:   ") && text.contains("Trigger:  not named"),
+            "{text}"
+        );
     }
 
     mod beside_kubelet {
