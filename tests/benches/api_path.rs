@@ -76,11 +76,12 @@ struct Shared {
 fn kernel_exits(shared: &Arc<Shared>) -> Result<observer::pipeline::PipelineTask> {
     use observer::{kernel::KernelEvent, pipeline};
     let unified = pipeline::unified_mount(None)?;
-    let roots = pipeline::watch_roots(&unified, &["/kubepods"])?;
+    let roots = pipeline::watch_roots(&unified, ["/kubepods"])?;
     anyhow::ensure!(roots.len() == 1, "/kubepods does not exist");
     let (p, _rx) = pipeline::KernelPipeline::start(pipeline::PipelineConfig {
         unified,
-        scan_roots: vec![],
+        // An onlooker: no pod of its own, no walk.
+        roots: observer::cgroup::KubeRoots::new(std::iter::empty::<&str>())?,
         probes: observer::kernel::ProbeOptions {
             watch: observer::kernel::Watch::Roots(roots),
             // Read at this reader's polls: a wake-up costs the dying task an irq_work, and our

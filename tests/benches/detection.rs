@@ -416,7 +416,7 @@ async fn run_phase(
     let t0 = Instant::now();
     // The sandboxes made /kubepods exist: watch exactly that subtree, as the agent does.
     let unified = unified_mount(None)?;
-    let roots = watch_roots(&unified, &[KUBEPODS])?;
+    let roots = watch_roots(&unified, [KUBEPODS])?;
     anyhow::ensure!(
         roots.len() == 1,
         "{KUBEPODS} does not exist after the sandboxes started"
@@ -437,7 +437,7 @@ async fn run_phase(
     let (pipeline, rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified,
-            scan_roots: vec![KUBEPODS.into()],
+            roots: observer::cgroup::KubeRoots::new([KUBEPODS])?,
             probes: ProbeOptions {
                 watch: Watch::Roots(roots),
                 ..Default::default()

@@ -124,7 +124,10 @@ fn new_pleg(capacity: usize) -> (Queued, observer::pleg::PlegReceiver) {
     let (tx, rx) = channel(capacity).expect("a wake-up socket");
     (
         Queued {
-            pleg: Pleg::new(CgroupIndex::new(mount)),
+            pleg: Pleg::new(CgroupIndex::new(
+                mount,
+                observer::cgroup::KubeRoots::of_kubelet_root("/").expect("kubelet's roots"),
+            )),
             tx,
             batch: Vec::new(),
         },

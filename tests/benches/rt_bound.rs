@@ -401,7 +401,7 @@ fn agent(cg: &TestCgroup, make: HookFactory) -> Result<(observer::pipeline::Pipe
     let (pipeline, mut rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified: cg.mount.clone(),
-            scan_roots: vec![cg.rel("kubepods")],
+            roots: observer::cgroup::KubeRoots::new([cg.rel("kubepods")])?,
             probes: observer::kernel::ProbeOptions {
                 watch: observer::kernel::Watch::Roots(vec![cg.watch_root()]),
                 ..Default::default()

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context};
 use observer::{
-    cgroup::{cgroup_id, CgroupMounts, HierarchyMount},
+    cgroup::{cgroup_id, CgroupMounts, HierarchyMount, KubeRoots},
     kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Watch, WatchRoot},
     pipeline::{KernelPipeline, PipelineConfig},
     pleg::{PlegReceiver, PodLifecycleEvent},
@@ -86,6 +86,20 @@ impl TestCgroup {
     /// Nesting depth below the hierarchy root, as `bpf_get_current_ancestor_cgroup_id` counts it.
     pub fn level(&self) -> u32 {
         self.rel.split('/').filter(|c| !c.is_empty()).count() as u32
+    }
+
+    /// kubelet's roots for a tree the test laid out below this cgroup: `below` itself when it
+    /// names a kubepods cgroup, else both drivers' kubepods cgroups below it (the harness lays
+    /// out either driver's names below one prefix).
+    pub fn kube_roots(&self, below: &str) -> anyhow::Result<KubeRoots> {
+        let base = self.rel(below);
+        let base = base.trim_end_matches('/');
+        let named = base.ends_with("/kubepods") || base.ends_with("kubepods.slice");
+        Ok(if named {
+            KubeRoots::new([base])?
+        } else {
+            KubeRoots::new([format!("{base}/kubepods"), format!("{base}/kubepods.slice")])?
+        })
     }
 
     pub fn watch_root(&self) -> WatchRoot {
@@ -328,7 +342,7 @@ impl PlegWatch {
     pub fn with(cg: &TestCgroup, scan_below: &str, opts: ProbeOptions) -> anyhow::Result<Self> {
         let (pipeline, rx) = KernelPipeline::start(PipelineConfig {
             unified: cg.mount.clone(),
-            scan_roots: vec![cg.rel(scan_below)],
+            roots: cg.kube_roots(scan_below)?,
             probes: ProbeOptions {
                 watch: Watch::Roots(vec![cg.watch_root()]),
                 ..opts

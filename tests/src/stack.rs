@@ -218,7 +218,7 @@ impl RuntimeService for RuntimeStandIn {
 pub struct AgentStack {
     pub reconcile: ReconcileHandle,
     pub status: StatusHandle,
-    _agent: Agent<RuntimeStandIn>,
+    agent: Agent<RuntimeStandIn>,
 }
 
 impl AgentStack {
@@ -239,7 +239,7 @@ impl AgentStack {
             runtime_fallback: "containerd".into(),
             pipeline: PipelineConfig {
                 unified: cg.mount.clone(),
-                scan_roots: vec![cg.rel("")],
+                roots: cg.kube_roots("")?,
                 probes: ProbeOptions {
                     watch: Watch::Roots(vec![cg.watch_root()]),
                     ..ProbeOptions::default()
@@ -263,7 +263,21 @@ impl AgentStack {
         Ok(Self {
             reconcile: agent.reconcile.clone(),
             status: agent.status.clone().context("the agent has writers")?,
-            _agent: agent,
+            agent,
         })
+    }
+
+    /// `/metrics` as `observer run` serves it (but the runtime connection's, a stand-in's here).
+    pub fn metrics(&self) -> anyhow::Result<String> {
+        Ok(observer::agent::metrics::Metrics::new(Some(self.agent.metric_sources())).encode()?)
+    }
+
+    /// A sample's value in [`Self::metrics`] (`name` with its labels, as exposed); 0 when absent.
+    pub fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let text = self.metrics()?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0))
     }
 }

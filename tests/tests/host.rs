@@ -10,8 +10,8 @@ use std::{
 use observer::{
     cgroup::{
         cgroup_id, cgroup_id_and_version, conmon_cgroup_path, container_cgroup_path,
-        find_kubepods_roots, pod_cgroup_path, scan, CgroupDriver, CgroupKind, CgroupMounts,
-        CgroupVersion, ContainerId, PodUid, Qos, Runtime, Scan, ScanOptions, ScannedCgroup,
+        pod_cgroup_path, scan, CgroupDriver, CgroupKind, CgroupMounts, CgroupVersion, ContainerId,
+        KubeRoots, PodUid, Qos, Runtime, Scan, ScanOptions, ScannedCgroup,
     },
     kernel::{kmsg, tracefs, tracefs::FIELD_ABSENT},
 };
@@ -221,10 +221,9 @@ fn scan_finds_cgroup2_containers_and_their_inits() {
     let younger = cg.spawn_in(&cb, Path::new("sleep"), &["60"]).unwrap().id();
     assert!(start_ticks(younger) > start_ticks(older));
 
-    let roots = find_kubepods_roots(&u);
     let kp = cg.rel("kubepods");
-    assert!(roots.contains(&kp), "{kp} not in {roots:?}");
-    let scan = scan(&u, &[&kp], &ScanOptions::default()).unwrap();
+    let roots = KubeRoots::new([&kp]).unwrap();
+    let scan = scan(&u, &roots, &ScanOptions::default()).unwrap();
     assert_eq!(scan.version, CgroupVersion::V2);
 
     let sa = find(&scan, &ca);
@@ -294,13 +293,8 @@ fn scan_walks_a_v1_hierarchy_with_crio_and_systemd() {
         .id();
 
     let kp = cg.rel("kubepods.slice");
-    assert!(find_kubepods_roots(&pids_h).contains(&kp));
-    let scan = scan(
-        &pids_h,
-        &[kp.clone(), format!("{kp}/")],
-        &ScanOptions::default(),
-    )
-    .unwrap();
+    let roots = KubeRoots::new([kp.clone(), format!("{kp}/")]).unwrap();
+    let scan = scan(&pids_h, &roots, &ScanOptions::default()).unwrap();
     assert_eq!(scan.version, CgroupVersion::V1);
     let sc = find(&scan, &cg.rel(&cc));
     let k = sc.kind.container().unwrap();

@@ -125,7 +125,7 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
     let (pipeline, mut rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified: cg.mount.clone(),
-            scan_roots: vec![cg.rel("kubepods")],
+            roots: observer::cgroup::KubeRoots::new([cg.rel("kubepods")])?,
             probes: observer::kernel::ProbeOptions {
                 watch: observer::kernel::Watch::Roots(vec![cg.watch_root()]),
                 ..Default::default()

@@ -29,11 +29,14 @@ pub struct Sources {
     pub pipeline: Arc<PipelineHealth>,
     pub probes: Arc<Mutex<Probes>>,
     pub reconcile: ReconcileHandle,
-    pub cri: ReconnectingCri,
+    /// The runtime connection, where the runtime is the CRI.
+    pub cri: Option<ReconnectingCri>,
     /// The status manager, when the agent writes.
     pub status: Option<StatusHandle>,
     /// The fast path's counters (`conditions` mode).
     pub fast: Option<Arc<crate::fastpath::FastStats>>,
+    /// What the kernel log's readers did not believe.
+    pub kernel_log: Arc<crate::kernel::kmsg::LogStats>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -53,7 +56,7 @@ impl Metrics {
     }
 
     /// The text exposition (`text/plain; version=0.0.4`).
-    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::with_capacity(16 << 10);
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
         Ok(out)
@@ -79,8 +82,11 @@ impl Collector for Sources {
                 (mem.peak_kib * 1024) as f64,
             )?;
         }
+        self.kernel_log.encode_metrics(&mut e)?;
         self.reconcile.encode_metrics(&mut e)?;
-        self.cri.encode_metrics(&mut e)?;
+        if let Some(cri) = &self.cri {
+            cri.encode_metrics(&mut e)?;
+        }
         crate::sched::encode_metrics(&mut e)?;
         if let Some(h) = &self.status {
             h.encode_metrics(&mut e)?;

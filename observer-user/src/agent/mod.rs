@@ -24,7 +24,10 @@ use crate::{
     cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
     fastpath::{self, FastDeaths, FastStats},
-    kernel::{kmsg, KernelCounters, KernelError},
+    kernel::{
+        kmsg::{self, LogStats},
+        KernelCounters, KernelError,
+    },
     model::{BootClock, Clock, SharedClock, SystemClock},
     pipeline::{
         HookFactory, KernelPipeline, PipelineConfig, PipelineHealth, PipelineTask, ReaderThread,
@@ -43,6 +46,9 @@ pub struct AgentConfig {
     pub cri: CriEndpoint,
     /// Where the host's cgroup filesystems are mounted when the agent runs in a container.
     pub cgroupfs: Option<PathBuf>,
+    /// kubelet's `--cgroup-root`s or kubepods cgroups (`--cgroup-root`); empty: found
+    /// ([`crate::cgroup::KubeRoots::detect`]).
+    pub cgroup_roots: Vec<String>,
     pub reconcile: ReconcileConfig,
     /// Where the kernel reader and the PLEG run (`--realtime-priority` makes it real-time).
     pub reader: ReaderThread,
@@ -53,6 +59,7 @@ impl AgentConfig {
         Self {
             cri,
             cgroupfs: None,
+            cgroup_roots: Vec::new(),
             reconcile: ReconcileConfig::default(),
             reader: ReaderThread::default(),
         }
@@ -101,7 +108,7 @@ impl AgentParts<ReconnectingCri> {
             runtime: ReconnectingCri::new(CriConfig::new(cfg.cri.clone())),
             clock: SystemClock,
             runtime_fallback: fallback_name(&cfg.cri),
-            pipeline: PipelineConfig::kubepods(cfg.cgroupfs.as_deref())?,
+            pipeline: PipelineConfig::kubepods(cfg.cgroupfs.as_deref(), &cfg.cgroup_roots)?,
             reader: cfg.reader,
             reconcile: cfg.reconcile,
             mounts: CgroupMounts::detect(cfg.cgroupfs.as_deref()).ok(),
@@ -127,6 +134,8 @@ pub struct Agent<R: RuntimeService = ReconnectingCri> {
     tasks: Tasks,
     /// The kernel log's reader: it may end (the log unreadable) and the agent goes on without.
     _kmsg: AbortOnDrop,
+    /// What the kernel log's readers did not believe.
+    kernel_log: Arc<LogStats>,
     pub reconcile: ReconcileHandle,
     pub runtime: R,
     /// The status manager's handle, with writers.
@@ -168,6 +177,10 @@ impl<R: RuntimeService> Agent<R> {
         };
         let clock = BootClock::new();
         let wall: SharedClock = Arc::new(wall);
+        // kubelet's roots, as the pipeline found them: the kernel log's cgroups name a
+        // container only below them too.
+        let roots = pipeline.roots.clone();
+        let kernel_log = Arc::new(LogStats::default());
         let ledger = Arc::new(AliveLedger::default());
         let mut tasks = Tasks::default();
 
@@ -176,7 +189,7 @@ impl<R: RuntimeService> Agent<R> {
             runtime.clone(),
             reconcile,
             clock.clone(),
-            OomHistory::default(),
+            OomHistory::new(roots.clone()),
             inits,
         );
         reconciler.set_wall_clock(Arc::clone(&wall));
@@ -243,8 +256,8 @@ impl<R: RuntimeService> Agent<R> {
         let (kernel, events) = KernelPipeline::start_with(pipeline, clock, hook)?;
         // The follower first, then the history, both after the probes are attached: every kill
         // is seen by the probes, or in the log, or both (a kill in both logs counts once).
-        let follower = kmsg::Follower::open();
-        reconciler.set_history(OomHistory::read());
+        let follower = kmsg::Follower::open(Arc::clone(&kernel_log));
+        reconciler.set_history(OomHistory::read(roots, &kernel_log));
         let (tx, rx) = mpsc::channel(256);
         reconciler.follow_kernel_log(rx);
         let kmsg_task = AbortOnDrop(match follower {
@@ -253,7 +266,12 @@ impl<R: RuntimeService> Agent<R> {
                 // In a container that is not privileged /dev/kmsg cannot be opened; the same log
                 // is read through syslog(2) once each kill the probes report has been logged.
                 tracing::info!("/dev/kmsg not followed ({e}): the kernel log is read through syslog(2) at each OOM kill");
-                tokio::spawn(reread_kernel_log(handle.pleg_events(), mounts, tx))
+                tokio::spawn(reread_kernel_log(
+                    handle.pleg_events(),
+                    mounts,
+                    tx,
+                    Arc::clone(&kernel_log),
+                ))
             }
         });
         let relist = handle.clone();
@@ -262,6 +280,7 @@ impl<R: RuntimeService> Agent<R> {
         Ok(Self {
             tasks,
             _kmsg: kmsg_task,
+            kernel_log,
             reconcile: handle,
             runtime,
             status,
@@ -284,6 +303,25 @@ impl<R: RuntimeService> Agent<R> {
     /// The probes: their counters and per-program run time.
     pub fn probes(&self) -> Arc<std::sync::Mutex<crate::kernel::Probes>> {
         self.kernel.probes()
+    }
+
+    /// What the kernel log's readers did not believe.
+    pub fn kernel_log(&self) -> Arc<LogStats> {
+        Arc::clone(&self.kernel_log)
+    }
+
+    /// What `/metrics` reads of this agent (the runtime connection's own metrics are the
+    /// caller's to add: the runtime is generic here).
+    pub fn metric_sources(&self) -> crate::agent::metrics::Sources {
+        crate::agent::metrics::Sources {
+            pipeline: self.pipeline(),
+            probes: self.probes(),
+            reconcile: self.reconcile.clone(),
+            cri: None,
+            status: self.status.clone(),
+            fast: self.fast.clone(),
+            kernel_log: self.kernel_log(),
+        }
     }
 
     pub fn clock(&self) -> BootClock {
@@ -335,9 +373,15 @@ async fn reread_kernel_log(
     mut pleg: tokio::sync::broadcast::Receiver<crate::pleg::PodLifecycleEvent>,
     mounts: Option<CgroupMounts>,
     tx: mpsc::Sender<kmsg::LoggedOomKill>,
+    stats: Arc<LogStats>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut seen_up_to = 0u64;
+    // What is not believed is counted once: the start-up read counted the log up to now, each
+    // re-read counts what came after the one before.
+    let mut counted_up_to = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .ok()
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1000);
     loop {
         match pleg.recv().await {
             Ok(ev) if ev.oom().is_none() => continue,
@@ -348,8 +392,15 @@ async fn reread_kernel_log(
         while let Ok(Ok(_)) =
             tokio::time::timeout(std::time::Duration::from_millis(20), pleg.recv()).await
         {}
-        let history = match tokio::task::spawn_blocking(kmsg::read_history).await {
-            Ok(Ok(h)) => h,
+        let after = counted_up_to;
+        let history = match tokio::task::spawn_blocking(move || kmsg::read_history_from(after))
+            .await
+        {
+            Ok(Ok((h, _))) => {
+                stats.add(&h.ignored);
+                counted_up_to = h.until_us.or(counted_up_to);
+                h
+            }
             Ok(Err(e)) => {
                 tracing::warn!("the kernel log cannot be read ({e}): OOM kills show without the cgroup whose limit was hit");
                 return;

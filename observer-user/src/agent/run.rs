@@ -71,12 +71,8 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
     let metrics = Metrics::new(Some(Sources {
-        pipeline: agent.pipeline(),
-        probes: agent.probes(),
-        reconcile: agent.reconcile.clone(),
-        cri: agent.runtime.clone(),
-        status: agent.status.clone(),
-        fast: agent.fast.clone(),
+        cri: Some(agent.runtime.clone()),
+        ..agent.metric_sources()
     }));
     let health = http::Health {
         pipeline: agent.pipeline(),

@@ -6,7 +6,7 @@
 //! kernel: a cgroup2 file handle is its id, so `open_by_handle_at` opens the directory.
 use std::{collections::HashMap, fs, os::unix::fs::MetadataExt, path::Path, sync::Arc};
 
-use super::{classify, mounts::HierarchyMount, CgroupKind};
+use super::{mounts::HierarchyMount, CgroupKind, KubeRoots};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupEntry {
@@ -15,24 +15,18 @@ pub struct CgroupEntry {
     pub kind: CgroupKind,
 }
 
-impl CgroupEntry {
-    pub fn new(path: &str) -> Self {
-        Self {
-            kind: classify(path),
-            path: Arc::from(path),
-        }
-    }
-}
-
 pub struct CgroupIndex {
     mount: HierarchyMount,
+    /// What each path is, anchored at kubelet's roots.
+    roots: KubeRoots,
     by_id: HashMap<u64, CgroupEntry>,
 }
 
 impl CgroupIndex {
-    pub fn new(mount: HierarchyMount) -> Self {
+    pub fn new(mount: HierarchyMount, roots: KubeRoots) -> Self {
         Self {
             mount,
+            roots,
             by_id: HashMap::new(),
         }
     }
@@ -44,7 +38,7 @@ impl CgroupIndex {
         while let Some(dir) = stack.pop() {
             let Ok(md) = fs::metadata(&dir) else { continue };
             if let Some(rel) = self.mount.to_relative(&dir) {
-                self.by_id.insert(md.ino(), CgroupEntry::new(&rel));
+                self.by_id.insert(md.ino(), self.roots.entry(&rel));
             }
             let Ok(entries) = fs::read_dir(&dir) else {
                 continue;
@@ -58,7 +52,7 @@ impl CgroupIndex {
     }
 
     pub fn insert(&mut self, id: u64, path: &str) -> &CgroupEntry {
-        self.by_id.insert(id, CgroupEntry::new(path));
+        self.by_id.insert(id, self.roots.entry(path));
         &self.by_id[&id]
     }
 
@@ -75,7 +69,7 @@ impl CgroupIndex {
         if !self.by_id.contains_key(&id) {
             let abs = path_of_id(&self.mount.mount_point, id)?;
             let rel = self.mount.to_relative(&abs)?;
-            self.by_id.insert(id, CgroupEntry::new(&rel));
+            self.by_id.insert(id, self.roots.entry(&rel));
         }
         self.by_id.get(&id)
     }
@@ -90,6 +84,10 @@ impl CgroupIndex {
 
     pub fn mount(&self) -> &HierarchyMount {
         &self.mount
+    }
+
+    pub fn roots(&self) -> &KubeRoots {
+        &self.roots
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Kernel events carry a cgroup id (and cgroup events a path); this module turns those into
 //! Kubernetes terms:
-//! - [`path`]: classify a hierarchy-relative path (pure, allocation-free) and build the paths
-//!   kubelet and the runtimes create;
+//! - [`path`]: the shapes of kubelet's and the runtimes' cgroup paths (pure, allocation-free),
+//!   and the builders of those paths;
+//! - [`roots`]: kubelet's own roots, below which alone a path is a pod's or a container's;
 //! - [`mounts`]: find the cgroup hierarchies (unified, hybrid, legacy) and convert paths;
 //! - [`id`]: a cgroup's id, as `bpf_get_current_cgroup_id()` reports it;
 //! - [`scan`]: the one walk at start-up that finds containers started before the agent.
@@ -13,6 +14,7 @@ pub mod id;
 pub(crate) mod index;
 pub mod mounts;
 pub mod path;
+pub mod roots;
 pub mod scan;
 
 pub use id::{cgroup_id, cgroup_id_and_version};
@@ -20,16 +22,24 @@ pub use index::CgroupEntry;
 pub use index::CgroupIndex;
 pub use mounts::CgroupMode;
 pub use mounts::{CgroupMounts, CgroupVersion, HierarchyMount};
+pub(crate) use path::container_of_name;
 pub use path::ConmonRef;
 pub use path::ContainerRef;
 pub use path::PodCgroup;
-pub(crate) use path::{classify, container_of_name};
+
+/// The shape of a path alone, wherever its kubepods component is: what a path names relative
+/// to a container already attributed (by [`KubeRoots::classify`], or the probes), never what a
+/// path from the kernel is.
+pub(crate) fn shape(path: &str) -> CgroupKind {
+    path::classify(path)
+}
 pub use path::{
     conmon_cgroup_path, container_cgroup_path, pod_cgroup_path, CgroupDriver, CgroupKind,
     ContainerId, PodUid, Qos, Runtime,
 };
+pub use roots::KubeRoots;
 pub use scan::ScanStats;
-pub use scan::{find_kubepods_roots, scan, Scan, ScanOptions, ScannedCgroup};
+pub use scan::{scan, Scan, ScanOptions, ScannedCgroup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -46,6 +56,8 @@ pub enum CgroupError {
     OutsideMount { path: String, mount_point: PathBuf },
     #[error("no kubepods cgroup found below {}", mount_point.display())]
     NoKubepodsRoot { mount_point: PathBuf },
+    #[error("{path:?} names no kubepods cgroup: give kubelet's --cgroup-root (its cgroupRoot, e.g. / or /kubelet) or the kubepods cgroup itself (e.g. /kubepods, /kubepods.slice, /kubelet.slice/kubelet-kubepods.slice), without '..'")]
+    NotKubepods { path: String },
     #[error(transparent)]
     Id(#[from] crate::model::IdError),
 }

@@ -1,6 +1,6 @@
 //! What a cgroup path means to Kubernetes: kubepods root, QoS level, pod, container, conmon.
 //!
-//! Pure and allocation-free: [`classify`] runs for every cgroup mkdir on the node, so ids are
+//! Pure and allocation-free: the classification runs for every cgroup mkdir on the node, so ids are
 //! kept inline ([`PodUid`], [`ContainerId`] are `Copy`) and the path is only sliced, never copied.
 //! The layouts are those of ARCHITECTURE.md "Cgroup layouts"; the builders ([`pod_cgroup_path`],
 //! [`container_cgroup_path`], ...) write the same layouts, so tests can lay out cgroup trees
@@ -159,7 +159,7 @@ pub struct ConmonRef {
     pub id: ContainerId,
 }
 
-/// What a cgroup path is. See [`classify`].
+/// What a cgroup path is. See [`super::KubeRoots::classify`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CgroupKind {
     /// `kubepods`, `kubepods.slice` (or a systemd parent's `<prefix>-kubepods.slice`).
@@ -177,6 +177,10 @@ pub enum CgroupKind {
     /// Below a kubepods root but no known shape (a malformed uid or id, an unknown runtime's
     /// naming, a path the kernel truncated). Worth counting: it means a container we cannot see.
     Unrecognized,
+    /// Shaped like kubelet's (a kubepods, pod or container cgroup) but outside kubelet's own
+    /// roots: made by whoever can write that subtree, so never a pod or a container
+    /// ([`super::KubeRoots::classify`]). Counted where it is seen.
+    Foreign,
     /// No kubepods component at all: system services, user sessions. Normal, not an anomaly.
     Outside,
 }
@@ -200,30 +204,49 @@ impl CgroupKind {
     }
 }
 
-/// Classifies a cgroup path relative to its hierarchy root (leading, trailing and doubled
-/// slashes are ignored). The first `kubepods` component is taken as the root wherever it is, so
-/// kubelet's `--cgroup-root`, kind's `kubelet.slice/kubelet-kubepods.slice` and test prefixes work;
-/// a kubelet running inside a container of this node is then seen as nested in that container.
-pub(crate) fn classify(path: &str) -> CgroupKind {
+/// The shape of a cgroup path relative to its hierarchy root (leading, trailing and doubled
+/// slashes are ignored), taking the first `kubepods` component as the root wherever it is. Only
+/// a shape: anyone with a writable cgroup subtree can make such a path, so what a kernel path is
+/// is decided by [`super::KubeRoots::classify`], anchored at kubelet's own roots; this tells the
+/// roots' tests and a path outside them ([`CgroupKind::Foreign`]) from one of no kubepods shape.
+pub(super) fn classify(path: &str) -> CgroupKind {
     classify_bytes(path.as_bytes())
 }
 
 /// [`classify`] on raw bytes: cgroup names need not be UTF-8 (the kernel sends bytes).
-pub(crate) fn classify_bytes(path: &[u8]) -> CgroupKind {
-    let mut comps = path.split(|&b| b == b'/').filter(|c| !c.is_empty());
-    let (driver, stem) = loop {
+pub(super) fn classify_bytes(path: &[u8]) -> CgroupKind {
+    let mut comps = components(path);
+    loop {
         let Some(c) = comps.next() else {
             return CgroupKind::Outside;
         };
-        if c == b"kubepods" {
-            break (CgroupDriver::Cgroupfs, c);
+        if let Some((driver, stem)) = kubepods_root(c) {
+            return classify_below(driver, stem, comps);
         }
-        if let Some(stem) = c.strip_suffix(b".slice") {
-            if stem == b"kubepods" || stem.ends_with(b"-kubepods") {
-                break (CgroupDriver::Systemd, stem);
-            }
-        }
-    };
+    }
+}
+
+/// The non-empty components of a path.
+pub(super) fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
+}
+
+/// A kubepods root's own name: `kubepods` (cgroupfs), `kubepods.slice` or a systemd parent's
+/// `<prefix>-kubepods.slice`; the driver and the stem its children's slice names start with.
+pub(super) fn kubepods_root(c: &[u8]) -> Option<(CgroupDriver, &[u8])> {
+    if c == b"kubepods" {
+        return Some((CgroupDriver::Cgroupfs, c));
+    }
+    let stem = c.strip_suffix(b".slice")?;
+    (stem == b"kubepods" || stem.ends_with(b"-kubepods")).then_some((CgroupDriver::Systemd, stem))
+}
+
+/// What the components below a kubepods root (`stem`, named by `driver`) make of the path.
+pub(super) fn classify_below<'a>(
+    driver: CgroupDriver,
+    stem: &[u8],
+    mut comps: impl Iterator<Item = &'a [u8]>,
+) -> CgroupKind {
     let pod = match classify_below_root(driver, stem, &mut comps) {
         Ok(pod) => pod,
         Err(kind) => return kind,

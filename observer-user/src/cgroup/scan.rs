@@ -11,12 +11,8 @@ use procfs::process::Process;
 use tracing::debug;
 
 use super::mounts::{CgroupVersion, HierarchyMount};
-use super::path::{classify, CgroupKind};
-use super::CgroupError;
-
-/// Depth below a hierarchy's root searched for kubepods roots: `/kubepods`,
-/// `/kubelet.slice/kubelet-kubepods.slice`, `/<test>/kubepods`, `/a/b/kubepods`.
-const KUBEPODS_SEARCH_DEPTH: usize = 3;
+use super::path::CgroupKind;
+use super::{CgroupError, KubeRoots};
 
 #[derive(Debug, Clone)]
 pub struct ScanOptions {
@@ -69,50 +65,17 @@ pub struct Scan {
     pub stats: ScanStats,
 }
 
-/// The kubepods roots of a hierarchy (relative paths, sorted), searched a few levels down. If
-/// the mount shows only a part of a kubepods tree, that part is the root.
-pub fn find_kubepods_roots(mount: &HierarchyMount) -> Vec<String> {
-    let root = normalized(&mount.root);
-    if !matches!(classify(&root), CgroupKind::Outside) {
-        return vec![root];
-    }
-    let mut found = Vec::new();
-    let mut level = vec![root];
-    for _ in 0..KUBEPODS_SEARCH_DEPTH {
-        let mut next = Vec::new();
-        for rel in &level {
-            let Some(abs) = mount.to_absolute(rel) else {
-                continue;
-            };
-            let Ok(rd) = std::fs::read_dir(&abs) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                let child = join(rel, &e.file_name().to_string_lossy());
-                match classify(&child) {
-                    CgroupKind::KubepodsRoot { .. } => found.push(child),
-                    CgroupKind::Outside => next.push(child),
-                    _ => {}
-                }
-            }
-        }
-        level = next;
-    }
-    found.sort();
-    found
-}
-
-/// [`scan`] below every kubepods root of the hierarchy.
+/// [`scan`] below kubelet's default roots, which must exist here.
 #[cfg(test)]
 pub(crate) fn scan_kubepods(
     mount: &HierarchyMount,
     opts: &ScanOptions,
 ) -> Result<Scan, CgroupError> {
-    let roots = find_kubepods_roots(mount);
-    if roots.is_empty() {
+    let roots = KubeRoots::detect::<&str>(mount, &[])?;
+    if !roots
+        .paths()
+        .any(|p| mount.to_absolute(p).is_some_and(|a| a.is_dir()))
+    {
         return Err(CgroupError::NoKubepodsRoot {
             mount_point: mount.mount_point.clone(),
         });
@@ -120,20 +83,22 @@ pub(crate) fn scan_kubepods(
     scan(mount, &roots, opts)
 }
 
-/// Walks the hierarchy below each of `roots` (relative paths) once and returns its pods,
-/// containers and conmon cgroups. Works the same on cgroup2 and on a v1 hierarchy.
-pub fn scan<S: AsRef<str>>(
+/// Walks the hierarchy below each of kubelet's `roots` once and returns its pods, containers and
+/// conmon cgroups (a root that does not exist yet is counted as vanished). Works the same on
+/// cgroup2 and on a v1 hierarchy.
+pub fn scan(
     mount: &HierarchyMount,
-    roots: &[S],
+    roots: &KubeRoots,
     opts: &ScanOptions,
 ) -> Result<Scan, CgroupError> {
     let mut w = Walk {
+        roots,
         nodes: Vec::new(),
         seen: HashSet::new(),
         stats: ScanStats::default(),
     };
-    for root in roots {
-        let rel = normalized(root.as_ref());
+    for root in roots.paths() {
+        let rel = normalized(root);
         let abs = mount
             .to_absolute(&rel)
             .ok_or_else(|| CgroupError::OutsideMount {
@@ -215,7 +180,8 @@ struct Node {
     own: Vec<u32>,
 }
 
-struct Walk {
+struct Walk<'r> {
+    roots: &'r KubeRoots,
     nodes: Vec<Node>,
     /// Ids already walked: overlapping roots must not list a cgroup twice.
     seen: HashSet<u64>,
@@ -228,7 +194,7 @@ enum Read<T> {
     Failed,
 }
 
-impl Walk {
+impl Walk<'_> {
     fn read<T>(&mut self, path: &Path, r: std::io::Result<T>) -> Read<T> {
         match r {
             Ok(v) => Read::Ok(v),
@@ -248,7 +214,7 @@ impl Walk {
         let mut stack = vec![(abs, rel, None::<usize>)];
         while let Some((abs, rel, parent)) = stack.pop() {
             self.stats.dirs += 1;
-            let kind = classify(&rel);
+            let kind = self.roots.classify(&rel);
             if kind == CgroupKind::Unrecognized {
                 // Nothing below an unknown shape can classify as anything else.
                 debug!(path = %rel, "cgroup scan: unrecognized kubepods path");
@@ -360,21 +326,22 @@ mod tests {
             mount_point: PathBuf::from("/nonexistent-cgroup-mount"),
             root: "/sub".into(),
         };
-        let s = scan(&m, &["/sub/kubepods"], &ScanOptions::default()).unwrap();
+        let roots = |p: &str| KubeRoots::new([p]).unwrap();
+        let s = scan(&m, &roots("/sub/kubepods"), &ScanOptions::default()).unwrap();
         assert!(s.cgroups.is_empty());
         assert_eq!(s.stats.vanished, 1);
         assert!(matches!(
-            scan(&m, &["/other"], &ScanOptions::default()),
+            scan(&m, &roots("/other/kubepods"), &ScanOptions::default()),
             Err(CgroupError::OutsideMount { .. })
         ));
-        assert!(find_kubepods_roots(&m).is_empty());
         assert!(matches!(
             scan_kubepods(&m, &ScanOptions::default()),
             Err(CgroupError::NoKubepodsRoot { .. })
         ));
     }
 
-    /// Whole real hierarchies, whatever else runs on this machine meanwhile: never an error.
+    /// Whole real trees below kubelet's roots, whatever else runs on this machine meanwhile: never
+    /// an error.
     #[test]
     fn every_hierarchy_here_scans_from_its_root() {
         let mounts = CgroupMounts::detect(None).unwrap();
@@ -383,11 +350,13 @@ mod tests {
             .into_iter()
             .chain(mounts.v1_hierarchies().iter().map(|h| &h.mount));
         for m in all {
-            let s = scan(m, &[m.root.as_str()], &ScanOptions::default()).unwrap();
-            assert!(s.stats.dirs >= 1, "{m:?}");
+            let roots = KubeRoots::detect::<&str>(m, &[]).unwrap();
+            let s = scan(m, &roots, &ScanOptions::default()).unwrap();
+            assert!(s.stats.dirs + s.stats.vanished >= 1, "{m:?}");
             assert_eq!(s.stats.unreadable, 0, "{m:?}");
             for c in &s.cgroups {
-                assert_eq!(classify(&c.path), c.kind);
+                assert_eq!(roots.classify(&c.path), c.kind);
+                assert!(c.kind.pod().is_some(), "{c:?}");
             }
         }
     }

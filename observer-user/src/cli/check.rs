@@ -236,7 +236,7 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Err(e) => r.row("cgroup mode", false, e),
     }
 
-    match kmsg::read_history_from() {
+    match kmsg::read_history_from(None) {
         Ok((history, source)) => r.row(
             "kernel log",
             true,

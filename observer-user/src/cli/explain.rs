@@ -32,6 +32,8 @@ pub struct ExplainArgs {
     /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    #[command(flatten)]
+    pub cgroup_root: super::CgroupRootArg,
     /// Read the pod from the Kubernetes API (one GET; kubeconfig path, or `-` for KUBECONFIG,
     /// ~/.kube/config, then the in-cluster account), to show what kubelet reported for each
     /// container beside the agent's record, and the spec's memory limits.
@@ -54,6 +56,7 @@ pub(super) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(CriEndpoint::detect);
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
+    cfg.cgroup_roots = args.cgroup_root.cgroup_roots.clone();
     cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
     let agent = super::start_reader(cfg, "the pod may be missing").await?;
     let pods = agent.reconcile.pods();

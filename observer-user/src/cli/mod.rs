@@ -150,6 +150,25 @@ pub(crate) fn log_filter(spec: &str) -> anyhow::Result<tracing_subscriber::EnvFi
     Ok(filter)
 }
 
+/// `--cgroup-root`: where kubelet's pods are, for every command that follows them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CgroupRootArg {
+    /// Where kubelet's pod cgroups are: kubelet's --cgroup-root (its cgroupRoot: / by default,
+    /// /kubelet under kind), or a kubepods cgroup itself (/kubepods, /kubepods.slice,
+    /// /kubelet.slice/kubelet-kubepods.slice), relative to the cgroup2 root as kubelet sees it.
+    /// Repeatable (comma-separated in the variable). Only below these is a cgroup a pod's or a
+    /// container's; one named like it elsewhere is ignored and counted. Default: those of
+    /// kubelet's default root and of kind's that exist here, else kubelet's default ones; the
+    /// agent says at start which it took.
+    #[arg(
+        long = "cgroup-root",
+        value_name = "PATH",
+        env = "OBSERVER_CGROUP_ROOT",
+        value_delimiter = ','
+    )]
+    pub cgroup_roots: Vec<String>,
+}
+
 /// `--state-dir` of the read-only commands (`status`, `watch --pods`): a running agent's record
 /// of container inits, read and never written.
 #[derive(Debug, Clone, clap::Args)]

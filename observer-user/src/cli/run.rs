@@ -38,6 +38,8 @@ pub struct RunArgs {
     /// Where the host's cgroup filesystems are mounted in the agent's container.
     #[arg(long, env = "OBSERVER_CGROUPFS", value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    #[command(flatten)]
+    pub cgroup_root: super::CgroupRootArg,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "OBSERVER_LISTEN", value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -123,6 +125,7 @@ pub(super) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let mut agent = AgentConfig::new(args.cri_endpoint.unwrap_or_else(CriEndpoint::detect));
     agent.cgroupfs = args.cgroupfs;
+    agent.cgroup_roots = args.cgroup_root.cgroup_roots;
     agent.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
     agent.reconcile.state_dir = Some(args.state_dir);
     agent.reader = super::reader_thread(args.realtime.realtime_priority);

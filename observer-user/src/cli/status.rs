@@ -41,6 +41,8 @@ pub struct StatusArgs {
     /// Where the host's cgroup filesystems are mounted, when observer runs in a container.
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    #[command(flatten)]
+    pub cgroup_root: super::CgroupRootArg,
     /// Seconds between safety relists of the runtime (with --watch).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub relist_period: u64,
@@ -97,6 +99,7 @@ pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(CriEndpoint::detect);
     let mut cfg = AgentConfig::new(endpoint.clone());
     cfg.cgroupfs = args.cgroupfs.clone();
+    cfg.cgroup_roots = args.cgroup_root.cgroup_roots.clone();
     cfg.reconcile.relist_period = Duration::from_secs(args.relist_period.max(1));
     cfg.reconcile.state_dir = Some(args.state.state_dir.clone());
     let mut agent = super::start_reader(cfg, "the list may be incomplete").await?;

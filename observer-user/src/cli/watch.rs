@@ -13,7 +13,7 @@ use crate::present::render::{
     pleg_line, watch_line, write_json, write_pleg_text, write_text, Format, PlegLine, WatchLine,
 };
 use crate::{
-    cgroup::{find_kubepods_roots, CgroupIndex, ContainerId, HierarchyMount},
+    cgroup::{CgroupIndex, ContainerId, HierarchyMount, KubeRoots},
     kernel::{EventReader, KernelEvent, ProbeOptions, Probes, Wait, Wake, Watch},
     model::BootClock,
     pipeline::{
@@ -26,8 +26,9 @@ use crate::{
 #[derive(Debug, clap::Args)]
 pub struct WatchArgs {
     /// Limit exec/exit events to this cgroup subtree, relative to the cgroup2 mount (e.g.
-    /// /kubepods.slice or /kubepods). Repeatable. Default: the kubepods subtree if it exists,
-    /// else everything.
+    /// /kubepods.slice or /kubepods). Repeatable. With --pods: where kubelet's pods are, as
+    /// `observer run --cgroup-root` takes it (kubelet's --cgroup-root, or a kubepods cgroup).
+    /// Default: kubelet's pod cgroups on this node if they exist, else everything.
     #[arg(long = "cgroup-root", value_name = "PATH", conflicts_with = "all")]
     pub cgroup_roots: Vec<String>,
     /// Watch every process on the host.
@@ -79,11 +80,12 @@ pub(super) async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             .cri_endpoint
             .clone()
             .unwrap_or_else(crate::cri::CriEndpoint::detect);
-        if endpoint.path().exists() && !args.all && args.cgroup_roots.is_empty() {
+        if endpoint.path().exists() && !args.all {
             return watch_pods_reconciled(
                 args.format,
                 endpoint,
                 args.cgroupfs.clone(),
+                args.cgroup_roots.clone(),
                 args.state.state_dir.clone(),
                 reader,
             )
@@ -91,7 +93,7 @@ pub(super) async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         }
         tracing::info!(%endpoint, "no container runtime socket: pod events from the kernel alone");
         let cfg = PipelineConfig {
-            scan_roots: find_kubepods_roots(&unified),
+            roots: KubeRoots::detect(&unified, &args.cgroup_roots)?,
             unified,
             probes: opts,
             queue: DEFAULT_QUEUE,
@@ -100,7 +102,8 @@ pub(super) async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     let mut probes = Probes::load(&opts)?;
     let events = probes.events()?;
-    let mut cgroups = CgroupIndex::new(unified.clone());
+    // What each cgroup is, by kubelet's roots on this node.
+    let mut cgroups = CgroupIndex::new(unified.clone(), KubeRoots::detect::<&str>(&unified, &[])?);
     cgroups.scan();
     tracing::info!(cgroups = cgroups.len(), "watching; Ctrl-C to stop");
 
@@ -386,12 +389,14 @@ async fn watch_pods_reconciled(
     format: Format,
     endpoint: crate::cri::CriEndpoint,
     cgroupfs: Option<PathBuf>,
+    cgroup_roots: Vec<String>,
     state_dir: PathBuf,
     reader: ReaderThread,
 ) -> anyhow::Result<ExitCode> {
     use crate::agent::{Agent, AgentConfig, AgentParts};
     let mut cfg = AgentConfig::new(endpoint);
     cfg.cgroupfs = cgroupfs;
+    cfg.cgroup_roots = cgroup_roots;
     cfg.reader = reader;
     cfg.reconcile.state_dir = Some(state_dir);
     let slot = Arc::new(Mutex::new(None));
@@ -469,9 +474,12 @@ fn resolve_watch(args: &WatchArgs, unified: &HierarchyMount) -> anyhow::Result<W
     if args.all {
         return Ok(Watch::All);
     }
-    let roots = if args.cgroup_roots.is_empty() {
-        // kubelet's root, whichever driver made it (and wherever it sits).
-        find_kubepods_roots(unified)
+    let roots: Vec<String> = if args.cgroup_roots.is_empty() || args.pods {
+        // kubelet's roots, whichever driver made them.
+        KubeRoots::detect(unified, &args.cgroup_roots)?
+            .paths()
+            .map(String::from)
+            .collect()
     } else {
         for rel in &args.cgroup_roots {
             let abs = unified.to_absolute(rel).with_context(|| {

@@ -7,15 +7,25 @@
 //! and `... Killed process <pid> (<comm>) total-vm:..kB, anon-rss:..kB, ...`. Together they name
 //! the victim, its memory cgroup (so its container) and its memory. The log is a ring: old kills
 //! may be gone, which is why it is evidence beside the probes, never their replacement.
+//!
+//! Only the kernel's records count, on both ways in ([`oom_report`] says how they are told
+//! apart), and what is not believed is counted ([`LogStats`]). One difference remains between
+//! them: /dev/kmsg escapes a newline in a record (kernel/printk/printk.c `msg_add_ext_text`), but
+//! syslog(2) prints each line of a record with the record's own prefix (`record_print_text`), so
+//! there a newline in a process name (at most 15 bytes, in a line the kernel wrote) starts a line
+//! that looks like the kernel's. Such a line is held to the same format checks as every other.
 use std::{
     collections::VecDeque,
     fs::File,
     io::{ErrorKind, Read},
     os::unix::fs::OpenOptionsExt,
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, SystemTime},
 };
 
-use super::oom_report::{self, OomReport, SharedReport};
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::oom_report::{self, Ignored, OomReport, Parser, SharedReport};
 
 /// One OOM kill from the kernel log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +82,45 @@ pub struct History {
     pub kills: Vec<LoggedOomKill>,
     /// Wall time of the oldest record left: the log is a ring, so kills before this are gone.
     pub since: Option<SystemTime>,
+    /// What was not believed (in the records after the time asked for).
+    pub ignored: Ignored,
+    /// The log's time of its newest record (microseconds since boot).
+    pub until_us: Option<u64>,
+}
+
+/// What the agent's readers of the kernel log did not believe, for `/metrics`: shared by the
+/// start-up read, the follower and the re-reads through syslog(2).
+#[derive(Debug, Default)]
+pub struct LogStats {
+    not_kernel: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl LogStats {
+    pub(crate) fn add(&self, i: &Ignored) {
+        self.not_kernel.fetch_add(i.not_kernel, Ordering::Relaxed);
+        self.refused.fetch_add(i.refused, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Ignored {
+        Ignored {
+            not_kernel: self.not_kernel.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn encode_metrics(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let i = self.get();
+        crate::exposition::counters(
+            e,
+            "kernel_log_records_ignored",
+            "Kernel-log records not believed, by why: not_kernel (written by a process, not the \
+             kernel, shaped like a line of an OOM report), refused (an oom-kill: line that \
+             cannot be split one way only, or disagrees with its report)",
+            "reason",
+            [("not_kernel", i.not_kernel), ("refused", i.refused)],
+        )
+    }
 }
 
 /// The log's clock (CLOCK_MONOTONIC microseconds) on the wall clock.
@@ -100,15 +149,19 @@ impl std::fmt::Display for LogSource {
 
 /// Reads every OOM kill still in the kernel log, without blocking.
 pub fn read_history() -> std::io::Result<History> {
-    read_history_from().map(|(history, _)| history)
+    read_history_from(None).map(|(history, _)| history)
 }
 
 /// [`read_history`], and where it read. /dev/kmsg first; where it cannot be opened, syslog(2)
 /// (the same ring, as text). A container that is not privileged cannot open /dev/kmsg even when
 /// it is bind-mounted: the runtime's device cgroup allows only its default devices. syslog(2)
 /// needs CAP_SYSLOG alone (with kernel.dmesg_restrict=1; runtime-default seccomp profiles allow
-/// the call exactly when that capability is granted).
-pub(crate) fn read_history_from() -> std::io::Result<(History, LogSource)> {
+/// the call exactly when that capability is granted). What was not believed is counted in the
+/// records after `count_after_us` (the log's clock; `None`: all), so that a log read again
+/// counts each record once.
+pub(crate) fn read_history_from(
+    count_after_us: Option<u64>,
+) -> std::io::Result<(History, LogSource)> {
     let (records, source) = match read_dev_kmsg() {
         Ok(records) => (records, LogSource::DevKmsg),
         Err(e)
@@ -124,13 +177,19 @@ pub(crate) fn read_history_from() -> std::io::Result<(History, LogSource)> {
         }
         Err(e) => return Err(e),
     };
-    let since = records
-        .first()
-        .and_then(|r| r.split(';').next()?.split(',').nth(2)?.parse().ok())
-        .map(mono_to_wall);
+    let usec = |r: &String| r.split(';').next()?.split(',').nth(2)?.parse::<u64>().ok();
+    let since = records.first().and_then(usec).map(mono_to_wall);
+    let until_us = records.last().and_then(usec);
+    let parser = match count_after_us {
+        Some(us) => Parser::counting_after(us),
+        None => Parser::new(),
+    };
+    let (reports, ignored) = oom_report::parse_counted(records.iter().map(String::as_str), parser);
     let history = History {
-        kills: parse(records.iter().map(String::as_str)),
+        kills: reports.into_iter().flat_map(kills).collect(),
         since,
+        ignored,
+        until_us,
     };
     Ok((history, source))
 }
@@ -186,6 +245,7 @@ fn read_syslog() -> std::io::Result<Vec<String>> {
 }
 
 /// `<6>[ 3433.177016] text` → `6,0,3433177016,-;text`. Without printk timestamps the time is 0.
+/// The `<N>` is `(facility << 3) | level`, as /dev/kmsg's first field (`info_print_prefix`).
 fn syslog_line_to_record(line: &str) -> Option<String> {
     let (prio, rest) = line.strip_prefix('<')?.split_once('>')?;
     let (usec, msg) = match rest.strip_prefix('[').and_then(|r| r.split_once("] ")) {
@@ -214,23 +274,27 @@ pub(crate) struct Follower {
     parser: oom_report::Parser,
     /// Kills of finished reports not handed out yet.
     ready: VecDeque<LoggedOomKill>,
+    /// What the parser did not believe, as counted so far and where it is counted.
+    counted: Ignored,
+    stats: std::sync::Arc<LogStats>,
 }
 
 impl Follower {
-    /// Opens the log at its end (only kills from now on).
-    pub(crate) fn open() -> std::io::Result<Self> {
+    /// Opens the log at its end (only kills from now on); what it does not believe is counted
+    /// in `stats`.
+    pub(crate) fn open(stats: std::sync::Arc<LogStats>) -> std::io::Result<Self> {
         use std::{io::Seek, io::SeekFrom};
         let mut f = File::options()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open("/dev/kmsg")?;
         f.seek(SeekFrom::End(0))?;
-        Self::from_records(f)
+        Self::from_records(f, stats)
     }
 
     /// Follows a non-blocking file whose every read returns one whole record, as /dev/kmsg's do
     /// (a `SOCK_SEQPACKET` socket in tests).
-    pub(crate) fn from_records(f: File) -> std::io::Result<Self> {
+    pub(crate) fn from_records(f: File, stats: std::sync::Arc<LogStats>) -> std::io::Result<Self> {
         // SAFETY: the File owns the fd and keeps it open until it is dropped with the AsyncFd.
         let fd = unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::READABLE)
@@ -240,7 +304,20 @@ impl Follower {
             buf: vec![0u8; 8192],
             parser: oom_report::Parser::new(),
             ready: VecDeque::new(),
+            counted: Ignored::default(),
+            stats,
         })
+    }
+
+    /// Hands what the parser newly ignored to the shared counters (fields apart: the log's
+    /// fd is borrowed meanwhile).
+    fn count(parser: &Parser, counted: &mut Ignored, stats: &LogStats) {
+        let now = parser.ignored();
+        stats.add(&Ignored {
+            not_kernel: now.not_kernel - counted.not_kernel,
+            refused: now.refused - counted.refused,
+        });
+        *counted = now;
     }
 
     /// The next complete kill. A report is finished when a later kill began, or when the log
@@ -255,6 +332,7 @@ impl Follower {
                     Ok(guard) => guard?,
                     Err(_) => {
                         let done = self.parser.flush_killed();
+                        Self::count(&self.parser, &mut self.counted, &self.stats);
                         self.ready.extend(done.into_iter().flat_map(kills));
                         continue;
                     }
@@ -275,6 +353,7 @@ impl Follower {
                         let rec = String::from_utf8_lossy(&self.buf[..n]);
                         self.parser.push(&rec);
                         let done = self.parser.pop();
+                        Self::count(&self.parser, &mut self.counted, &self.stats);
                         self.ready.extend(done.into_iter().flat_map(kills));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -359,7 +438,10 @@ mod tests {
         // A SOCK_SEQPACKET socket sends each record whole; UnixDatagram's send is just send(2).
         let w = std::os::unix::net::UnixDatagram::from(w);
         w.set_nonblocking(false).unwrap();
-        (Follower::from_records(File::from(r)).unwrap(), w)
+        (
+            Follower::from_records(File::from(r), std::sync::Arc::default()).unwrap(),
+            w,
+        )
     }
 
     /// The 6.12 guest's group kill, cut where a reader can catch up with the kernel: after the
@@ -496,6 +578,52 @@ mod tests {
         assert_eq!(kills.len(), 1, "{kills:?}");
         assert_eq!((kills[0].pid, kills[0].at_us), (28078, 3433177016));
         assert_eq!(kills[0].anon_rss_kb, Some(32000));
+    }
+
+    /// syslog(2)'s `<N>` is `(facility << 3) | level` too: a process's lines (LOG_USER, 1 << 3)
+    /// are no kill, however they read.
+    #[test]
+    fn syslog_lines_a_process_wrote_are_no_kill() {
+        let lines = [
+            "<14>[3433.177016] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/kubepods/x,task_memcg=/kubepods/x,task=sh,pid=28078,uid=0",
+            "<11>[3433.177070] Memory cgroup out of memory: Killed process 28078 (sh) total-vm:39136kB, anon-rss:32000kB, file-rss:1424kB, shmem-rss:0kB, UID:0 pgtables:108kB oom_score_adj:500",
+        ];
+        let records: Vec<String> = lines
+            .iter()
+            .filter_map(|l| syslog_line_to_record(l))
+            .collect();
+        let (reports, ignored) =
+            oom_report::parse_counted(records.iter().map(String::as_str), Parser::new());
+        assert!(reports.is_empty(), "{reports:?}");
+        assert_eq!(ignored.not_kernel, 2);
+        // The kernel's own (facility 0) are.
+        let kernel: Vec<String> = lines
+            .iter()
+            .map(|l| l.replacen("<14>", "<6>", 1).replacen("<11>", "<3>", 1))
+            .filter_map(|l| syslog_line_to_record(&l))
+            .collect();
+        assert_eq!(parse(kernel.iter().map(String::as_str)).len(), 1);
+    }
+
+    /// The follower hands out no kill a process wrote to the log, and counts it.
+    #[tokio::test(start_paused = true)]
+    async fn the_follower_counts_what_a_process_wrote() {
+        let (mut follower, w) = records();
+        let stats = std::sync::Arc::clone(&follower.stats);
+        for l in &LOG[..3] {
+            // LOG_USER: what /dev/kmsg makes of a process's write.
+            let (prio, rest) = l.split_once(',').unwrap();
+            let user = format!("{},{rest}", prio.parse::<u32>().unwrap() | 8);
+            w.send(user.as_bytes()).unwrap();
+        }
+        for l in &LOG[..3] {
+            w.send(l.as_bytes()).unwrap();
+        }
+        let k = follower.next().await.unwrap();
+        assert_eq!((k.pid, k.comm.as_str()), (28078, "sh"));
+        assert_eq!(stats.get().not_kernel, 3);
+        drop(w);
+        assert!(follower.next().await.is_err());
     }
 
     #[test]

@@ -19,6 +19,20 @@
 //! Memory cgroup out of memory: Killed process ... (one per other member)
 //! ```
 //!
+//! Only the kernel's own records are believed. A record's priority is `(facility << 3) | level`
+//! on both ways the log is read: /dev/kmsg's header (kernel/printk/printk.c
+//! `info_print_ext_header`) and syslog(2)'s `<N>` prefix (`info_print_prefix`). The kernel's
+//! printk uses facility 0 (LOG_KERN), and `devkmsg_write` gives every record a process writes to
+//! /dev/kmsg LOG_USER (1) unless the writer names a facility other than 0: facility 0 proves
+//! the kernel wrote it. Every other record is skipped, counted when it is shaped like a line of
+//! a report ([`Ignored::not_kernel`]).
+//!
+//! The `oom-kill:` line carries names the node's users choose: the victim's comm (any 15 bytes),
+//! the cgroup paths (any byte but `/` and newline in a name), the cpuset cgroup's name. Its
+//! fields are split by the kernel's own format ([`KillLine::parse`]), never on every `,`: what
+//! cannot be split one way only is refused and counted ([`Ignored::refused`]), and the kill is
+//! then known as if the line were gone (by its `Killed process` line, and by the probes).
+//!
 //! [`Parser`] is a state machine over those records. It holds at most [`MAX_PENDING`] reports
 //! under way, keyed by the printk caller where the kernel records it (`caller=T<pid>`,
 //! CONFIG_PRINTK_CALLER), else the newest one; each report keeps at most [`MAX_TASKS`] tasks
@@ -39,6 +53,11 @@ pub const MAX_MEMBERS: usize = 32;
 pub const MAX_STR: usize = 512;
 /// A report with its victim stays open this long (the log's microseconds) for group members.
 const GROUP_WINDOW_US: u64 = 1_000_000;
+/// The longest `oom-kill:` line taken: the kernel's records are at most 1 KiB of text (four
+/// times that with /dev/kmsg's `\xNN` escapes); longer is no line of the kernel's.
+const MAX_KILL_LINE: usize = 8 << 10;
+/// `TASK_COMM_LEN - 1`: the longest comm the kernel prints.
+const MAX_COMM: usize = 15;
 
 /// What the OOM killer was constrained by (`oom-kill:constraint=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -222,6 +241,11 @@ pub struct OomReport {
     /// The report's start (the `invoked oom-killer` line) was read: without it, the trigger and
     /// everything before the `oom-kill:` line are gone (the ring overwrote them).
     pub has_start: bool,
+    /// The `oom-kill:` line could not be split one way only (names holding its separators) or
+    /// did not agree with the rest of the report: refused, as if it were gone (no constraint, no
+    /// cgroups).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
 }
 
 impl OomReport {
@@ -257,6 +281,8 @@ fn cap(s: &str) -> String {
 
 /// One `/dev/kmsg` record: `prio,seq,usec,flags[,caller=T12];message`.
 struct Record<'a> {
+    /// `prio >> 3`: 0 is the kernel's own (see the module's documentation).
+    facility: u32,
     seq: u64,
     at_us: u64,
     caller: Option<&'a str>,
@@ -266,13 +292,14 @@ struct Record<'a> {
 fn record(rec: &str) -> Option<Record<'_>> {
     let (head, msg) = rec.split_once(';')?;
     let mut f = head.split(',');
-    let _prio = f.next()?;
+    let prio: u32 = f.next()?.parse().ok()?;
     let seq = f.next()?.parse().ok()?;
     let at_us = f.next()?.parse().ok()?;
     let caller = f.find_map(|x| x.strip_prefix("caller="));
     // Continuation lines (` KEY=value` dictionary entries) follow the first newline.
     let msg = msg.split('\n').next().unwrap_or("");
     Some(Record {
+        facility: prio >> 3,
         seq,
         at_us,
         caller,
@@ -297,6 +324,11 @@ struct Pending {
     columns: Vec<String>,
     /// The log's time of the victim's `Killed process` line.
     killed_at: Option<u64>,
+    /// The report's `oom-kill:` line was read (taken, refused or waiting).
+    kill_line_seen: bool,
+    /// An `oom-kill:` line (its fields) that more than one split fits: it waits for the
+    /// victim's `Killed process` line, whose comm may tell them apart.
+    kill_line_waiting: Option<String>,
 }
 
 impl Pending {
@@ -311,7 +343,26 @@ impl Pending {
             section: Section::Header,
             columns: Vec::new(),
             killed_at: None,
+            kill_line_seen: false,
+            kill_line_waiting: None,
         }
+    }
+}
+
+/// Records the parser did not believe, by why.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ignored {
+    /// Records not from the kernel (facility other than 0) shaped like a line of a report:
+    /// written to /dev/kmsg by a process.
+    pub not_kernel: u64,
+    /// `oom-kill:` lines refused: more than one split fits, or none agrees with the report.
+    pub refused: u64,
+}
+
+impl Ignored {
+    pub fn add(&mut self, o: &Ignored) {
+        self.not_kernel += o.not_kernel;
+        self.refused += o.refused;
     }
 }
 
@@ -321,6 +372,10 @@ pub struct Parser {
     pending: Vec<Pending>,
     /// Reports given out, for [`Parser::pop`].
     done: Vec<OomReport>,
+    ignored: Ignored,
+    /// Only records after this time (the log's microseconds) are counted in `ignored`: a log
+    /// read again from its start counts each record once.
+    count_after_us: Option<u64>,
 }
 
 impl Parser {
@@ -328,9 +383,34 @@ impl Parser {
         Self::default()
     }
 
+    /// A parser that counts what it ignores only in records after `us` (the log's clock).
+    pub fn counting_after(us: u64) -> Self {
+        Self {
+            count_after_us: Some(us),
+            ..Self::default()
+        }
+    }
+
+    /// What was not believed so far.
+    pub fn ignored(&self) -> Ignored {
+        self.ignored
+    }
+
+    fn counts(&self, at_us: u64) -> bool {
+        self.count_after_us.is_none_or(|after| at_us > after)
+    }
+
     /// Takes one record. Finished reports wait in [`Parser::pop`].
     pub fn push(&mut self, rec: &str) {
         let Some(r) = record(rec) else { return };
+        if r.facility != 0 {
+            // A process wrote it (see the module's documentation): never part of a report.
+            let shaped = r.msg.contains(" invoked oom-killer: ") || is_report_line(r.msg);
+            if shaped && self.counts(r.at_us) {
+                self.ignored.not_kernel += 1;
+            }
+            return;
+        }
         // Reports whose victim was logged a while ago are finished.
         let mut i = 0;
         while i < self.pending.len() {
@@ -339,7 +419,7 @@ impl Parser {
                 .is_some_and(|t| r.at_us.saturating_sub(t) > GROUP_WINDOW_US)
             {
                 let p = self.pending.remove(i);
-                self.done.push(p.report);
+                self.close(p);
             } else {
                 i += 1;
             }
@@ -353,11 +433,11 @@ impl Parser {
                 .position(|p| p.caller.as_deref() == r.caller)
             {
                 let p = self.pending.remove(i);
-                self.done.push(p.report);
+                self.close(p);
             }
             if self.pending.len() == MAX_PENDING {
                 let p = self.pending.remove(0);
-                self.done.push(p.report);
+                self.close(p);
             }
             let mut p = Pending::new(r.seq, r.at_us, r.caller);
             p.report.has_start = true;
@@ -385,24 +465,41 @@ impl Parser {
             {
                 if self.pending.len() == MAX_PENDING {
                     let p = self.pending.remove(0);
-                    self.done.push(p.report);
+                    self.close(p);
                 }
                 self.pending.push(Pending::new(r.seq, r.at_us, r.caller));
                 self.pending.len() - 1
             }
             None => return,
         };
+        let counts = self.counts(r.at_us);
         let p = &mut self.pending[idx];
-        if !take(p, msg, r.at_us) {
+        let mut refused = 0;
+        if !take(p, msg, r.at_us, &mut refused) {
             // A line of a kill after the one under way (its start was lost): a report of its own.
             let p = self.pending.remove(idx);
-            self.done.push(p.report);
+            self.close(p);
             if msg.starts_with("oom-kill:") {
                 let mut n = Pending::new(r.seq, r.at_us, r.caller);
-                take(&mut n, msg, r.at_us);
+                take(&mut n, msg, r.at_us, &mut refused);
                 self.pending.push(n);
             }
         }
+        if counts {
+            self.ignored.refused += refused;
+        }
+    }
+
+    /// A report is finished: an `oom-kill:` line still waiting for its victim's comm is
+    /// refused.
+    fn close(&mut self, mut p: Pending) {
+        if p.kill_line_waiting.take().is_some() {
+            refuse(&mut p.report);
+            if self.counts(p.report.kill_at_us) {
+                self.ignored.refused += 1;
+            }
+        }
+        self.done.push(p.report);
     }
 
     /// Reports under way (at most [`MAX_PENDING`]).
@@ -424,30 +521,44 @@ impl Parser {
     /// Gives out the reports whose victim is logged (the log stayed quiet after it: group
     /// members are logged right after the victim, in the same kill).
     pub fn flush_killed(&mut self) -> Vec<OomReport> {
-        let (killed, rest) = std::mem::take(&mut self.pending)
+        let (killed, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
             .into_iter()
             .partition(|p| p.report.complete());
         self.pending = rest;
-        let mut out = self.pop();
-        out.extend(killed.into_iter().map(|p: Pending| p.report));
-        out
+        for p in killed {
+            self.close(p);
+        }
+        self.pop()
     }
 
     /// Ends the log: every report, finished or not.
-    pub fn finish(mut self) -> Vec<OomReport> {
-        let mut out = self.pop();
-        out.extend(self.pending.into_iter().map(|p| p.report));
-        out
+    pub fn finish(self) -> Vec<OomReport> {
+        self.finish_counted().0
+    }
+
+    /// [`Self::finish`], and what was not believed.
+    pub fn finish_counted(mut self) -> (Vec<OomReport>, Ignored) {
+        for p in std::mem::take(&mut self.pending) {
+            self.close(p);
+        }
+        (self.done, self.ignored)
     }
 }
 
 /// Parses a whole log at once.
 pub(crate) fn parse_all<'a>(records: impl IntoIterator<Item = &'a str>) -> Vec<OomReport> {
-    let mut p = Parser::new();
+    parse_counted(records, Parser::new()).0
+}
+
+/// Parses a whole log with `p`, and says what it did not believe.
+pub(crate) fn parse_counted<'a>(
+    records: impl IntoIterator<Item = &'a str>,
+    mut p: Parser,
+) -> (Vec<OomReport>, Ignored) {
     for r in records {
         p.push(r);
     }
-    p.finish()
+    p.finish_counted()
 }
 
 /// Lines that belong to some report (everything else, other subsystems' messages, is skipped).
@@ -515,16 +626,23 @@ fn task_fields(msg: &str) -> Option<(u32, &str)> {
     Some((pid.trim().parse().ok()?, rest))
 }
 
-/// `Killed process 12591 (python3) total-vm:42264kB, anon-rss:32512kB, ...`.
+/// `Killed process 12591 (python3) total-vm:42264kB, anon-rss:32512kB, ...`
+/// (mm/oom_kill.c `__oom_kill_process`). The comm may hold anything: it ends at the last
+/// `) total-vm:`, which only the kernel's figures follow.
 fn killed(msg: &str) -> Option<Killed> {
     let rest = msg.split_once("Killed process ")?.1;
     let (pid, rest) = rest.split_once(' ')?;
     let pid = pid.parse().ok()?;
     let rest = rest.strip_prefix('(')?;
-    // The comm may hold ") ": the figures follow the last one.
-    let (comm, figures) = rest
-        .rsplit_once(") ")
-        .unwrap_or((rest.trim_end_matches(')'), ""));
+    let (comm, figures) = match rest.rsplit_once(") total-vm:") {
+        Some((comm, figures)) => (comm, figures),
+        None => (
+            rest.rsplit_once(") ")
+                .map_or(rest.trim_end_matches(')'), |(c, _)| c),
+            "",
+        ),
+    };
+    let figures = format!("total-vm:{figures}");
     let kb = |k: &str| {
         figures
             .split(k)
@@ -547,8 +665,296 @@ fn killed(msg: &str) -> Option<Killed> {
     })
 }
 
+/// The fields of an `oom-kill:` line, as mm/oom_kill.c `dump_oom_victim` writes them:
+///
+/// ```text
+/// oom-kill:constraint=%s,nodemask=%*pbl            the constraint's name; a node list or (null)
+///   ,cpuset=%s,mems_allowed=%*pbl                  cpuset_print_current_mems_allowed (with
+///                                                  CONFIG_CPUSETS): the trigger's cpuset
+///                                                  cgroup's name, "/" for the root
+///   ,oom_memcg=<path> | ,global_oom                mem_cgroup_print_oom_context
+///   ,task_memcg=<path>                             the victim's memory cgroup
+///   ,task=%s,pid=%d,uid=%d                         the victim's comm, pid, uid
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillLine {
+    pub constraint: String,
+    pub nodemask: String,
+    /// The cpuset part (with CONFIG_CPUSETS).
+    pub cpuset: Option<CpusetPart>,
+    /// `None`: `global_oom`.
+    pub oom_memcg: Option<String>,
+    pub task_memcg: String,
+    pub comm: String,
+    pub pid: u32,
+    pub uid: i64,
+}
+
+/// `,cpuset=<name>,<key>=<node list>` of an `oom-kill:` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpusetPart {
+    /// The trigger's cpuset cgroup's name (`/` for the root).
+    pub name: String,
+    /// `mems_allowed`.
+    pub key: String,
+    pub nodes: String,
+}
+
+/// Why an `oom-kill:` line was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not the kernel's format, or no split agrees with the rest of the report.
+    Malformed,
+    /// More than one split fits (names holding the line's separators): so many.
+    Ambiguous(usize),
+}
+
+/// What the rest of a report says about its `oom-kill:` line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrossCheck<'a> {
+    /// `Memory cgroup stats for <path>:`, logged for the cgroup that ran out (a memcg OOM).
+    pub stats_cgroup: Option<&'a str>,
+    /// The victim's comm from its `Killed process` line.
+    pub comm: Option<&'a str>,
+}
+
+impl KillLine {
+    /// Splits the fields after `oom-kill:` the one way the kernel's format allows, or refuses.
+    ///
+    /// How each ambiguity is resolved:
+    /// - `pid` and `uid` are numbers at the line's end: read from the right.
+    /// - Left of the cgroups, every field is fixed: the constraint's name (`[A-Z_]`), node lists
+    ///   (`[0-9,-]` or `(null)`), and the cpuset cgroup's name, which is `/` or holds no `/`.
+    ///   So the first `,oom_memcg=/` or `,task_memcg=/` is where the cgroups start, and the
+    ///   cpuset's name ends where the last `,<key>=<node list>` before them begins.
+    /// - Between the first cgroup and the pid, a path may hold `,task_memcg=/` and `,task=`,
+    ///   and a comm may hold `,task=`: every split is tried. One is kept only if its comm is at
+    ///   most 15 bytes (`TASK_COMM_LEN`), the cgroup that ran out holds the victim's (the victim
+    ///   is chosen below it), the cgroup that ran out is the one `Memory cgroup stats for` named,
+    ///   and the comm is the one the `Killed process` line names, where those lines were read.
+    /// - Exactly one split left: taken. None: [`Refusal::Malformed`]. More:
+    ///   [`Refusal::Ambiguous`]; the caller may try again once the `Killed process` line gives
+    ///   the comm, and refuses the line if it still cannot tell.
+    pub fn parse(fields: &str, check: CrossCheck<'_>) -> Result<Self, Refusal> {
+        if fields.len() > MAX_KILL_LINE {
+            return Err(Refusal::Malformed);
+        }
+        // pid and uid, from the right.
+        let (rest, uid) = fields.rsplit_once(",uid=").ok_or(Refusal::Malformed)?;
+        let uid: i64 = uid.parse().map_err(|_| Refusal::Malformed)?;
+        let (rest, pid) = rest.rsplit_once(",pid=").ok_or(Refusal::Malformed)?;
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Refusal::Malformed);
+        }
+        let pid: u32 = pid.parse().map_err(|_| Refusal::Malformed)?;
+        // Where the cgroups start.
+        let first = |key: &'static str| rest.find(key).map(|i| (i, key));
+        let (at, key) = match (first(",oom_memcg=/"), first(",task_memcg=/")) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).ok_or(Refusal::Malformed)?,
+        };
+        let (left, paths) = (&rest[..at], &rest[at + key.len() - 1..]);
+        let (left, global) = match key {
+            ",task_memcg=/" => (
+                left.strip_suffix(",global_oom").ok_or(Refusal::Malformed)?,
+                true,
+            ),
+            _ => (left, false),
+        };
+        let (constraint, nodemask, cpuset) = parse_left(left).ok_or(Refusal::Malformed)?;
+        match (constraint.as_str(), global) {
+            ("CONSTRAINT_MEMCG", true) => return Err(Refusal::Malformed),
+            ("CONSTRAINT_NONE" | "CONSTRAINT_CPUSET" | "CONSTRAINT_MEMORY_POLICY", false) => {
+                return Err(Refusal::Malformed)
+            }
+            _ => {}
+        }
+        let mut fits = Vec::new();
+        for (head, comm) in splits(paths, ",task=") {
+            // At most 4 bytes printed per byte of a comm (`\xNN`): longer is not one.
+            let is_comm = comm.len() <= 4 * MAX_COMM && comm_len(comm) <= MAX_COMM;
+            if !is_comm || check.comm.is_some_and(|c| c != comm) {
+                continue;
+            }
+            if global {
+                fits.push((None, head, comm));
+                continue;
+            }
+            for (oom, task) in splits(head, ",task_memcg=") {
+                let fits_stats = check.stats_cgroup.is_none_or(|s| cap(oom) == s);
+                if task.starts_with('/') && holds(oom, task) && fits_stats {
+                    fits.push((Some(oom), task, comm));
+                }
+            }
+        }
+        match fits.as_slice() {
+            [(oom, task, comm)] => Ok(Self {
+                constraint,
+                nodemask,
+                cpuset,
+                oom_memcg: oom.map(str::to_string),
+                task_memcg: task.to_string(),
+                comm: comm.to_string(),
+                pid,
+                uid,
+            }),
+            [] => Err(Refusal::Malformed),
+            more => Err(Refusal::Ambiguous(more.len())),
+        }
+    }
+
+    /// The line as the kernel writes it (after `oom-kill:`).
+    pub fn kernel_text(&self) -> String {
+        let mut s = format!("constraint={},nodemask={}", self.constraint, self.nodemask);
+        if let Some(c) = &self.cpuset {
+            s.push_str(&format!(",cpuset={},{}={}", c.name, c.key, c.nodes));
+        }
+        match &self.oom_memcg {
+            Some(p) => s.push_str(&format!(",oom_memcg={p}")),
+            None => s.push_str(",global_oom"),
+        }
+        s.push_str(&format!(
+            ",task_memcg={},task={},pid={},uid={}",
+            self.task_memcg, self.comm, self.pid, self.uid
+        ));
+        s
+    }
+
+    fn constraint(&self) -> Option<Constraint> {
+        match self.constraint.as_str() {
+            "CONSTRAINT_MEMCG" => Some(Constraint::Memcg),
+            "CONSTRAINT_NONE" => Some(Constraint::None),
+            "CONSTRAINT_CPUSET" | "CONSTRAINT_MEMORY_POLICY" => Some(Constraint::Nodes),
+            _ => None,
+        }
+    }
+}
+
+/// Every `(before, after)` split of `s` at an occurrence of `sep`.
+fn splits<'a>(s: &'a str, sep: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    s.match_indices(sep)
+        .map(move |(i, _)| (&s[..i], &s[i + sep.len()..]))
+}
+
+/// `outer` is `inner` or one of its ancestors (both hierarchy paths).
+fn holds(outer: &str, inner: &str) -> bool {
+    let outer = outer.trim_end_matches('/');
+    inner == outer
+        || inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// A comm's length in the kernel's bytes: /dev/kmsg writes a byte it escapes as `\xNN` (a
+/// backslash among them: the escape is unambiguous), and a byte that was not UTF-8 is read here
+/// as U+FFFD.
+fn comm_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let (mut i, mut n) = (0, 0);
+    while i < b.len() {
+        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') && b.len() >= i + 4 {
+            i += 4;
+        } else if s[i..].starts_with('\u{fffd}') {
+            i += '\u{fffd}'.len_utf8();
+        } else {
+            i += s[i..].chars().next().map_or(1, char::len_utf8);
+        }
+        n += 1;
+    }
+    n
+}
+
+/// A node list as `%*pbl` prints it: `0`, `0-3,5`, or nothing.
+fn is_node_list(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || b == b',' || b == b'-')
+}
+
+/// `constraint=C,nodemask=N[,cpuset=NAME,KEY=NODES]`: the constraint's name, the node mask and
+/// the cpuset part. The name is `/` or holds no `/`; the node lists and the key are read from
+/// the right, where nothing a user names can sit.
+fn parse_left(left: &str) -> Option<(String, String, Option<CpusetPart>)> {
+    let rest = left.strip_prefix("constraint=")?;
+    let (constraint, rest) = rest.split_once(",nodemask=")?;
+    if constraint.is_empty()
+        || !constraint
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b'_')
+    {
+        return None;
+    }
+    let (nodemask, rest) = match rest.strip_prefix("(null)") {
+        Some(r) => ("(null)", r),
+        None => {
+            let end = rest
+                .find(",cpuset=")
+                .filter(|&i| is_node_list(&rest[..i]))
+                .unwrap_or(rest.len());
+            (&rest[..end], &rest[end..])
+        }
+    };
+    if !(nodemask == "(null)" || is_node_list(nodemask)) {
+        return None;
+    }
+    if rest.is_empty() {
+        return Some((constraint.into(), nodemask.into(), None));
+    }
+    let cs = rest.strip_prefix(",cpuset=")?;
+    let (name_key, nodes) = cs.rsplit_once('=')?;
+    let (name, key) = name_key.rsplit_once(',')?;
+    let key_ok = !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    if !is_node_list(nodes) || !key_ok || (name != "/" && name.contains('/')) {
+        return None;
+    }
+    let cpuset = CpusetPart {
+        name: name.into(),
+        key: key.into(),
+        nodes: nodes.into(),
+    };
+    Some((constraint.into(), nodemask.into(), Some(cpuset)))
+}
+
+/// The `oom-kill:` line refused: as if the log had lost it.
+fn refuse(r: &mut OomReport) {
+    r.refused = true;
+    r.constraint = None;
+    r.oom_memcg.clear();
+    r.task_memcg.clear();
+    if let Some(t) = r.trigger.as_mut() {
+        t.cpuset.clear();
+    }
+}
+
+/// The victim's pid of an `oom-kill:` line, from the right (a number: never ambiguous).
+fn kill_line_pid(fields: &str) -> Option<u32> {
+    let (rest, _uid) = fields.rsplit_once(",uid=")?;
+    let pid = rest.rsplit_once(",pid=")?.1;
+    pid.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Takes an `oom-kill:` line's fields into a report.
+fn take_kill_line(r: &mut OomReport, l: KillLine) {
+    r.constraint = l.constraint();
+    r.oom_memcg = cap(l.oom_memcg.as_deref().unwrap_or(""));
+    r.task_memcg = cap(&l.task_memcg);
+    if let Some(t) = r.trigger.as_mut() {
+        t.cpuset = cap(l.cpuset.as_ref().map_or("", |c| c.name.as_str()));
+    }
+    // The victim's name and pid, completed by its `Killed process` line.
+    r.victim = Some(Killed {
+        pid: l.pid,
+        comm: cap(&l.comm),
+        ..r.victim.take().unwrap_or_default()
+    })
+    .filter(|v| v.pid != 0);
+}
+
 /// Takes a line into a report; false when it cannot be part of it (a second `oom-kill:` line).
-fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
+/// `refused` counts the `oom-kill:` lines refused.
+fn take(p: &mut Pending, msg: &str, at_us: u64, refused: &mut u64) -> bool {
     let r = &mut p.report;
     if let Some(rest) = msg.strip_prefix("CPU: ") {
         if let (Some(t), None) = (r.trigger.as_mut(), p.killed_at) {
@@ -562,11 +968,14 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
         if r.counters.len() < 4 && r.counters.iter().all(|o| o.name != c.name) {
             r.counters.push(c);
         }
-    } else if let Some(cg) = msg
-        .strip_prefix("Memory cgroup stats for ")
-        .map(|c| c.trim_end().trim_end_matches(':'))
-    {
-        r.stats_cgroup = cap(cg);
+    } else if let Some(cg) = msg.strip_prefix("Memory cgroup stats for ") {
+        // `pr_cont_cgroup_path` then `:`: exactly one colon is the kernel's (a name may end
+        // in one too).
+        let cg = cg.strip_suffix(':').unwrap_or(cg);
+        // The first is the cgroup that ran out (older kernels went on with its descendants).
+        if r.stats_cgroup.is_empty() {
+            r.stats_cgroup = cap(cg);
+        }
         r.breakdown = Some(Breakdown::default());
         p.section = Section::Stats;
         // v2 before 6.2 logs the whole memory.stat as one record, its lines escaped.
@@ -587,39 +996,60 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
             }
         }
     } else if let Some(fields) = msg.strip_prefix("oom-kill:") {
-        if !r.task_memcg.is_empty() || r.constraint.is_some() {
+        if p.kill_line_seen {
             return false;
         }
-        let get = |k: &str| {
-            fields
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-                .unwrap_or("")
-        };
-        r.constraint = match get("constraint") {
-            "CONSTRAINT_MEMCG" => Some(Constraint::Memcg),
-            "CONSTRAINT_NONE" => Some(Constraint::None),
-            "CONSTRAINT_CPUSET" | "CONSTRAINT_MEMORY_POLICY" => Some(Constraint::Nodes),
-            _ => None,
-        };
-        r.oom_memcg = cap(get("oom_memcg"));
-        r.task_memcg = cap(get("task_memcg"));
-        if let Some(t) = r.trigger.as_mut() {
-            t.cpuset = cap(get("cpuset"));
-        }
-        let pid = get("pid").parse().unwrap_or(0);
+        p.kill_line_seen = true;
         r.kill_at_us = at_us;
         p.section = Section::Killing;
-        // The victim's name and pid, completed by its `Killed process` line.
-        r.victim = Some(Killed {
-            pid,
-            comm: cap(get("task")),
-            ..Default::default()
-        })
-        .filter(|_| pid != 0);
+        let stats = (!r.stats_cgroup.is_empty()).then_some(r.stats_cgroup.as_str());
+        let check = CrossCheck {
+            stats_cgroup: stats,
+            comm: None,
+        };
+        match KillLine::parse(fields, check) {
+            Ok(l) => take_kill_line(r, l),
+            // The victim's `Killed process` line may tell the splits apart: it waits for it.
+            Err(Refusal::Ambiguous(_)) => {
+                p.kill_line_waiting = Some(fields.to_string());
+                r.victim = kill_line_pid(fields)
+                    .filter(|&pid| pid != 0)
+                    .map(|pid| Killed {
+                        pid,
+                        ..Killed::default()
+                    });
+            }
+            Err(Refusal::Malformed) => {
+                refuse(r);
+                *refused += 1;
+                r.victim = kill_line_pid(fields)
+                    .filter(|&pid| pid != 0)
+                    .map(|pid| Killed {
+                        pid,
+                        ..Killed::default()
+                    });
+            }
+        }
     } else if let Some(k) = killed(msg) {
         match (&mut r.victim, p.killed_at) {
             (Some(v), None) if v.pid == k.pid => {
+                if let Some(fields) = p.kill_line_waiting.take() {
+                    let stats = (!r.stats_cgroup.is_empty()).then_some(r.stats_cgroup.as_str());
+                    let check = CrossCheck {
+                        stats_cgroup: stats,
+                        comm: Some(&k.comm),
+                    };
+                    match KillLine::parse(&fields, check) {
+                        Ok(l) => take_kill_line(r, l),
+                        Err(_) => {
+                            refuse(r);
+                            *refused += 1;
+                        }
+                    }
+                }
+                let Some(v) = r.victim.as_mut() else {
+                    return true;
+                };
                 *v = Killed {
                     comm: if k.comm.is_empty() {
                         std::mem::take(&mut v.comm)
@@ -631,9 +1061,11 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
                 p.killed_at = Some(at_us);
             }
             (None, None) => {
-                // The `oom-kill:` line is gone: the victim from its own line.
+                // The `oom-kill:` line is gone (or refused): the victim from its own line.
                 r.victim = Some(k);
-                r.kill_at_us = at_us;
+                if !p.kill_line_seen {
+                    r.kill_at_us = at_us;
+                }
                 p.killed_at = Some(at_us);
             }
             // The group's list names the victim again.
@@ -649,7 +1081,14 @@ fn take(p: &mut Pending, msg: &str, at_us: u64) -> bool {
         .strip_prefix("Tasks in ")
         .and_then(|m| m.strip_suffix(" are going to be killed due to memory.oom.group set"))
     {
-        r.group_cgroup = Some(cap(cg));
+        // mm/memcontrol.c `mem_cgroup_get_oom_group`: the victim's ancestor (or its own
+        // cgroup) at or below the cgroup that ran out. A group that is not is no group of this
+        // kill's.
+        let fits = (r.task_memcg.is_empty() || holds(cg, &r.task_memcg))
+            && (r.oom_memcg.is_empty() || holds(&r.oom_memcg, cg));
+        if fits && !r.refused {
+            r.group_cgroup = Some(cap(cg));
+        }
     } else if p.section == Section::Stats {
         if let Some(b) = r.breakdown.as_mut() {
             // One record per line, or (v2 before 6.2) one record holding them all, its

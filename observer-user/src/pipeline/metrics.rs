@@ -110,6 +110,13 @@ impl PipelineHealth {
         )?;
         counter(
             e,
+            "pleg_outside_roots_events",
+            "Kernel events about cgroups named like a pod's or a container's outside kubelet's \
+             cgroup roots (made by whoever can write that subtree): ignored",
+            p.pleg.outside_roots,
+        )?;
+        counter(
+            e,
             "pleg_resyncs",
             "Walks of the cgroup tree (at start and after lost records)",
             p.pleg.resyncs,

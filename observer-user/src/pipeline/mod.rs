@@ -24,9 +24,7 @@ pub(crate) use task::HEARTBEAT;
 pub use task::{PipelineTask, ReaderThread};
 
 use crate::{
-    cgroup::{
-        cgroup_id, find_kubepods_roots, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount,
-    },
+    cgroup::{cgroup_id, CgroupError, CgroupIndex, CgroupMounts, HierarchyMount, KubeRoots},
     kernel::{
         EventReader, KernelCounters, KernelError, KernelEvent, KnownInits, ProbeOptions, Probes,
         Wait, Watch, WatchRoot,
@@ -56,24 +54,28 @@ pub const DEFAULT_QUEUE: usize = 64 * 1024;
 pub struct PipelineConfig {
     /// The cgroup2 hierarchy events are attributed in.
     pub unified: HierarchyMount,
-    /// Where pods live, relative to the cgroup2 root: walked at start and after lost records.
-    /// Absent ones are skipped (kubelet may make them later).
-    pub scan_roots: Vec<String>,
+    /// kubelet's kubepods cgroups: only below them is a cgroup a pod's or a container's. Walked
+    /// at start and after lost records; absent ones are skipped (kubelet may make them later).
+    pub roots: KubeRoots,
     pub probes: ProbeOptions,
     pub queue: usize,
 }
 
 impl PipelineConfig {
-    /// kubelet's pods: the kubepods roots of the host's cgroup2 hierarchy (mounted under
-    /// `cgroupfs` when the agent runs in a container) are walked and are the kernel's filter; with
-    /// none (no pod ever ran here), every process is watched, which stays correct when kubelet
-    /// makes them, only busier.
-    pub fn kubepods(cgroupfs: Option<&Path>) -> Result<Self, PipelineError> {
+    /// kubelet's pods: its roots in the host's cgroup2 hierarchy (mounted under `cgroupfs` when
+    /// the agent runs in a container), as `given` (`--cgroup-root`) or found
+    /// ([`KubeRoots::detect`]), are walked and are the kernel's filter; with none there yet (no
+    /// pod ever ran here), every process is watched, which stays correct when kubelet makes
+    /// them, only busier.
+    pub fn kubepods<S: AsRef<str>>(
+        cgroupfs: Option<&Path>,
+        given: &[S],
+    ) -> Result<Self, PipelineError> {
         let unified = unified_mount(cgroupfs)?;
-        let roots = find_kubepods_roots(&unified);
-        let watch = watch_of(&unified, &roots)?;
+        let roots = KubeRoots::detect(&unified, given)?;
+        let watch = watch_of(&unified, roots.paths())?;
         Ok(Self {
-            scan_roots: roots,
+            roots,
             probes: ProbeOptions {
                 watch,
                 ..Default::default()
@@ -96,7 +98,7 @@ pub fn unified_mount(cgroupfs: Option<&Path>) -> Result<HierarchyMount, Pipeline
 /// process when none does.
 pub(crate) fn watch_of<S: AsRef<str>>(
     unified: &HierarchyMount,
-    roots: &[S],
+    roots: impl IntoIterator<Item = S>,
 ) -> Result<Watch, CgroupError> {
     let present = watch_roots(unified, roots)?;
     Ok(if present.is_empty() {
@@ -109,10 +111,11 @@ pub(crate) fn watch_of<S: AsRef<str>>(
 /// The `WatchRoot`s (cgroup id and depth) of those of `roots` that exist.
 pub fn watch_roots<S: AsRef<str>>(
     unified: &HierarchyMount,
-    roots: &[S],
+    roots: impl IntoIterator<Item = S>,
 ) -> Result<Vec<WatchRoot>, CgroupError> {
     let mut out = Vec::new();
-    for rel in roots.iter().map(AsRef::as_ref) {
+    for rel in roots {
+        let rel = rel.as_ref();
         let Some(abs) = unified.to_absolute(rel).filter(|p| p.is_dir()) else {
             continue;
         };
@@ -171,7 +174,6 @@ pub struct KernelPipeline {
     pleg: Pleg,
     inits: KnownInits,
     init_sync: InitSync,
-    scan_roots: Vec<String>,
     lagged: pleg::LagCounter,
     /// The hook, and the events made and not yet queued: handed over at the end of each batch
     /// (and at the next turn when the consumer held the queue's lock then).
@@ -198,7 +200,7 @@ impl KernelPipeline {
         let inits = probes.known_inits()?;
         let (tx, events) = pleg::channel(cfg.queue).map_err(KernelError::Io)?;
         let hook = hook.map(|make| make(&reader.clock()));
-        let mut index = CgroupIndex::new(cfg.unified.clone());
+        let mut index = CgroupIndex::new(cfg.unified.clone(), cfg.roots);
         index.scan();
         let mut pleg = Pleg::new(index);
         // With hostPID the agent shares the node's pid namespace: its depth is the node's.
@@ -209,7 +211,6 @@ impl KernelPipeline {
             pleg,
             inits,
             init_sync: InitSync::default(),
-            scan_roots: cfg.scan_roots,
             lagged: tx.lag_counter(),
             out: Outbox::new(tx, hook),
         };
@@ -301,7 +302,7 @@ impl KernelPipeline {
     }
 
     fn rescan(&mut self) {
-        if let Err(e) = self.pleg.rescan(&self.scan_roots) {
+        if let Err(e) = self.pleg.rescan() {
             tracing::warn!("cgroup walk failed; pods appear at their next event: {e}");
         }
         self.deliver();

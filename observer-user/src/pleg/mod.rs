@@ -52,6 +52,9 @@ pub struct PlegStats {
     pub late: u64,
     /// Records the kernel dropped (ring buffer full), each a reason to resync.
     pub lost_records: u64,
+    /// Events about cgroups shaped like kubelet's outside its roots (`CgroupKind::Foreign`):
+    /// ignored.
+    pub outside_roots: u64,
     pub resyncs: u64,
     /// Kernel events by [`KernelEvent::type_index`] and lifecycle events by
     /// [`PlegEventType::index`].
@@ -76,9 +79,10 @@ pub struct Pleg {
 }
 
 impl Pleg {
+    /// A PLEG over `cgroups`, whose roots say which cgroups are kubelet's.
     pub fn new(cgroups: CgroupIndex) -> Self {
         Self {
-            model: NodeModel::new(),
+            model: NodeModel::new(cgroups.roots().clone()),
             cgroups,
             out: Vec::new(),
             orphans: HashMap::new(),
@@ -128,16 +132,14 @@ impl Pleg {
         self.flush();
     }
 
-    /// Walks the cgroup tree below `roots` (relative to the cgroup2 root; absent ones are
-    /// skipped) and resyncs with what it finds.
-    pub(crate) fn rescan<S: AsRef<str>>(&mut self, roots: &[S]) -> Result<(), CgroupError> {
-        let mount = self.cgroups.mount().clone();
-        let present: Vec<&str> = roots
-            .iter()
-            .map(AsRef::as_ref)
-            .filter(|r| mount.to_absolute(r).is_some_and(|p| p.is_dir()))
-            .collect();
-        let scan = crate::cgroup::scan(&mount, &present, &ScanOptions::default())?;
+    /// Walks the cgroup tree below kubelet's roots (absent ones are skipped) and resyncs with
+    /// what it finds.
+    pub(crate) fn rescan(&mut self) -> Result<(), CgroupError> {
+        let scan = crate::cgroup::scan(
+            self.cgroups.mount(),
+            self.cgroups.roots(),
+            &ScanOptions::default(),
+        )?;
         self.resync(&scan);
         Ok(())
     }
@@ -196,8 +198,34 @@ impl Pleg {
             Applied::UnknownCgroup(id) if self.tombstones.contains(&id) => self.stats.late += 1,
             Applied::UnknownCgroup(id) => self.hold(id, ev),
             Applied::Late => self.stats.late += 1,
+            Applied::OutsideRoots(id) => self.outside_roots(id, &ev),
             Applied::Done | Applied::NotAContainer => {}
         }
+    }
+
+    /// An event about a cgroup named like a pod's or a container's outside kubelet's roots:
+    /// whoever can write that subtree made it, so it changes nothing. Counted; said once (on
+    /// this thread a warning per event could stall it behind stderr).
+    fn outside_roots(&mut self, id: u64, ev: &KernelEvent) {
+        if self.stats.outside_roots == 0 {
+            let path = match ev {
+                KernelEvent::CgroupMkdir(c)
+                | KernelEvent::CgroupRmdir(c)
+                | KernelEvent::CgroupEmpty(c) => Some(c.path.clone()),
+                _ => self.cgroups.get(id).map(|e| e.path.to_string()),
+            };
+            tracing::warn!(
+                cgroup_id = id,
+                // Debug: a name is anybody's choice, escapes included.
+                path = ?path.as_deref().unwrap_or("?"),
+                roots = %self.cgroups.roots(),
+                "a cgroup named like a pod's or a container's is outside kubelet's cgroups: \
+                 ignored (counted in observer_pleg_outside_roots_events_total; said once). Made \
+                 by whoever can write that subtree, it is never taken for a container. If \
+                 kubelet's pods are there, give its --cgroup-root (OBSERVER_CGROUP_ROOT)"
+            );
+        }
+        self.stats.outside_roots += 1;
     }
 
     fn hold(&mut self, id: u64, ev: KernelEvent) {

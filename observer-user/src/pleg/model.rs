@@ -8,8 +8,8 @@ use std::{collections::HashMap, sync::Arc};
 use super::event::{ContainerExit, ExitReason, PlegEvent, PodLifecycleEvent};
 use crate::{
     cgroup::{
-        CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, PodCgroup, PodUid, Qos,
-        Runtime, Scan,
+        CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, KubeRoots, PodCgroup,
+        PodUid, Qos, Runtime, Scan,
     },
     kernel::{BootNs, CgroupChange, Comm, Exec, Exit, KernelEvent, OomKill},
 };
@@ -77,6 +77,8 @@ enum Owner {
     /// Known not to be a pod or container (kubepods root, QoS level, conmon, outside kubepods):
     /// cached so such events cost one lookup.
     Other,
+    /// Named like a pod's or a container's outside kubelet's roots: never one (counted).
+    Foreign,
 }
 
 /// What [`NodeModel::apply`] made of an event.
@@ -91,10 +93,14 @@ pub enum Applied {
     UnknownCgroup(u64),
     /// About a container that already exited or was removed: too late to matter (counted).
     Late,
+    /// About a cgroup named like a pod's or a container's outside kubelet's roots
+    /// ([`CgroupKind::Foreign`]): changes nothing (counted).
+    OutsideRoots(u64),
 }
 
-#[derive(Default)]
 pub struct NodeModel {
+    /// What a cgroup path is: only below these is it a pod's or a container's.
+    roots: KubeRoots,
     pods: HashMap<PodUid, PodRecord>,
     containers: HashMap<ContainerId, ContainerRecord>,
     by_cgroup: HashMap<u64, Owner>,
@@ -104,8 +110,14 @@ pub struct NodeModel {
 }
 
 impl NodeModel {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(roots: KubeRoots) -> Self {
+        Self {
+            roots,
+            pods: HashMap::new(),
+            containers: HashMap::new(),
+            by_cgroup: HashMap::new(),
+            host_ns_level: 0,
+        }
     }
 
     /// Sets the node's pid namespace depth (the agent's own, with hostPID).
@@ -192,6 +204,7 @@ impl NodeModel {
         };
         match owner {
             Owner::Container(id) => f(self, id, out),
+            Owner::Foreign => Applied::OutsideRoots(cgroup_id),
             Owner::Pod(_) | Owner::Other => Applied::NotAContainer,
         }
     }
@@ -213,6 +226,7 @@ impl NodeModel {
                 self.container_entry(c, cgroup_id, &entry.path, at, out);
                 Owner::Container(c.id)
             }
+            CgroupKind::Foreign => Owner::Foreign,
             _ => Owner::Other,
         };
         self.by_cgroup.insert(cgroup_id, owner);
@@ -290,9 +304,10 @@ impl NodeModel {
     }
 
     fn mkdir(&mut self, c: &CgroupChange, out: &mut Vec<PodLifecycleEvent>) -> Applied {
-        let entry = CgroupEntry::new(&c.path);
+        let entry = self.roots.entry(&c.path);
         match self.learn(c.id, &entry, Some(c.at), out) {
             Owner::Other => Applied::NotAContainer,
+            Owner::Foreign => Applied::OutsideRoots(c.id),
             _ => Applied::Done,
         }
     }
@@ -413,8 +428,10 @@ impl NodeModel {
     /// The cgroup's last process left. For a container whose init's exit was never seen, this is
     /// the last word on its death.
     fn empty(&mut self, c: &CgroupChange, out: &mut Vec<PodLifecycleEvent>) -> Applied {
-        let Some(Owner::Container(id)) = self.by_cgroup.get(&c.id).copied() else {
-            return Applied::NotAContainer;
+        let id = match self.by_cgroup.get(&c.id).copied() {
+            Some(Owner::Container(id)) => id,
+            Some(Owner::Foreign) => return Applied::OutsideRoots(c.id),
+            _ => return Applied::NotAContainer,
         };
         let Some(rec) = self.containers.get_mut(&id) else {
             return Applied::Late;
@@ -465,6 +482,7 @@ impl NodeModel {
                 Applied::Done
             }
             Some(Owner::Other) => Applied::NotAContainer,
+            Some(Owner::Foreign) => Applied::OutsideRoots(c.id),
             None => Applied::Late,
         }
     }

@@ -36,6 +36,11 @@ fn ctr_path(uid: &str, n: u32) -> String {
     )
 }
 
+/// kubelet's default roots (`--cgroup-root=/`, both drivers).
+fn roots() -> crate::cgroup::KubeRoots {
+    crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()
+}
+
 /// A PLEG whose index cannot ask a kernel: unknown ids stay unknown.
 fn pleg(capacity: usize) -> (TestPleg, PlegReceiver) {
     let mount = HierarchyMount {
@@ -46,7 +51,7 @@ fn pleg(capacity: usize) -> (TestPleg, PlegReceiver) {
     let (tx, rx) = channel(capacity).expect("a wake-up socket");
     (
         TestPleg {
-            pleg: Pleg::new(CgroupIndex::new(mount)),
+            pleg: Pleg::new(CgroupIndex::new(mount, roots())),
             tx,
         },
         rx,
@@ -679,6 +684,43 @@ fn conmon_and_system_cgroups_make_no_events() {
     assert_eq!(p.held(), 0);
 }
 
+/// A cgroup named like a running container's, made outside kubelet's roots (a delegated
+/// subtree, a container's own cgroupfs) and removed again: the real container is untouched,
+/// nothing is made of it, and each of its events is counted.
+#[test]
+fn a_spoof_outside_kubelets_roots_changes_nothing() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    let before = drain(&mut rx);
+    assert_eq!(kinds(&before), [ContainerChanged, ContainerStarted]);
+    for (n, prefix) in ["/evil", "/user.slice/user-1000.slice/user@1000.service"]
+        .into_iter()
+        .enumerate()
+    {
+        let n = n as u64 * 10;
+        p.handle(mkdir(20 + n, &format!("{prefix}{}", pod_path(UID)), 4));
+        p.handle(mkdir(21 + n, &format!("{prefix}{}", ctr_path(UID, 1)), 5));
+        // Its own "init" in it (with every process watched), then it goes away.
+        p.handle(exec(200, 21 + n, "fake", 6));
+        p.handle(exit(200, 21 + n, WaitStatus(9), 7));
+        p.handle(empty(21 + n, &format!("{prefix}{}", ctr_path(UID, 1)), 8));
+        p.handle(rmdir(21 + n, &format!("{prefix}{}", ctr_path(UID, 1)), 9));
+        p.handle(rmdir(20 + n, &format!("{prefix}{}", pod_path(UID)), 10));
+    }
+    assert_eq!(drain(&mut rx), [], "the spoof made lifecycle events");
+    let c = p.model().container(&cid(1)).expect("the real container");
+    assert_eq!(
+        (c.state, c.cgroup_id, c.init_pid),
+        (ContainerState::Running, 11, Some(100))
+    );
+    assert_eq!(p.model().counts(), (1, 1));
+    assert_eq!(p.stats().outside_roots, 2 * 7);
+    // The real one still dies as itself.
+    p.handle(exit(100, 11, WaitStatus(0), 11));
+    assert_eq!(kinds(&drain(&mut rx)), [ContainerDied]);
+}
+
 #[test]
 fn pod_removal_is_a_pod_sync() {
     let (mut p, mut rx) = pleg(64);
@@ -697,7 +739,7 @@ fn scanned(id: u64, path: &str, pids: &[u32], init: Option<u32>) -> ScannedCgrou
     ScannedCgroup {
         id,
         path: path.to_string(),
-        kind: crate::cgroup::classify(path),
+        kind: roots().classify(path),
         pids: pids.to_vec(),
         init_pid: init,
     }

@@ -169,6 +169,9 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         OomScope::Unknown(ScopeUnknown::ReportIncomplete) => {
             Some("the kernel log no longer holds the whole report".into())
         }
+        OomScope::Unknown(ScopeUnknown::ReportRefused) => {
+            Some("the kernel log's oom-kill line could not be read one way only".into())
+        }
         _ => None,
     };
     let trigger_ours = trigger_is_the_pods(o);
@@ -406,7 +409,7 @@ pub fn render_text(e: &Explanation) -> String {
 mod tests {
     use super::*;
     use crate::{
-        cgroup::classify,
+        cgroup::KubeRoots,
         kernel::kmsg,
         kube::testkit::{cv, oom, view},
         reconcile::merge::logged_oom,
@@ -416,7 +419,8 @@ mod tests {
         let path = format!("{}/src/kernel/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).unwrap();
         let k = &kmsg::parse(text.lines())[n];
-        let id = classify(&k.task_memcg).container().unwrap().id;
+        let roots = KubeRoots::of_kubelet_root("/").unwrap();
+        let id = roots.classify(&k.task_memcg).container().unwrap().id;
         logged_oom(k, id, Some(false))
     }
 

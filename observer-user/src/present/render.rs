@@ -123,7 +123,7 @@ pub(crate) fn watch_line<'a>(
             line.cgroup_id = Some(c.id);
             line.cgroup_path = Some(Arc::from(c.path.as_str()));
             line.level = Some(c.level);
-            kind_fields(&mut line, &crate::cgroup::classify(&c.path));
+            kind_fields(&mut line, &cgroups.roots().classify(&c.path));
             None
         }
         KernelEvent::Lost { records, .. } => {

@@ -7,8 +7,8 @@ use std::{
 };
 
 use crate::{
-    cgroup::{classify, ContainerId},
-    kernel::kmsg::{self, History, LoggedOomKill},
+    cgroup::{ContainerId, KubeRoots},
+    kernel::kmsg::{self, History, LogStats, LoggedOomKill},
 };
 
 /// Kills kept per container (the newest): bounded memory for a container that keeps losing
@@ -18,8 +18,10 @@ const KEPT_PER_CONTAINER: usize = 16;
 /// each); older ones keep the kill's own line.
 const REPORTS_PER_CONTAINER: usize = 2;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct OomHistory {
+    /// kubelet's roots: a kill's memory cgroup names a container only below them.
+    roots: KubeRoots,
     by_container: HashMap<ContainerId, Vec<LoggedOomKill>>,
     since: Option<SystemTime>,
     /// Kills in no container (a system service, a malformed path).
@@ -34,23 +36,38 @@ pub(crate) struct OomHistory {
 const UNPLACED_KEPT: usize = 16;
 
 impl OomHistory {
-    /// Reads the kernel log. Unreadable (no CAP_SYSLOG, no /dev/kmsg): said once, empty history.
-    pub(crate) fn read() -> Self {
+    /// No kill yet.
+    pub(crate) fn new(roots: KubeRoots) -> Self {
+        Self {
+            roots,
+            by_container: HashMap::new(),
+            since: None,
+            outside: 0,
+            unplaced: VecDeque::new(),
+        }
+    }
+
+    /// Reads the kernel log (what it ignored counted in `stats`). Unreadable (no CAP_SYSLOG, no
+    /// /dev/kmsg): said once, empty history.
+    pub(crate) fn read(roots: KubeRoots, stats: &LogStats) -> Self {
         match kmsg::read_history() {
-            Ok(h) => Self::from_history(h),
+            Ok(h) => {
+                stats.add(&h.ignored);
+                Self::from_history(roots, h)
+            }
             Err(e) => {
                 tracing::info!(
                     "kernel log unreadable ({e}): OOM kills from before start-up are not known"
                 );
-                Self::default()
+                Self::new(roots)
             }
         }
     }
 
-    pub(crate) fn from_history(h: History) -> Self {
+    pub(crate) fn from_history(roots: KubeRoots, h: History) -> Self {
         let mut me = Self {
             since: h.since,
-            ..Self::default()
+            ..Self::new(roots)
         };
         for k in h.kills {
             me.add(k);
@@ -60,7 +77,7 @@ impl OomHistory {
 
     /// Adds a kill attributed by its victim's memory cgroup; returns the container it belongs to.
     pub(crate) fn add(&mut self, k: LoggedOomKill) -> Option<ContainerId> {
-        match Self::container_of(&k) {
+        match self.container_of(&k) {
             Some(id) => {
                 self.add_to(id, k);
                 Some(id)
@@ -97,11 +114,13 @@ impl OomHistory {
         true
     }
 
-    /// The container of a kill's victim from its memory cgroup (its own, or one nested in it).
-    /// On cgroup v2 that is the nearest cgroup with the memory controller on, which can be above
-    /// the container: then `None`, and the caller may know the victim from the probes.
-    pub(crate) fn container_of(k: &LoggedOomKill) -> Option<ContainerId> {
-        classify(&k.task_memcg).container().map(|c| c.id)
+    /// The container of a kill's victim from its memory cgroup (its own, or one nested in it),
+    /// below kubelet's roots only: a cgroup named like a container elsewhere is whoever made
+    /// it's, and a real OOM kill there is no container's. On cgroup v2 the memory cgroup is the
+    /// nearest one with the memory controller on, which can be above the container: then
+    /// `None`, and the caller may know the victim from the probes.
+    pub(crate) fn container_of(&self, k: &LoggedOomKill) -> Option<ContainerId> {
+        self.roots.classify(&k.task_memcg).container().map(|c| c.id)
     }
 
     /// Adds a kill to a container's.
@@ -155,19 +174,22 @@ mod tests {
             task_memcg: memcg.into(),
             ..Default::default()
         };
-        let h = OomHistory::from_history(History {
+        let roots = KubeRoots::of_kubelet_root("/").unwrap();
+        let h = OomHistory::from_history(roots, History {
             kills: vec![
                 kill(&format!("/kubepods/burstable/pod0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0/{id}"), 1),
                 kill(&format!("/kubepods.slice/kubepods-pod0b1c2d3e_4f50_6172_8394_a5b6c7d8e9f0.slice/cri-containerd-{id}.scope/sub"), 2),
                 kill("/system.slice/foo.service", 3),
+                // A real kill in a cgroup named like the container, outside kubelet's roots.
+                kill(&format!("/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0/{id}"), 4),
             ],
-            since: None,
+            ..History::default()
         });
         let id = ContainerId::parse(&id).unwrap();
         assert_eq!(
             h.kills_of(&id).iter().map(|k| k.pid).collect::<Vec<_>>(),
             [1, 2]
         );
-        assert_eq!((h.outside, h.len()), (1, 2));
+        assert_eq!((h.outside, h.len()), (2, 2));
     }
 }

@@ -22,7 +22,7 @@ use super::{
     view::{ContainerPhase, ContainerView, OomEvidence, OomScope, ScopeUnknown, Source},
 };
 use crate::{
-    cgroup::{classify, container_of_name, CgroupKind, ContainerId},
+    cgroup::{container_of_name, shape, CgroupKind, ContainerId},
     cri::KubeletLabels,
     kernel::{kmsg::LoggedOomKill, oom_report::Constraint, BootClock, OomKill},
     pleg::ExitReason,
@@ -124,13 +124,18 @@ pub(crate) fn logged_oom(k: &LoggedOomKill, id: ContainerId, init: Option<bool>)
             .filter(|&t| t != k.pid),
         trigger_container: trigger_container(k).filter(|t| *t != id),
         source: Source::KernelLog,
-        scope: scope_of(k),
+        scope: scope_of(k, id),
         report: k.report.clone(),
     }
 }
 
-/// Which limit a logged kill hit: from the report's constraint and the cgroup that ran out.
-pub(crate) fn scope_of(k: &LoggedOomKill) -> OomScope {
+/// Which limit a logged kill of container `id` hit: from the report's constraint and the cgroup
+/// that ran out, read relative to the victim's own cgroup (the kill is `id`'s by kubelet's roots
+/// or by the probes; the parser made sure `oom_memcg` holds `task_memcg`).
+pub(crate) fn scope_of(k: &LoggedOomKill, id: ContainerId) -> OomScope {
+    if k.report.as_ref().is_some_and(|r| r.refused) {
+        return OomScope::Unknown(ScopeUnknown::ReportRefused);
+    }
     let constraint = k.report.as_ref().map(|r| r.constraint);
     match constraint {
         Some(Some(Constraint::None | Constraint::Nodes)) => return OomScope::Node,
@@ -144,10 +149,15 @@ pub(crate) fn scope_of(k: &LoggedOomKill) -> OomScope {
     if k.oom_memcg == k.task_memcg {
         return OomScope::Container;
     }
-    match classify(&k.oom_memcg) {
+    let holds_victim = k
+        .task_memcg
+        .strip_prefix(k.oom_memcg.trim_end_matches('/'))
+        .is_some_and(|rest| rest.starts_with('/'));
+    let victims_pod = shape(&k.task_memcg).pod().map(|p| p.uid);
+    match shape(&k.oom_memcg) {
         // The victim sits in a cgroup nested in its container.
-        CgroupKind::Container(_) => OomScope::Container,
-        CgroupKind::Pod(_) => OomScope::Pod,
+        CgroupKind::Container(c) if holds_victim && c.id == id => OomScope::Container,
+        CgroupKind::Pod(p) if holds_victim && victims_pod == Some(p.uid) => OomScope::Pod,
         _ => OomScope::Cgroup(k.oom_memcg.clone()),
     }
 }
@@ -273,7 +283,7 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
             .find(|l| same_kill(o.victim.tgid, o.marked_at, l))
         {
             e.group = l.group;
-            e.scope = scope_of(l);
+            e.scope = scope_of(l, i.id);
             e.report = l.report.clone();
             e.oom_cgroup = oom_cgroup(l);
             e.limit_bytes = l.limit_bytes;

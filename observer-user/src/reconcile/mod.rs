@@ -303,16 +303,25 @@ impl<R: RuntimeService> Reconciler<R> {
         // cgroup above the container's when the controller is not on below it), by the probes'
         // own record of the same victim (they saw the kill first: the log's report is read once
         // it is whole).
-        let id = OomHistory::container_of(&kill).or_else(|| {
-            self.tracked.iter().find_map(|(id, t)| {
-                t.kernel
-                    .as_ref()?
-                    .oom_victims
-                    .iter()
-                    .any(|&(pid, at)| merge::same_kill(pid, at, &kill, &self.clock))
-                    .then_some(*id)
-            })
+        let probes = self.tracked.iter().find_map(|(id, t)| {
+            t.kernel
+                .as_ref()?
+                .oom_victims
+                .iter()
+                .any(|&(pid, at)| merge::same_kill(pid, at, &kill, &self.clock))
+                .then_some(*id)
         });
+        let logged = self.history.container_of(&kill);
+        // The probes read the victim's cgroup from the kernel itself: a report of the same kill
+        // that names another container (the victim moved between its choice and the report) is
+        // not believed, rather than given to either.
+        if let (Some(p), Some(l)) = (probes, logged) {
+            if p != l {
+                tracing::debug!(pid = kill.pid, probes = %p, log = %l, "the kernel log's report names another container than the probes saw: not believed");
+                return;
+            }
+        }
+        let id = probes.or(logged);
         let Some(id) = id else {
             self.history.unplaced(kill);
             return;

@@ -216,7 +216,7 @@ fn start(rt: &FakeRuntime) -> (PlegSender, ReconcileHandle) {
         rt.clone(),
         cfg,
         BootClock::new(),
-        OomHistory::default(),
+        OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
         inits::InitStore::in_memory(),
     );
     let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
@@ -356,7 +356,7 @@ async fn a_logged_kill_above_the_container_is_placed_by_its_victim() {
         rt.clone(),
         cfg,
         clock.clone(),
-        OomHistory::default(),
+        OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
         inits::InitStore::in_memory(),
     );
     let (log_tx, log_rx) = mpsc::channel(4);
@@ -451,4 +451,114 @@ async fn a_logged_kill_above_the_container_is_placed_by_its_victim() {
         "{:?}",
         h.pod(&uid(1)).unwrap().containers[0].last_oom
     );
+}
+
+/// The probes saw a victim die in one container; a report of the same kill naming another
+/// container (below kubelet's roots) is not believed: neither container gets it.
+#[tokio::test(start_paused = true)]
+async fn a_logged_kill_naming_another_container_than_the_probes_is_not_believed() {
+    use crate::kernel::{
+        event::{OomKill, OomMemory, Task},
+        kmsg::LoggedOomKill,
+        oom_report::{Constraint, OomReport},
+        Comm,
+    };
+    let rt = FakeRuntime::with_running(1, 1);
+    rt.set(|st| {
+        let mut other = st.statuses[0].clone();
+        other.id = cid(2).to_string();
+        st.statuses.push(other);
+    });
+    let cfg = ReconcileConfig {
+        state_dir: None,
+        ..ReconcileConfig::default()
+    };
+    let clock = BootClock::new();
+    let (mut r, h) = Reconciler::new(
+        rt.clone(),
+        cfg,
+        clock.clone(),
+        OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
+        inits::InitStore::in_memory(),
+    );
+    let (log_tx, log_rx) = mpsc::channel(4);
+    r.follow_kernel_log(log_rx);
+    let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
+    tokio::spawn(r.run(rx));
+    assert!(h.settled(Duration::from_secs(5)).await);
+    let kills = |h: &ReconcileHandle, n: u8| {
+        h.pod(&uid(1))
+            .and_then(|p| p.containers.iter().find(|c| c.id == cid(n)).cloned())
+            .map(|c| c.oom_kills)
+    };
+    assert_eq!((kills(&h, 1), kills(&h, 2)), (Some(0), Some(0)));
+
+    let marked_at = BootClock::now();
+    let victim = Task {
+        pid: 4400,
+        tgid: 4400,
+        ppid: 1,
+        ns_pid: 7,
+        ns_level: 1,
+        comm: Comm::from("hog"),
+        cgroup_id: 9,
+    };
+    tx.send(PodLifecycleEvent {
+        pod_uid: uid(1),
+        runtime: None,
+        at: marked_at,
+        event: PlegEvent::OomKill {
+            id: cid(1),
+            kill: Box::new(OomKill {
+                at: marked_at,
+                marked_at,
+                victim,
+                victim_comm: Comm::from("hog"),
+                memory: OomMemory::default(),
+                oom_score_adj: None,
+                trigger_pid: 4400,
+                trigger_tgid: 4400,
+                trigger_cgroup_id: 9,
+            }),
+            trigger: None,
+        },
+    });
+    assert!(
+        h.wait_for(Duration::from_secs(1), |_| kills(&h, 1) == Some(1))
+            .await
+    );
+    let other = format!("/kubepods/burstable/pod{}/{}", uid(1), cid(2));
+    log_tx
+        .send(LoggedOomKill {
+            at_us: 1,
+            time: clock.to_system_time(marked_at),
+            pid: 4400,
+            comm: "hog".into(),
+            task_memcg: other.clone(),
+            oom_memcg: other,
+            report: Some(Arc::new(OomReport {
+                constraint: Some(Constraint::Memcg),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A kill from the log the reconciler took would show in the next turn.
+    h.request_relist();
+    assert!(h.settled(Duration::from_secs(1)).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!((kills(&h, 1), kills(&h, 2)), (Some(1), Some(0)));
+    let scope = h
+        .pod(&uid(1))
+        .unwrap()
+        .containers
+        .iter()
+        .find(|c| c.id == cid(1))
+        .unwrap()
+        .last_oom
+        .clone()
+        .unwrap()
+        .scope;
+    assert_eq!(scope, OomScope::Unknown(ScopeUnknown::LogNotRead));
 }

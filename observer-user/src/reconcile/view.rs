@@ -60,6 +60,9 @@ pub enum ScopeUnknown {
     LogNotRead,
     /// The kernel log kept only part of the report (the ring overwrote the rest).
     ReportIncomplete,
+    /// The report's `oom-kill:` line could not be read one way only (names holding its
+    /// separators), so it was not believed.
+    ReportRefused,
 }
 
 impl OomScope {

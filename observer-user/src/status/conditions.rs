@@ -490,6 +490,10 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
                 ScopeUnknown::ReportIncomplete => {
                     "the kernel log no longer holds the whole report of this kill"
                 }
+                ScopeUnknown::ReportRefused => {
+                    "the kernel log's report of this kill names cgroups or a process that \
+                     cannot be told apart"
+                }
             };
             match spec_limit {
                 Some(l) => format!(
@@ -780,13 +784,15 @@ mod tests {
 
     /// The kills of a real capture (kernel/testdata), as the reconciler makes their evidence.
     fn logged(file: &str) -> Vec<OomEvidence> {
-        use crate::{cgroup::classify, kernel::kmsg, reconcile::merge::logged_oom};
+        use crate::{cgroup::KubeRoots, kernel::kmsg, reconcile::merge::logged_oom};
+        let roots = KubeRoots::of_kubelet_root("/").unwrap();
         let path = format!("{}/src/kernel/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).unwrap();
         kmsg::parse(text.lines())
             .iter()
             .map(|k| {
-                let id = classify(&k.task_memcg)
+                let id = roots
+                    .classify(&k.task_memcg)
                     .container()
                     .map(|c| c.id)
                     .unwrap_or(cv("other", 0, ContainerPhase::Running).id);

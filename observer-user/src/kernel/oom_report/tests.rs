@@ -2,6 +2,7 @@
 //! raw /dev/kmsg records captured by scripts/oom-capture.sh and on the build host), and on that
 //! output cut, interleaved and mangled.
 use super::*;
+use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<String> {
     let path = format!("{}/src/kernel/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -401,4 +402,312 @@ fn debian_guest_6_1_v1() {
     let host = reports("6.18-host-v1-pod.kmsg");
     let b = host[0].breakdown.as_ref().unwrap();
     assert!(b.v1 && b.anon == Some(66707456), "{b:?}");
+}
+
+/// A memcg kill's report as the kernel logs it, the `oom-kill:` line's fields given: `prio` on
+/// every record (6 and 3: the kernel's; 14 and 11: a process's, LOG_USER).
+fn memcg_report(fields: &str, comm: &str, pid: u32, stats: &str, user: bool) -> Vec<String> {
+    let f = if user { 8 } else { 0 };
+    vec![
+        format!("{},1,100,-;hog invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0", 4 + f),
+        format!("{},2,101,-;memory: usage 32768kB, limit 32768kB, failcnt 9", 6 + f),
+        format!("{},3,102,-;Memory cgroup stats for {stats}:", 6 + f),
+        format!("{},4,103,-;oom-kill:{fields}", 6 + f),
+        format!("{},5,104,-;Memory cgroup out of memory: Killed process {pid} ({comm}) total-vm:9kB, anon-rss:8kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0", 3 + f),
+    ]
+}
+
+const CTR: &str = "/kubepods/burstable/pod11111111-1111-4111-8111-111111111111/c0ffee01";
+
+fn cpuset(name: &str) -> CpusetPart {
+    CpusetPart {
+        name: name.into(),
+        key: "mems_allowed".into(),
+        nodes: "0".into(),
+    }
+}
+
+fn memcg_line(oom: &str, task: &str, comm: &str, pid: u32) -> KillLine {
+    KillLine {
+        constraint: "CONSTRAINT_MEMCG".into(),
+        nodemask: "(null)".into(),
+        cpuset: Some(cpuset("c0ffee01")),
+        oom_memcg: Some(oom.into()),
+        task_memcg: task.into(),
+        comm: comm.into(),
+        pid,
+        uid: 0,
+    }
+}
+
+/// Records a process wrote (facility LOG_USER: /dev/kmsg gives a writer's record facility 1
+/// unless it names another, never 0) are no part of any report, on /dev/kmsg and on
+/// syslog(2)'s text alike, and each one shaped like a report's line is counted.
+#[test]
+fn records_not_from_the_kernel_are_ignored_and_counted() {
+    let fields = memcg_line(CTR, CTR, "FORGED", 4242).kernel_text();
+    let forged = memcg_report(&fields, "FORGED", 4242, CTR, true);
+    let (r, ignored) = parse_counted(forged.iter().map(String::as_str), Parser::new());
+    assert!(r.is_empty(), "{r:#?}");
+    assert_eq!(ignored.not_kernel, forged.len() as u64);
+    // The same lines from the kernel are a report.
+    let real = memcg_report(&fields, "FORGED", 4242, CTR, false);
+    let r = parse_all(real.iter().map(String::as_str));
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].task_memcg, CTR);
+    // A process's lines among the kernel's change nothing of the kernel's report.
+    let mut mixed = Vec::new();
+    for (k, u) in real.iter().zip(&forged) {
+        mixed.push(k.clone());
+        mixed.push(u.replace("FORGED", "OTHER").replace("c0ffee01", "c0ffee02"));
+    }
+    let (m, ignored) = parse_counted(mixed.iter().map(String::as_str), Parser::new());
+    assert_eq!(m, r);
+    assert_eq!(ignored.not_kernel, forged.len() as u64);
+    // Other processes' records (journald's, say) are not counted: they look like no report.
+    let (_, ignored) = parse_counted(
+        ["30,9,200,-;systemd[1]: Started foo.service."],
+        Parser::new(),
+    );
+    assert_eq!(ignored, Ignored::default());
+    // Counting from a time on (a log read again) counts only what came after.
+    let (_, later) = parse_counted(
+        forged.iter().map(String::as_str),
+        Parser::counting_after(102),
+    );
+    assert_eq!(later.not_kernel, 2);
+}
+
+/// The parts of a report that would move a kill: each split the kernel's format allows is
+/// weighed, and what cannot be told apart is refused, never guessed.
+#[test]
+fn separators_in_names_never_move_a_kill() {
+    fn check<'a>(stats: Option<&'a str>, comm: Option<&'a str>) -> CrossCheck<'a> {
+        CrossCheck {
+            stats_cgroup: stats,
+            comm,
+        }
+    }
+    // A path holding `,task_memcg=/`: only the split where the cgroup that ran out holds the
+    // victim's fits.
+    let evil = format!(
+        "{CTR},task_memcg=/kubepods/burstable/pod22222222-2222-4222-8222-222222222222/c0ffee02"
+    );
+    let l = memcg_line(&evil, &format!("{evil}/x"), "sh", 7);
+    assert_eq!(
+        KillLine::parse(&l.kernel_text(), check(None, None)),
+        Ok(l.clone())
+    );
+    // Two splits that both fit: the stats line's cgroup (the one that ran out) decides.
+    let l = memcg_line("/a", "/a/m,task_memcg=/a,task_memcg=/a/m/z", "sh", 7);
+    let text = l.kernel_text();
+    assert_eq!(
+        KillLine::parse(&text, check(None, None)),
+        Err(Refusal::Ambiguous(2))
+    );
+    assert_eq!(
+        KillLine::parse(&text, check(Some("/a"), None)),
+        Ok(l.clone())
+    );
+    // A comm holding `,task=`: the `Killed process` line's comm decides.
+    let l = memcg_line(CTR, &format!("{CTR}/x,task=y"), "z", 7);
+    let text = l.kernel_text();
+    assert_eq!(
+        KillLine::parse(&text, check(Some(CTR), None)),
+        Err(Refusal::Ambiguous(2))
+    );
+    assert_eq!(
+        KillLine::parse(&text, check(Some(CTR), Some("z"))),
+        Ok(l.clone())
+    );
+    let other = KillLine {
+        task_memcg: format!("{CTR}/x"),
+        comm: "y,task=z".into(),
+        ..l.clone()
+    };
+    assert_eq!(
+        KillLine::parse(&text, check(Some(CTR), Some("y,task=z"))),
+        Ok(other)
+    );
+    // A comm longer than the kernel's 15 bytes is no comm.
+    let l = memcg_line(CTR, CTR, "0123456789abcde", 7);
+    assert_eq!(KillLine::parse(&l.kernel_text(), check(None, None)), Ok(l));
+    // A cpuset name holding the node list's key, a global OOM, no cpuset part.
+    let global = KillLine {
+        constraint: "CONSTRAINT_NONE".into(),
+        nodemask: "0-1,3".into(),
+        cpuset: Some(CpusetPart {
+            nodes: "0-1,3".into(),
+            ..cpuset("x,mems_allowed=0,global_oom")
+        }),
+        oom_memcg: None,
+        task_memcg: "/system.slice/x.service".into(),
+        comm: "java".into(),
+        pid: 9,
+        uid: -1,
+    };
+    assert_eq!(
+        KillLine::parse(&global.kernel_text(), check(None, None)),
+        Ok(global.clone())
+    );
+    let bare = KillLine {
+        cpuset: None,
+        ..global
+    };
+    assert_eq!(
+        KillLine::parse(&bare.kernel_text(), check(None, None)),
+        Ok(bare)
+    );
+    for bad in [
+        "",
+        "constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/a,task=x,pid=1,uid=0",
+        "constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a,task=x,pid=1,uid=0",
+        "constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a/b,mems_allowed=0,oom_memcg=/a,task_memcg=/a,task=x,pid=1,uid=0",
+        "constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/b,task=x,pid=1,uid=0",
+        "constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a,task=x,pid=-1,uid=0",
+        "constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a,task=0123456789abcdef,pid=1,uid=0",
+    ] {
+        assert_eq!(KillLine::parse(bad, check(None, None)), Err(Refusal::Malformed), "{bad}");
+    }
+}
+
+/// In a whole report: an ambiguous line waits for the victim's comm; one that stays ambiguous,
+/// or disagrees with the stats line, is refused (no constraint, no cgroups: the kill is known
+/// by its victim's line and the probes) and counted.
+#[test]
+fn a_report_refuses_what_it_cannot_tell_apart() {
+    let l = memcg_line(CTR, &format!("{CTR}/x,task=y"), "z", 7);
+    let recs = memcg_report(&l.kernel_text(), "z", 7, CTR, false);
+    let (r, ignored) = parse_counted(recs.iter().map(String::as_str), Parser::new());
+    assert_eq!(
+        (r[0].task_memcg.as_str(), r[0].refused),
+        (l.task_memcg.as_str(), false)
+    );
+    assert_eq!(ignored.refused, 0);
+    // The victim's line lost: nothing tells the splits apart.
+    let (r, ignored) = parse_counted(recs[..4].iter().map(String::as_str), Parser::new());
+    assert!(r[0].refused && r[0].task_memcg.is_empty() && r[0].constraint.is_none());
+    assert_eq!(r[0].victim.as_ref().map(|v| v.pid), Some(7));
+    assert_eq!(ignored.refused, 1);
+    // The stats line names another cgroup than the line's that ran out.
+    let l = memcg_line(CTR, CTR, "sh", 7);
+    let recs = memcg_report(&l.kernel_text(), "sh", 7, "/kubepods/other", false);
+    let (r, ignored) = parse_counted(recs.iter().map(String::as_str), Parser::new());
+    assert!(r[0].refused, "{r:#?}");
+    assert_eq!(
+        r[0].victim.as_ref().map(|v| (v.pid, v.comm.as_str())),
+        Some((7, "sh"))
+    );
+    assert_eq!(ignored.refused, 1);
+    // A group that does not hold the victim is no group of this kill.
+    let mut recs = memcg_report(&l.kernel_text(), "sh", 7, CTR, false);
+    recs.push(
+        "6,6,105,-;Tasks in /elsewhere are going to be killed due to memory.oom.group set".into(),
+    );
+    recs.push("3,7,106,-;Memory cgroup out of memory: Killed process 8 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into());
+    let r = parse_all(recs.iter().map(String::as_str));
+    assert_eq!(r[0].group_cgroup, None);
+    assert!(r[0].members.is_empty());
+    // A comm that holds the figures' separator.
+    let k = killed("Out of memory: Killed process 5 (a) total-vm:1kB) total-vm:9kB, anon-rss:8kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0").unwrap();
+    assert_eq!(
+        (k.comm.as_str(), k.total_vm_kb, k.anon_rss_kb),
+        ("a) total-vm:1kB", Some(9), Some(8))
+    );
+}
+
+/// A cgroup name, a comm or a cpuset name built from the format's own separators.
+fn arb_name() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "a",
+            "k",
+            ",",
+            "=",
+            ":",
+            " ",
+            "0",
+            "-",
+            "\\x0a",
+            ",task=",
+            ",task_memcg=",
+            ",oom_memcg=",
+            ",pid=1",
+            ",uid=0",
+            ",global_oom",
+            ",mems_allowed=0",
+            "(null)",
+        ]),
+        1..5,
+    )
+    .prop_map(|v| v.concat())
+}
+
+fn arb_path() -> impl Strategy<Value = String> {
+    prop::collection::vec(arb_name(), 0..4).prop_map(|v| {
+        if v.is_empty() {
+            "/".into()
+        } else {
+            v.iter().map(|c| format!("/{c}")).collect()
+        }
+    })
+}
+
+fn arb_kill_line() -> impl Strategy<Value = KillLine> {
+    (
+        prop::sample::select(vec![
+            "CONSTRAINT_MEMCG",
+            "CONSTRAINT_NONE",
+            "CONSTRAINT_CPUSET",
+        ]),
+        prop::option::of(prop_oneof![Just("/".to_string()), arb_name()]),
+        arb_path(),
+        arb_path(),
+        arb_name().prop_filter("a comm is at most 15 bytes", |c| comm_len(c) <= MAX_COMM),
+        any::<u32>(),
+    )
+        .prop_map(|(constraint, cpuset, oom, below, comm, pid)| {
+            let memcg = constraint == "CONSTRAINT_MEMCG";
+            KillLine {
+                constraint: constraint.into(),
+                nodemask: "(null)".into(),
+                cpuset: cpuset.map(|n| self::cpuset(&n)),
+                task_memcg: if memcg && below != "/" {
+                    format!("{}{below}", oom.trim_end_matches('/'))
+                } else if memcg {
+                    oom.clone()
+                } else {
+                    below
+                },
+                oom_memcg: memcg.then_some(oom),
+                comm,
+                pid,
+                uid: 0,
+            }
+        })
+}
+
+proptest! {
+    /// Whatever the names hold, a line is read back as the kernel wrote it, or refused: never
+    /// as another line (another container, another victim).
+    #[test]
+    fn a_kill_line_is_read_as_written_or_refused(l in arb_kill_line()) {
+        let text = l.kernel_text();
+        let full = CrossCheck {
+            stats_cgroup: l.oom_memcg.as_deref(),
+            comm: Some(&l.comm),
+        };
+        for check in [CrossCheck::default(), full] {
+            if let Ok(got) = KillLine::parse(&text, check) {
+                prop_assert_eq!(&got, &l);
+            }
+        }
+        // Names without the separators are always read.
+        let plain = !l.comm.contains(",task=")
+            && !l.task_memcg.contains(",task")
+            && l.oom_memcg.as_deref().is_none_or(|p| !p.contains(",task"));
+        if plain {
+            prop_assert_eq!(KillLine::parse(&text, full), Ok(l));
+        }
+    }
 }

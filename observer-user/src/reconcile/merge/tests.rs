@@ -627,3 +627,44 @@ fn a_logged_kill_newer_than_the_probes_last_is_shown() {
     let o = v.last_oom.unwrap();
     assert_eq!((o.pid, o.source), (CHILD + 1, Source::KernelLog));
 }
+
+/// The scope is read relative to the container the kill is attributed to: a refused report says
+/// so, and an `oom_memcg` shaped like another container's or pod's is no scope of this one.
+#[test]
+fn the_scope_of_a_logged_kill_is_relative_to_its_container() {
+    use crate::kernel::oom_report::{Constraint, OomReport};
+    let id = id();
+    let pod = "/kubepods/burstable/pod0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+    let ctr = format!("{pod}/{}", id.as_str());
+    let with = |oom: &str, task: &str, refused: bool| LoggedOomKill {
+        oom_memcg: oom.into(),
+        task_memcg: task.into(),
+        report: Some(std::sync::Arc::new(OomReport {
+            constraint: (!refused).then_some(Constraint::Memcg),
+            refused,
+            ..Default::default()
+        })),
+        ..logged(CHILD, 0)
+    };
+    let nested = format!("{ctr}/sub");
+    assert_eq!(
+        scope_of(&with(&ctr, &nested, false), id),
+        OomScope::Container
+    );
+    assert_eq!(scope_of(&with(pod, &ctr, false), id), OomScope::Pod);
+    assert_eq!(
+        scope_of(&with("", "", true), id),
+        OomScope::Unknown(ScopeUnknown::ReportRefused)
+    );
+    // Another container's cgroup, or one that does not hold the victim's: a cgroup, no more.
+    let other = format!("{pod}/{}", "ab".repeat(32));
+    assert_eq!(
+        scope_of(&with(&other, &nested, false), id),
+        OomScope::Cgroup(other.clone())
+    );
+    let elsewhere = "/kubepods/burstable/pod11111111-2222-4333-8444-555555555555";
+    assert_eq!(
+        scope_of(&with(elsewhere, &ctr, false), id),
+        OomScope::Cgroup(elsewhere.into())
+    );
+}
