@@ -17,6 +17,9 @@ const KEPT_PER_CONTAINER: usize = 16;
 /// Of those, the newest keep their whole report (the task dump, the breakdown; about 1 KiB
 /// each); older ones keep the kill's own line.
 const REPORTS_PER_CONTAINER: usize = 2;
+/// Containers whose kills are kept: far above a node's containers (kubelet's default is 110
+/// pods), so only kills of containers that no longer exist are ever let go, oldest first.
+const CONTAINERS_KEPT: usize = 4096;
 
 #[derive(Debug)]
 pub(crate) struct OomHistory {
@@ -125,6 +128,17 @@ impl OomHistory {
 
     /// Adds a kill to a container's.
     pub(crate) fn add_to(&mut self, id: ContainerId, k: LoggedOomKill) {
+        if !self.by_container.contains_key(&id) && self.by_container.len() >= CONTAINERS_KEPT {
+            // The container whose newest kill is the oldest: the one least likely to be shown.
+            let oldest = self
+                .by_container
+                .iter()
+                .min_by_key(|(_, kills)| kills.last().map(|k| k.at_us))
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                self.by_container.remove(&oldest);
+            }
+        }
         let kills = self.by_container.entry(id).or_default();
         if kills.iter().any(|o| o.pid == k.pid && o.at_us == k.at_us) {
             return;
@@ -137,6 +151,19 @@ impl OomHistory {
         for o in &mut kills[..older] {
             o.report = None;
         }
+    }
+
+    /// Keeps only the kills of containers `known` says exist (the runtime lists them, or the
+    /// agent tracks them): the log's kills of containers long gone, or of ids no container ever
+    /// had, are let go at each relist.
+    pub(crate) fn retain(&mut self, known: impl Fn(&ContainerId) -> bool) {
+        self.by_container.retain(|id, _| known(id));
+    }
+
+    /// Containers with kills kept.
+    #[cfg(test)]
+    pub(crate) fn containers(&self) -> usize {
+        self.by_container.len()
     }
 
     pub(crate) fn kills_of(&self, id: &ContainerId) -> &[LoggedOomKill] {
@@ -191,5 +218,28 @@ mod tests {
             [1, 2]
         );
         assert_eq!((h.outside, h.len()), (2, 2));
+    }
+
+    #[test]
+    fn kills_of_containers_that_do_not_exist_are_let_go() {
+        let mut h =
+            OomHistory::from_history(KubeRoots::of_kubelet_root("/").unwrap(), History::default());
+        let id = |n: u32| ContainerId::parse(&format!("{n:064x}")).unwrap();
+        let kill = |n: u64| LoggedOomKill {
+            at_us: n,
+            pid: n as u32,
+            ..Default::default()
+        };
+        // Forged or long-gone ids, past the bound: the oldest are let go, the newest kept.
+        for n in 0..(CONTAINERS_KEPT as u32 + 100) {
+            h.add_to(id(n), kill(u64::from(n)));
+        }
+        assert_eq!(h.containers(), CONTAINERS_KEPT);
+        assert!(h.kills_of(&id(0)).is_empty() && h.kills_of(&id(99)).is_empty());
+        assert_eq!(h.kills_of(&id(100)).len(), 1);
+        // A relist keeps only what the runtime lists or the agent tracks.
+        h.retain(|c| *c == id(4000));
+        assert_eq!(h.containers(), 1);
+        assert_eq!(h.kills_of(&id(4000))[0].pid, 4000);
     }
 }

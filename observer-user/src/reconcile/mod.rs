@@ -636,6 +636,8 @@ impl<R: RuntimeService> Reconciler<R> {
             .collect();
         self.inits.retain(|id| listed.contains(id.as_str()));
         let tracked = &self.tracked;
+        self.history
+            .retain(|id| listed.contains(id.as_str()) || tracked.contains_key(id));
         let fetches = &self.fetches;
         let d = {
             let view = self.shared.view();
