@@ -16,6 +16,7 @@ use anyhow::Context;
 use observer::{
     agent::{Agent, AgentParts, Writers},
     cgroup::CgroupMounts,
+    cgroup::{container_cgroup_path, pod_cgroup_path, CgroupDriver, Qos, Runtime},
     cri::{api, keys, ConnectionState, ContainerEventStream, CriError},
     kernel::{ProbeOptions, Watch},
     model::{ContainerId, PodUid},
@@ -25,7 +26,10 @@ use observer::{
 };
 use tokio::sync::watch;
 
-use crate::{apiserver::ApiStandIn, kernel::TestCgroup};
+use crate::{
+    apiserver::{pod_object, ApiStandIn},
+    kernel::TestCgroup,
+};
 
 #[derive(Default)]
 struct Declared {
@@ -279,5 +283,89 @@ impl AgentStack {
             .lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
             .unwrap_or(0.0))
+    }
+}
+
+/// One pod with one container `app`, laid out in `cg` below its kubepods root as kubelet and
+/// containerd lay it out (cgroupfs driver, Burstable), declared to a runtime stand-in and to a
+/// new API stand-in: the fixture of the tests that run the agent's chain in-process on cgroups
+/// they make. `tag` keeps one test's ids apart from another's, `n` one pod's from another's.
+pub struct StandInPod {
+    pub name: &'static str,
+    pub uid: PodUid,
+    pub cid: ContainerId,
+    /// The container's cgroup, hierarchy-relative.
+    pub container: String,
+    pub api: ApiStandIn,
+    pub runtime: RuntimeStandIn,
+}
+
+/// How a [`StandInPod`] is declared to the API stand-in.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InApi<'a> {
+    /// The container's memory limit in its spec.
+    pub limit: Option<&'a str>,
+    /// A readiness gate on this condition type.
+    pub gate: Option<&'a str>,
+}
+
+impl StandInPod {
+    pub async fn new(
+        cg: &mut TestCgroup,
+        name: &'static str,
+        tag: u8,
+        n: u32,
+        node: &str,
+        declared: InApi<'_>,
+    ) -> anyhow::Result<Self> {
+        let uid = PodUid::parse(&format!("{n:08x}-0000-4000-8000-{tag:012x}")).context("uid")?;
+        let cid = ContainerId::parse(&format!("{:064x}", (u64::from(tag) << 20) + u64::from(n)))
+            .context("cid")?;
+        let sandbox = ContainerId::parse(&format!(
+            "{:064x}",
+            0x5a4d_0000_0000u64 + (u64::from(tag) << 20) + u64::from(n)
+        ))
+        .context("sandbox id")?;
+        let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
+        cg.mkdir(&pod_cgroup_path(driver, qos, &uid))?;
+        let container = cg.mkdir(&container_cgroup_path(
+            driver,
+            qos,
+            &uid,
+            Runtime::Containerd,
+            &cid,
+        ))?;
+        let api = ApiStandIn::start().await?;
+        api.add_pod(pod_object(
+            name,
+            "default",
+            &uid.to_string(),
+            node,
+            &[("app", declared.limit)],
+            declared.gate,
+        ));
+        let runtime = RuntimeStandIn::default();
+        runtime.pod(uid, "default", name, sandbox);
+        runtime.container(uid, "default", name, cid, "app");
+        Ok(Self {
+            name,
+            uid,
+            cid,
+            container,
+            api,
+            runtime,
+        })
+    }
+
+    /// The agent's chain on this pod, once the status manager listed the API's pods.
+    pub async fn agent(&self, cg: &TestCgroup, node: &str) -> anyhow::Result<AgentStack> {
+        let stack = AgentStack::start(cg, self.runtime.clone(), &self.api, node).await?;
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            stack.status.pods().ready(),
+        )
+        .await
+        .context("the status manager never listed the API stand-in's pods")?;
+        Ok(stack)
     }
 }

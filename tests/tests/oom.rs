@@ -11,15 +11,11 @@
 use std::{path::Path, time::Duration};
 
 use anyhow::{ensure, Context, Result};
-use observer::{
-    cgroup::Runtime,
-    cgroup::{container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos},
-};
 use observer_tests::{
-    apiserver::{pod_object, ApiStandIn, Recorded},
+    apiserver::Recorded,
     kernel::{require_kernel, workload, TestCgroup},
     prereq::require_in_guest,
-    stack::{AgentStack, RuntimeStandIn},
+    stack::{AgentStack, InApi, StandInPod},
 };
 use serde_json::Value;
 
@@ -28,16 +24,14 @@ const NODE: &str = "vm-node";
 const WAIT: Duration = Duration::from_secs(120);
 const OOM_CONDITION: &str = "observer.dev/OOMKilled";
 
-/// One pod with one container `app`, as kubelet and containerd lay it out, declared to the
-/// runtime stand-in and the API stand-in.
-struct Pod {
-    name: &'static str,
-    uid: PodUid,
-    cid: ContainerId,
-    /// The container's cgroup, hierarchy-relative.
-    container: String,
-    api: ApiStandIn,
-    runtime: RuntimeStandIn,
+/// One pod with one container `app` ([`StandInPod`]), with what these tests do to it.
+struct Pod(StandInPod);
+
+impl std::ops::Deref for Pod {
+    type Target = StandInPod;
+    fn deref(&self) -> &StandInPod {
+        &self.0
+    }
 }
 
 impl Pod {
@@ -47,49 +41,15 @@ impl Pod {
         n: u32,
         limit: Option<&str>,
     ) -> Result<Self> {
-        let uid = PodUid::parse(&format!("{n:08x}-0000-4000-8000-00000000000e")).context("uid")?;
-        let cid = ContainerId::parse(&format!("{:064x}", 0x00e0_0000u64 + u64::from(n)))
-            .context("cid")?;
-        let sandbox = ContainerId::parse(&format!("{:064x}", 0x5a4d_0000u64 + u64::from(n)))
-            .context("sandbox id")?;
-        let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
-        cg.mkdir(&pod_cgroup_path(driver, qos, &uid))?;
-        let container = cg.mkdir(&container_cgroup_path(
-            driver,
-            qos,
-            &uid,
-            Runtime::Containerd,
-            &cid,
-        ))?;
-        let api = ApiStandIn::start().await?;
-        api.add_pod(pod_object(
-            name,
-            "default",
-            &uid.to_string(),
-            NODE,
-            &[("app", limit)],
-            None,
-        ));
-        let runtime = RuntimeStandIn::default();
-        runtime.pod(uid, "default", name, sandbox);
-        runtime.container(uid, "default", name, cid, "app");
-        Ok(Self {
-            name,
-            uid,
-            cid,
-            container,
-            api,
-            runtime,
-        })
+        let in_api = InApi { limit, gate: None };
+        Ok(Self(
+            StandInPod::new(cg, name, 0x0e, n, NODE, in_api).await?,
+        ))
     }
 
     /// The agent's pipeline on this pod, once the API's pods are listed.
     async fn agent(&self, cg: &TestCgroup) -> Result<AgentStack> {
-        let stack = AgentStack::start(cg, self.runtime.clone(), &self.api, NODE).await?;
-        tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
-            .await
-            .context("the status manager never listed the API stand-in's pods")?;
-        Ok(stack)
+        self.0.agent(cg, NODE).await
     }
 
     /// Runs `program args` as the container's init (in its cgroup) to its end; its output.
@@ -171,7 +131,7 @@ impl Pod {
 }
 
 /// What the kernel log holds of the kills, and the view's kill, for a failure's message.
-fn clocks(stack: &AgentStack, uid: &PodUid) -> String {
+fn clocks(stack: &AgentStack, uid: &observer::model::PodUid) -> String {
     let logged: Vec<String> = observer::kernel::kmsg::read_history()
         .map(|h| {
             h.kills

@@ -9,16 +9,17 @@ use std::{io::Write, time::Duration};
 
 use anyhow::{ensure, Context, Result};
 use observer::{
-    cgroup::Runtime,
-    cgroup::{container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos},
+    cgroup::{
+        container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos, Runtime,
+    },
     reconcile::ContainerPhase,
 };
 use observer_tests::{
-    apiserver::{pod_object, ApiStandIn, Recorded},
+    apiserver::{ApiStandIn, Recorded},
     eventually_async,
     kernel::{require_kernel, workload, TestCgroup},
     prereq,
-    stack::{AgentStack, RuntimeStandIn},
+    stack::{AgentStack, InApi, StandInPod},
 };
 use serde_json::Value;
 
@@ -41,36 +42,20 @@ struct Running {
 
 impl Running {
     async fn start(cg: &mut TestCgroup, name: &'static str, n: u32) -> Result<Self> {
-        let uid = PodUid::parse(&format!("{n:08x}-0000-4000-8000-0000000000a1")).context("uid")?;
-        let cid = ContainerId::parse(&format!("{:064x}", 0x00a1_0000u64 + u64::from(n)))
-            .context("cid")?;
-        let sandbox = ContainerId::parse(&format!("{:064x}", 0x5a4d_a100u64 + u64::from(n)))
-            .context("sandbox id")?;
-        let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
-        cg.mkdir(&pod_cgroup_path(driver, qos, &uid))?;
-        let container = cg.mkdir(&container_cgroup_path(
-            driver,
-            qos,
-            &uid,
-            Runtime::Containerd,
-            &cid,
-        ))?;
-        let api = ApiStandIn::start().await?;
-        api.add_pod(pod_object(
+        let in_api = InApi {
+            limit: None,
+            gate: Some(ALIVE),
+        };
+        let pod = StandInPod::new(cg, name, 0xa1, n, NODE, in_api).await?;
+        let stack = pod.agent(cg, NODE).await?;
+        let StandInPod {
             name,
-            "default",
-            &uid.to_string(),
-            NODE,
-            &[("app", None)],
-            Some(ALIVE),
-        ));
-        let runtime = RuntimeStandIn::default();
-        runtime.pod(uid, "default", name, sandbox);
-        runtime.container(uid, "default", name, cid, "app");
-        let stack = AgentStack::start(cg, runtime.clone(), &api, NODE).await?;
-        tokio::time::timeout(WAIT, stack.status.pods().ready())
-            .await
-            .context("the status manager never listed the API stand-in's pods")?;
+            uid,
+            cid,
+            container,
+            api,
+            runtime,
+        } = pod;
         let init = cg.spawn_in(&container, &workload(), &["sleep", "600"])?;
         runtime.started(cid, init.id());
         let me = Self {

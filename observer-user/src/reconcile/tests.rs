@@ -208,20 +208,38 @@ impl RuntimeService for FakeRuntime {
 
 /// The reconciler on `rt`, running; its PLEG input and handle.
 fn start(rt: &FakeRuntime) -> (PlegSender, ReconcileHandle) {
+    let (tx, h, _) = start_with_log(rt, None);
+    (tx, h)
+}
+
+/// [`start`], the reconciler following `clock` and, with `log`, a kernel log: its sender.
+fn start_with_log(
+    rt: &FakeRuntime,
+    log: Option<&BootClock>,
+) -> (
+    PlegSender,
+    ReconcileHandle,
+    Option<mpsc::Sender<crate::kernel::kmsg::LoggedOomKill>>,
+) {
     let cfg = ReconcileConfig {
         state_dir: None,
         ..ReconcileConfig::default()
     };
-    let (r, h) = Reconciler::new(
+    let (mut r, h) = Reconciler::new(
         rt.clone(),
         cfg,
-        BootClock::new(),
+        log.cloned().unwrap_or_default(),
         OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
         inits::InitStore::in_memory(),
     );
+    let log_tx = log.map(|_| {
+        let (log_tx, log_rx) = mpsc::channel(4);
+        r.follow_kernel_log(log_rx);
+        log_tx
+    });
     let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
     tokio::spawn(r.run(rx));
-    (tx, h)
+    (tx, h, log_tx)
 }
 
 /// The kernel saw container `n`'s init (pid 4242) killed by SIGKILL.
@@ -347,22 +365,9 @@ async fn a_logged_kill_above_the_container_is_placed_by_its_victim() {
         Comm,
     };
     let rt = FakeRuntime::with_running(1, 1);
-    let cfg = ReconcileConfig {
-        state_dir: None,
-        ..ReconcileConfig::default()
-    };
     let clock = BootClock::new();
-    let (mut r, h) = Reconciler::new(
-        rt.clone(),
-        cfg,
-        clock.clone(),
-        OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
-        inits::InitStore::in_memory(),
-    );
-    let (log_tx, log_rx) = mpsc::channel(4);
-    r.follow_kernel_log(log_rx);
-    let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
-    tokio::spawn(r.run(rx));
+    let (tx, h, log_tx) = start_with_log(&rt, Some(&clock));
+    let log_tx = log_tx.expect("following the log");
     assert!(h.settled(Duration::from_secs(5)).await);
 
     let probe_kill = |pid: u32, marked_at: BootNs| PodLifecycleEvent {
@@ -469,22 +474,9 @@ async fn a_logged_kill_naming_another_container_than_the_probes_is_not_believed(
         other.id = cid(2).to_string();
         st.statuses.push(other);
     });
-    let cfg = ReconcileConfig {
-        state_dir: None,
-        ..ReconcileConfig::default()
-    };
     let clock = BootClock::new();
-    let (mut r, h) = Reconciler::new(
-        rt.clone(),
-        cfg,
-        clock.clone(),
-        OomHistory::new(crate::cgroup::KubeRoots::of_kubelet_root("/").unwrap()),
-        inits::InitStore::in_memory(),
-    );
-    let (log_tx, log_rx) = mpsc::channel(4);
-    r.follow_kernel_log(log_rx);
-    let (tx, rx) = crate::pleg::channel(64).expect("a wake-up socket");
-    tokio::spawn(r.run(rx));
+    let (tx, h, log_tx) = start_with_log(&rt, Some(&clock));
+    let log_tx = log_tx.expect("following the log");
     assert!(h.settled(Duration::from_secs(5)).await);
     let kills = |h: &ReconcileHandle, n: u8| {
         h.pod(&uid(1))
