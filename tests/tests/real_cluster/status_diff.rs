@@ -249,6 +249,10 @@ fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
         .arg(c.containerd_socket())
         .arg("--state-dir")
         .arg(std::path::Path::new(observer_cluster::RUN_DIR).join("agent-state"))
+        // This node's kubelet keeps its pods under the cluster's own cgroup root, apart from the
+        // /kubepods trees the host suites lay out (which detection would find first).
+        .arg("--cgroup-root")
+        .arg(format!("/{}", observer_cluster::CGROUP_ROOT))
         .output()
         .unwrap();
     assert!(
