@@ -348,6 +348,18 @@ async fn a_global_oom_is_told_as_the_nodes_memory() -> Result<()> {
             && kill["report"]["tasks_listed"] == true,
         "{kill:#}"
     );
+    // The node's other processes are out of the pod's explanation, counted only.
+    let tasks = kill["report"]["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        tasks.iter().all(|t| t["pid"] == victim)
+            && kill["others_withheld"]["processes"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+        "only the victim listed, the others counted: {kill:#}"
+    );
     eprintln!("observer explain (global OOM):\n{text}");
     Ok(())
 }
