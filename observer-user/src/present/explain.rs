@@ -15,7 +15,10 @@ use crate::{
     reconcile::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown},
     status::{
         compute::rfc3339,
-        conditions::{describe_kill, memory_limit, report_is_the_pods, trigger_is_the_pods},
+        conditions::{
+            describe_kill, memory_limit, others_than, report_is_the_pods, trigger_is_the_pods,
+            PAGE_KB,
+        },
     },
 };
 
@@ -24,9 +27,6 @@ pub use kubelet::Disagreement;
 pub use kubelet::KubeletAccount;
 pub use kubelet::KubeletContainer;
 pub use kubelet::KubeletState;
-
-/// Page size of the task dump's figures (x86-64 and arm64 with 4 KiB pages).
-const PAGE_KB: u64 = 4;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Explanation {
@@ -178,12 +178,9 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
     let mut report = o.report.as_deref().cloned();
     let mut others_withheld = None;
     if let Some(r) = report.as_mut().filter(|_| !report_is_the_pods(o)) {
-        let (victim, others): (Vec<_>, Vec<_>) = r.tasks.drain(..).partition(|t| t.pid == o.pid);
-        others_withheld = Some(Withheld {
-            processes: others.len(),
-            rss_kb: others.iter().map(|t| t.rss_pages * PAGE_KB).sum(),
-        });
-        r.tasks = victim;
+        let (processes, rss_kb) = others_than(r, o.pid).unwrap_or_default();
+        others_withheld = Some(Withheld { processes, rss_kb });
+        r.tasks.retain(|t| t.pid == o.pid);
         if !trigger_ours {
             r.trigger = None;
         }

@@ -512,62 +512,42 @@ fn scope_clause(o: &OomEvidence, container: &str, spec_limit: Option<&str>) -> S
 /// with their memory, never named, so one tenant's Event does not describe another's processes.
 pub(crate) fn filled_with(r: &OomReport, name_tasks: bool, victim: u32) -> Option<String> {
     const TOP: usize = 3;
-    const PAGE_KB: u64 = 4;
     let split = r.tasks.iter().any(|t| t.rss_anon_pages.is_some());
-    let pages = |t: &crate::kernel::oom_report::Task| {
-        if split {
-            t.rss_anon_pages.unwrap_or(0)
-        } else {
-            t.rss_pages
-        }
-    };
-    if !name_tasks {
-        let others: Vec<u64> = r
+    let (who, held) = if name_tasks {
+        let mut top: Vec<(&str, u64)> = r
             .tasks
             .iter()
-            .filter(|t| t.pid != victim)
-            .map(|t| t.rss_pages * PAGE_KB)
+            .map(|t| {
+                let pages = if split {
+                    t.rss_anon_pages.unwrap_or(0)
+                } else {
+                    t.rss_pages
+                };
+                (t.name.as_str(), pages * PAGE_KB)
+            })
+            .filter(|(_, kb)| *kb > 0)
             .collect();
-        let held = (!others.is_empty()).then(|| {
+        top.sort_by_key(|b| std::cmp::Reverse(b.1));
+        top.truncate(TOP);
+        let who = (!top.is_empty()).then(|| {
+            top.iter()
+                .map(|(n, kb)| format!("{} {}", Printable(n), kib(*kb)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        (who, None)
+    } else {
+        let held = others_than(r, victim).map(|(n, kb)| {
             format!(
-                "{} other processes held {} resident (not named: they may be other pods')",
-                others.len(),
-                kib(others.iter().sum())
+                "{n} other processes held {} resident (not named: they may be other pods')",
+                kib(kb)
             )
         });
-        let parts = r.breakdown.as_ref().map(|b| b.parts()).unwrap_or_default();
-        let mut s: Vec<String> = parts
-            .iter()
-            .filter(|(_, bytes)| *bytes >= 1024 * 1024 || parts.len() == 1)
-            .map(|(k, bytes)| format!("{k} {}", kib(bytes / 1024)))
-            .collect();
-        s.extend(held);
-        return (!s.is_empty()).then(|| s.join(", "));
-    }
-    let mut top: Vec<(&str, u64)> = r
-        .tasks
-        .iter()
-        .map(|t| (t.name.as_str(), pages(t) * PAGE_KB))
-        .filter(|(_, kb)| *kb > 0)
-        .collect();
-    top.sort_by_key(|b| std::cmp::Reverse(b.1));
-    top.truncate(TOP);
-    let who = (!top.is_empty()).then(|| {
-        top.iter()
-            .map(|(n, kb)| format!("{} {}", Printable(n), kib(*kb)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    });
+        (None, held)
+    };
     let not_listed = (!r.tasks_listed && r.has_start)
         .then_some("the processes are not known (vm.oom_dump_tasks=0)");
     let parts = r.breakdown.as_ref().map(|b| b.parts()).unwrap_or_default();
-    if parts.is_empty() {
-        return match (who, not_listed) {
-            (Some(w), _) => Some(format!("the largest processes: {w}")),
-            (None, Some(n)) => Some(n.into()),
-            (None, None) => None,
-        };
-    }
     let mut s: Vec<String> = parts
         .iter()
         .filter(|(_, bytes)| *bytes >= 1024 * 1024 || parts.len() == 1)
@@ -576,15 +556,33 @@ pub(crate) fn filled_with(r: &OomReport, name_tasks: bool, victim: u32) -> Optio
             _ => format!("{k} {}", kib(bytes / 1024)),
         })
         .collect();
-    if !split {
-        if let Some(w) = who {
-            s.push(format!("largest processes {w}"));
-        }
+    if let Some(w) = who.filter(|_| parts.is_empty() || !split) {
+        s.push(if parts.is_empty() {
+            format!("the largest processes: {w}")
+        } else {
+            format!("largest processes {w}")
+        });
     }
-    if let Some(n) = not_listed {
-        s.push(n.into());
+    s.extend(held);
+    if s.is_empty() || !parts.is_empty() {
+        s.extend(not_listed.map(String::from));
     }
-    Some(s.join(", "))
+    (!s.is_empty()).then(|| s.join(", "))
+}
+
+/// Page size of the task dump's figures (x86-64 and arm64 with 4 KiB pages).
+pub(crate) const PAGE_KB: u64 = 4;
+
+/// The report's processes other than `victim`: how many, and their resident KiB. `None` when
+/// the report lists none.
+pub(crate) fn others_than(r: &OomReport, victim: u32) -> Option<(usize, u64)> {
+    let others: Vec<u64> = r
+        .tasks
+        .iter()
+        .filter(|t| t.pid != victim)
+        .map(|t| t.rss_pages * PAGE_KB)
+        .collect();
+    (!others.is_empty()).then(|| (others.len(), others.iter().sum()))
 }
 
 fn oom_killed(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> Option<PodCondition> {
