@@ -572,10 +572,53 @@ pub fn pod_volumes(c: &Cluster, uid: &str) -> PathBuf {
     c.dir().join("state/kubelet/pods").join(uid).join("volumes")
 }
 
-/// Sets the deployed agent's `--status-mode` (through `OBSERVER_STATUS_MODE`; None: the
-/// manifest's default) and waits for the rollout and a Ready agent. A no-op when unchanged.
+/// The mode deploy/config.yaml ships.
+const DEFAULT_MODE: &str = "conditions";
+
+/// Sets the deployed agents' `--status-mode` (None: deploy/'s) where deploy/ keeps it: the
+/// ConfigMap `observer`, which the DaemonSet's OBSERVER_STATUS_MODE and the admission policy both
+/// read; then restarts the agents (an env from a ConfigMap is read at container start) and waits
+/// for the rollout and a Ready agent. A no-op when unchanged.
 pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
-    set_agent_env(c, "OBSERVER_STATUS_MODE", mode)
+    let mode = mode.unwrap_or(DEFAULT_MODE);
+    let cm = get_json(c, &["-n", AGENT_NAMESPACE, "get", "configmap", "observer"])?;
+    if cm["data"]["statusMode"].as_str() == Some(mode) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"data": {"statusMode": mode}}).to_string();
+    c.kubectl_ok(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "patch",
+        "configmap",
+        "observer",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    c.kubectl_ok(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "rollout",
+        "restart",
+        "daemonset/observer",
+    ])?;
+    wait_agent_ready(c, &format!("statusMode {mode}"))
+}
+
+/// The rollout done and the agent Ready (after `what`).
+fn wait_agent_ready(c: &Cluster, what: &str) -> Result<()> {
+    c.wait_rollout()?;
+    poll_every(POLL, Duration::from_secs(120), || {
+        agent_pod(c).ok().filter(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        })
+    })
+    .map(|_| ())
+    .ok_or_else(|| anyhow!("the agent is not Ready after switching to {what}"))
 }
 
 /// Sets the deployed agent's environment variable `name` (None: removed, the manifest's or the
@@ -602,17 +645,7 @@ pub fn set_agent_env(c: &Cluster, name: &str, value: Option<&str>) -> Result<()>
             &env,
         ])?;
     }
-    c.wait_rollout()?;
-    poll_every(POLL, Duration::from_secs(120), || {
-        agent_pod(c).ok().filter(|p| {
-            p["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        })
-    })
-    .map(|_| ())
-    .ok_or_else(|| anyhow!("the agent is not Ready after switching to {env}"))
+    wait_agent_ready(c, &env)
 }
 
 /// `kubectl get <what> -w -o json` in a thread: every object as it arrives, with the moment it

@@ -76,6 +76,8 @@ pub struct Node {
     pub service_account_dir: Option<PathBuf>,
     /// The API server as the in-cluster config finds it (KUBERNETES_SERVICE_HOST/PORT), if any.
     pub api_server: Option<(String, u16)>,
+    /// The ConfigMaps of the pod's namespace that `configMapKeyRef` reads: name → data.
+    pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Node {
@@ -104,6 +106,7 @@ impl Node {
             host_paths: BTreeMap::new(),
             service_account_dir: None,
             api_server: None,
+            config_maps: BTreeMap::new(),
         })
     }
 
@@ -428,8 +431,27 @@ fn env_value(
         return resource_field_ref(ctx, c, &r.resource, r.divisor.as_ref())
             .with_context(|| format!("env {} of container {}", var.name, c.name));
     }
+    if let Some(r) = &from.config_map_key_ref {
+        // kubelet refuses to start the container when the key is missing and not optional.
+        let value = ctx
+            .node
+            .config_maps
+            .get(&r.name)
+            .and_then(|data| data.get(&r.key));
+        return match (value, r.optional) {
+            (Some(v), _) => Ok(v.clone()),
+            (None, Some(true)) => Ok(String::new()),
+            (None, _) => bail!(
+                "env {} of container {}: configmap {} has no key {} (CreateContainerConfigError)",
+                var.name,
+                c.name,
+                r.name,
+                r.key
+            ),
+        };
+    }
     bail!(
-        "env {} of container {}: only fieldRef and resourceFieldRef are translated",
+        "env {} of container {}: only fieldRef, resourceFieldRef and configMapKeyRef are translated",
         var.name,
         c.name
     )

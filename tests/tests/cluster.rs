@@ -209,6 +209,9 @@ mod real_cluster {
             "patch pods/status",
             "create events.events.k8s.io",
             "patch events.events.k8s.io",
+            // /explain's access check: who a caller's token is, what the caller may get.
+            "create tokenreviews.authentication.k8s.io",
+            "create subjectaccessreviews.authorization.k8s.io",
         ]
         .into_iter()
         .map(String::from)
@@ -275,6 +278,119 @@ mod real_cluster {
         );
     }
 
+    /// Puts deploy/'s mode back when a test that changed it ends, passed or not.
+    struct ModeRestored<'a>(&'a Cluster);
+
+    impl Drop for ModeRestored<'_> {
+        fn drop(&mut self) {
+            if let Err(e) = observer_tests::cluster::set_agent_mode(self.0, None) {
+                eprintln!("restoring the agent's mode: {e:#}");
+            }
+        }
+    }
+
+    /// The refusal of the admission policy for a write outside the mode, with its message.
+    fn refused_for_mode(r: Result<(), kube::Error>, what: &str, want: &str) {
+        match r {
+            Ok(()) => panic!("{what}: accepted"),
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 403, "{what}: {s:?}");
+                assert!(
+                    s.message.contains("observer-own-node") && s.message.contains(want),
+                    "{what}: refused, but not for {want:?}: {s:?}"
+                );
+                eprintln!("{what}: refused ({})", s.message);
+            }
+            Err(other) => panic!("{what}: failed, not refused: {other}"),
+        }
+    }
+
+    /// The policy per mode, with the agent's own token and deploy/'s ConfigMap as its parameter:
+    /// in `conditions` mode only conditions under the prefix, in `full` only what `full`
+    /// computes (and the agent's own full-mode writes after a death are all accepted, as the API
+    /// server's audit log shows), in `audit` no status at all.
+    #[test]
+    fn admission_policy_holds_each_mode_to_what_it_writes() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_exclusive();
+        let ns = Namespace::new(c, "t-modes").unwrap();
+        apply(c, &busybox_pod("mine", &ns.name, "Never", "sleep 3600")).unwrap();
+        wait_pod(c, &ns.name, "mine", READY, |p| {
+            p["status"]["phase"] == "Running"
+        })
+        .unwrap();
+        let _restore = ModeRestored(c);
+        observer_tests::cluster::set_agent_mode(c, None).unwrap();
+
+        let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+        let patch = |p: &str| patch_status_as(c, &token, &ns.name, "mine", p);
+        if let Err(e) = write_status_as(c, &token, &ns.name, "mine") {
+            panic!("conditions mode: a condition under the prefix was refused: {e}");
+        }
+        let conditions = "in statusMode conditions the observer agent may only change conditions of type observer.dev/*";
+        refused_for_mode(
+            patch(r#"{"status":{"phase":"Failed"}}"#),
+            "conditions mode, status.phase",
+            conditions,
+        );
+        refused_for_mode(
+            patch(r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#),
+            "conditions mode, kubelet's Ready",
+            conditions,
+        );
+
+        observer_tests::cluster::set_agent_mode(c, Some("full")).unwrap();
+        let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+        let patch = |p: &str| patch_status_as(c, &token, &ns.name, "mine", p);
+        if let Err(e) = patch(r#"{"status":{"message":"admission probe"}}"#) {
+            panic!("full mode: status.message (which full writes) was refused: {e}");
+        }
+        refused_for_mode(
+            patch(r#"{"status":{"nominatedNodeName":"elsewhere"}}"#),
+            "full mode, status.nominatedNodeName",
+            "in statusMode full the observer agent may not change: status.nominatedNodeName",
+        );
+        // The agent's own full-mode writes: a container dies, the agent writes the pod's status.
+        let since = std::time::SystemTime::now();
+        apply(
+            c,
+            &busybox_pod("dies", &ns.name, "Never", "sleep 2; exit 3"),
+        )
+        .unwrap();
+        wait_pod(c, &ns.name, "dies", READY, |p| {
+            p["status"]["phase"] == "Failed"
+        })
+        .unwrap();
+        let agent_writes = |all: &[Value]| -> Vec<Value> {
+            all.iter()
+                .filter(|e| e["user"]["username"] == AGENT_USER)
+                .cloned()
+                .collect()
+        };
+        let writes = poll_every(POLL, READY, || {
+            let w = agent_writes(&observer_tests::cluster::status_writes(c, &ns.name, since).ok()?);
+            (!w.is_empty()).then_some(w)
+        })
+        .expect("the agent wrote the status of the pod that died (full mode)");
+        let codes: Vec<i64> = writes
+            .iter()
+            .map(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0))
+            .collect();
+        eprintln!("full mode: the agent's status writes answered {codes:?}");
+        assert!(
+            codes.iter().all(|c| (200..300).contains(c)),
+            "full mode: the agent's own writes were refused: {writes:#?}"
+        );
+
+        observer_tests::cluster::set_agent_mode(c, Some("audit")).unwrap();
+        let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+        refused_for_mode(
+            write_status_as(c, &token, &ns.name, "mine"),
+            "audit mode, a condition under the prefix",
+            "in statusMode audit the observer agent writes no pod status",
+        );
+    }
+
     /// The token kubelet projected into an agent's pod (its `kube-api-access-*` volume), read on
     /// the node that holds it: the host's kubelet directory, or a guest's through its agent.
     fn agent_token(c: &Cluster, node: &str, agent: &Value) -> String {
@@ -333,15 +449,25 @@ mod real_cluster {
     /// A status write with `token`, as the agent makes it (kube's patch_status: a strategic
     /// merge patch of one condition of its own, no GET first).
     fn write_status_as(c: &Cluster, token: &str, ns: &str, pod: &str) -> Result<(), kube::Error> {
+        let patch =
+            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#;
+        patch_status_as(c, token, ns, pod, patch)
+    }
+
+    /// A strategic merge patch of `pod`'s status with `token`.
+    fn patch_status_as(
+        c: &Cluster,
+        token: &str,
+        ns: &str,
+        pod: &str,
+        patch: &str,
+    ) -> Result<(), kube::Error> {
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
             observer_cluster::APISERVER_PORT,
             c.dir().join("pki/ca.crt").display(),
         );
-        let patch: Value = serde_json::from_str(
-            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#,
-        )
-        .unwrap();
+        let patch: Value = serde_json::from_str(patch).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();

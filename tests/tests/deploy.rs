@@ -14,8 +14,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, Pod, PodSpec, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use observer::cri::api;
@@ -82,6 +85,23 @@ fn agent_defaults() -> observer::status::StatusConfig {
     observer::status::StatusConfig::new("node", observer::status::StatusMode::default())
 }
 
+/// config.yaml's data: the mode and the prefix the DaemonSet and the admission policy read.
+fn config() -> std::collections::BTreeMap<String, String> {
+    let cm: ConfigMap = read_one(&deploy_dir().join("config.yaml")).unwrap();
+    cm.data.unwrap()
+}
+
+/// What the agent's container gets for `name`: its value, or the ConfigMap key it names.
+fn env_value(c: &Container, name: &str) -> Option<String> {
+    let e = env(c, name)?;
+    if let Some(v) = &e.value {
+        return Some(v.clone());
+    }
+    let r = e.value_from.as_ref()?.config_map_key_ref.as_ref()?;
+    assert_eq!(r.name, "observer", "{name} reads config.yaml's ConfigMap");
+    config().get(&r.key).cloned()
+}
+
 fn kustomization() -> Value {
     let docs = documents(&deploy_dir().join("kustomization.yaml")).unwrap();
     docs.into_iter().next().unwrap()
@@ -121,6 +141,9 @@ fn every_manifest_reads_strictly_into_its_api_type() {
                 "Namespace" => strict::<Namespace>(&doc).map(drop),
                 "ServiceAccount" => strict::<ServiceAccount>(&doc).map(drop),
                 "ClusterRole" => strict::<ClusterRole>(&doc).map(drop),
+                "Role" => strict::<Role>(&doc).map(drop),
+                "ConfigMap" => strict::<ConfigMap>(&doc).map(drop),
+                "NetworkPolicy" => strict::<NetworkPolicy>(&doc).map(drop),
                 "ClusterRoleBinding" => strict::<ClusterRoleBinding>(&doc).map(drop),
                 "ValidatingAdmissionPolicy" => strict::<ValidatingAdmissionPolicy>(&doc).map(drop),
                 "ValidatingAdmissionPolicyBinding" => {
@@ -136,9 +159,12 @@ fn every_manifest_reads_strictly_into_its_api_type() {
             *kinds.entry(kind).or_default() += 1;
         }
     }
-    // The agent's ClusterRole and the kubectl plugin's (plugin-rbac.yaml).
-    assert_eq!(kinds.get("ClusterRole"), Some(&2), "{kinds:?}");
     for kind in [
+        // The agent's; the kubectl plugin's is a Role in the agents' namespace.
+        "ClusterRole",
+        "Role",
+        "ConfigMap",
+        "NetworkPolicy",
         "Namespace",
         "ServiceAccount",
         "ClusterRoleBinding",
@@ -398,12 +424,14 @@ fn rbac_is_exactly_what_the_agent_does() {
         "/pods/status:patch",
         "events.k8s.io/events:create",
         "events.k8s.io/events:patch",
+        "authentication.k8s.io/tokenreviews:create",
+        "authorization.k8s.io/subjectaccessreviews:create",
     ]
     .map(String::from)
     .into();
     assert_eq!(
         got, want,
-        "pods get/list/watch, pods/status patch, events create/patch"
+        "pods get/list/watch, pods/status patch, events create/patch, the reviews of /explain's callers"
     );
     assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
     let subjects = binding.subjects.unwrap();
@@ -464,9 +492,20 @@ fn admission_policy_keeps_each_agent_to_its_node() {
         binding.spec.as_ref().unwrap().policy_name,
         policy.metadata.name
     );
+    let binding = binding.spec.unwrap();
     assert_eq!(
-        binding.spec.unwrap().validation_actions.as_deref(),
+        binding.validation_actions.as_deref(),
         Some(&["Deny".to_string()][..])
+    );
+    // The parameter: config.yaml's ConfigMap in the agents' namespace, refused when absent.
+    let param = binding.param_ref.unwrap();
+    let cm: ConfigMap = read_one(&deploy_dir().join("config.yaml")).unwrap();
+    assert_eq!(param.name, cm.metadata.name);
+    assert_eq!(param.namespace.as_deref(), Some(namespace().as_str()));
+    assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"));
+    assert_eq!(
+        spec.param_kind.map(|k| (k.api_version, k.kind)),
+        Some((Some("v1".into()), Some("ConfigMap".into())))
     );
 }
 
@@ -475,36 +514,69 @@ struct Admission {
     user: String,
     node_claim: Option<&'static str>,
     resource: &'static str,
+    sub_resource: &'static str,
     operation: &'static str,
     object: Value,
     old_object: Value,
+    /// The binding's parameter: config.yaml's ConfigMap.
+    params: Value,
 }
 
 impl Admission {
     fn agent(node_claim: Option<&'static str>) -> Self {
+        let cm: Value = documents(&deploy_dir().join("config.yaml"))
+            .unwrap()
+            .remove(0);
         Admission {
             user: format!("system:serviceaccount:{}:observer", namespace()),
             node_claim,
             resource: "pods",
+            sub_resource: "status",
             operation: "UPDATE",
             object: Value::Null,
             old_object: Value::Null,
+            params: cm,
         }
     }
 
+    fn mode(mut self, mode: &str) -> Self {
+        self.params["data"]["statusMode"] = mode.into();
+        self
+    }
+
+    /// A running pod on `node`, its status as kubelet and the agent left it.
     fn pod_on(mut self, node: &str) -> Self {
         let pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web", "namespace": "default"},
             "spec": {"nodeName": node, "containers": [{"name": "web"}]},
+            "status": {
+                "phase": "Running", "hostIP": "10.0.0.7", "podIP": "10.1.0.9",
+                "podIPs": [{"ip": "10.1.0.9"}], "qosClass": "Burstable",
+                "startTime": "2026-12-03T10:00:00Z",
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "observer.dev/ContainersAlive", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                ],
+                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0,
+                                       "image": "x", "imageID": "", "state": {"running": {}}}],
+            },
         });
         self.object = pod.clone();
         self.old_object = pod;
         self
     }
 
+    /// The status after the patch: `edit` applied to the stored one.
+    fn status(mut self, edit: impl FnOnce(&mut Value)) -> Self {
+        edit(&mut self.object["status"]);
+        self
+    }
+
     fn event(mut self, op: &'static str, kind: &str, controller: &str, instance: &str) -> Self {
         self.resource = "events";
+        self.sub_resource = "";
         self.operation = op;
         self.object = serde_json::json!({
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -527,7 +599,10 @@ impl Admission {
         self
     }
 
-    /// What the policy decides: not matched (None), allowed, or the failing validations.
+    /// What the policy decides: not matched (None), allowed, or the failing validations. As the
+    /// API server does, a variable is evaluated when used (one that fails for this request, the
+    /// pod-status ones on an event, fails only the validations that use it), and a validation
+    /// that fails to evaluate denies (failurePolicy Fail).
     fn evaluate(&self, policy: &ValidatingAdmissionPolicy) -> Option<Result<(), Vec<String>>> {
         let spec = policy.spec.as_ref().unwrap();
         let mut extra = serde_json::Map::new();
@@ -541,40 +616,40 @@ impl Admission {
             "operation": self.operation,
             "resource": {"group": if self.resource == "events" { "events.k8s.io" } else { "" },
                          "version": "v1", "resource": self.resource},
-            "subResource": if self.resource == "pods" { "status" } else { "" },
+            "subResource": self.sub_resource,
             "userInfo": {"username": self.user, "extra": extra},
         });
-        let eval = |expr: &str, variables: &serde_json::Map<String, Value>| -> cel::Value {
+        let eval = |expr: &str,
+                    variables: &std::collections::HashMap<String, cel::Value>|
+         -> Result<cel::Value, String> {
             let program = cel::Program::compile(expr)
                 .unwrap_or_else(|e| panic!("CEL does not compile: {expr}: {e}"));
             let mut ctx = cel::Context::default();
             ctx.add_variable_from_value("request", cel::to_value(&request).unwrap());
             ctx.add_variable_from_value("object", cel::to_value(&self.object).unwrap());
             ctx.add_variable_from_value("oldObject", cel::to_value(&self.old_object).unwrap());
-            ctx.add_variable_from_value("variables", cel::to_value(variables).unwrap());
-            program
-                .execute(&ctx)
-                .unwrap_or_else(|e| panic!("CEL fails: {expr}: {e}"))
+            ctx.add_variable_from_value("params", cel::to_value(&self.params).unwrap());
+            ctx.add_variable_from_value("variables", cel::Value::from(variables.clone()));
+            program.execute(&ctx).map_err(|e| format!("{expr}: {e}"))
         };
-        let none = serde_json::Map::new();
+        let none = std::collections::HashMap::new();
         for c in spec.match_conditions.iter().flatten() {
-            if eval(&c.expression, &none) != cel::Value::Bool(true) {
+            if eval(&c.expression, &none) != Ok(cel::Value::Bool(true)) {
                 return None;
             }
         }
-        let mut variables = serde_json::Map::new();
+        let mut variables = std::collections::HashMap::new();
         for v in spec.variables.iter().flatten() {
-            let value = match eval(&v.expression, &variables) {
-                cel::Value::String(s) => Value::String(s.to_string()),
-                other => panic!("variable {} is {other:?}", v.name),
-            };
-            variables.insert(v.name.clone(), value);
+            // A variable that cannot be evaluated here is left out: an expression using it fails.
+            if let Ok(value) = eval(&v.expression, &variables) {
+                variables.insert(v.name.clone(), value);
+            }
         }
         let failed: Vec<String> = spec
             .validations
             .iter()
             .flatten()
-            .filter(|v| eval(&v.expression, &variables) != cel::Value::Bool(true))
+            .filter(|v| eval(&v.expression, &variables) != Ok(cel::Value::Bool(true)))
             .map(|v| {
                 v.message
                     .clone()
@@ -595,7 +670,10 @@ impl Admission {
 fn admission_policy_decides_as_documented() {
     let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
     let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
-    let allowed = |a: Admission| a.evaluate(&policy) == Some(Ok(()));
+    let allowed = |a: Admission| {
+        let r = a.evaluate(&policy);
+        assert_eq!(r, Some(Ok(())), "not allowed");
+    };
     let denied = |a: Admission, why: &str| match a.evaluate(&policy) {
         Some(Err(messages)) => assert!(
             messages.iter().any(|m| m.contains(why)),
@@ -607,25 +685,144 @@ fn admission_policy_decides_as_documented() {
     // The agent's own Reporter: its StatusConfig's reporter, with the node name as the instance.
     let reporter = agent_defaults().reporter;
     let agent_id = reporter.as_str();
+    let own = |status: &mut Value, s: &str| {
+        status["conditions"][1]["status"] = s.into();
+    };
 
-    // Pods: only those bound to the token's node.
-    assert!(allowed(agent().pod_on("node-a")));
+    // Pods: only those bound to the token's node, and only the status.
+    allowed(agent().pod_on("node-a").status(|s| own(s, "False")));
     denied(
-        agent().pod_on("node-b"),
+        agent().pod_on("node-b").status(|s| own(s, "False")),
         "may only change pods bound to that node",
     );
     denied(
         Admission::agent(None).pod_on("node-a"),
         "must use its pod-bound token",
     );
+    let mut spec = agent().pod_on("node-a");
+    spec.sub_resource = "";
+    denied(spec, "never changes a pod's spec or metadata");
     // Anyone else is not this policy's business.
     let mut kubelet = agent().pod_on("node-b");
     kubelet.user = "system:node:node-b".into();
     assert_eq!(kubelet.evaluate(&policy), None);
 
-    // Events: about pods, as the agent, from its own node; series only of its own events.
-    assert!(allowed(agent().event("CREATE", "Pod", agent_id, "node-a")));
-    assert!(allowed(agent().event("UPDATE", "Pod", agent_id, "node-a")));
+    // conditions mode: a condition under the prefix, added or changed; nothing else.
+    allowed(agent().pod_on("node-a").status(|s| {
+        s["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"type": "observer.dev/OOMKilled", "status": "True"}))
+    }));
+    let only_prefixed = "in statusMode conditions the observer agent may only change conditions";
+    denied(
+        agent()
+            .pod_on("node-a")
+            .status(|s| s["phase"] = "Failed".into()),
+        only_prefixed,
+    );
+    denied(
+        agent()
+            .pod_on("node-a")
+            .status(|s| s["conditions"][0]["status"] = "False".into()),
+        only_prefixed,
+    );
+    denied(
+        agent().pod_on("node-a").status(|s| {
+            s["conditions"].as_array_mut().unwrap().remove(0);
+        }),
+        only_prefixed,
+    );
+    denied(
+        agent()
+            .pod_on("node-a")
+            .status(|s| s["containerStatuses"][0]["ready"] = false.into()),
+        only_prefixed,
+    );
+    denied(
+        agent()
+            .pod_on("node-a")
+            .status(|s| s["podIPs"] = serde_json::json!([])),
+        only_prefixed,
+    );
+    denied(
+        agent().pod_on("node-a").status(|s| {
+            s.as_object_mut().unwrap().remove("hostIP");
+        }),
+        only_prefixed,
+    );
+    denied(
+        agent()
+            .pod_on("node-a")
+            .status(|s| s["nominatedNodeName"] = "node-c".into()),
+        only_prefixed,
+    );
+
+    // full mode: what `full` computes, and nothing the agent does not compute.
+    allowed(agent().mode("full").pod_on("node-a").status(|s| {
+        s["phase"] = "Failed".into();
+        s["reason"] = "Evicted".into();
+        s["conditions"][0]["status"] = "False".into();
+        s["containerStatuses"][0]["ready"] = false.into();
+    }));
+    let full = "in statusMode full the observer agent may not change";
+    denied(
+        agent()
+            .mode("full")
+            .pod_on("node-a")
+            .status(|s| s["podIP"] = "10.9.9.9".into()),
+        full,
+    );
+    denied(
+        agent()
+            .mode("full")
+            .pod_on("node-a")
+            .status(|s| s["qosClass"] = "Guaranteed".into()),
+        full,
+    );
+    denied(
+        agent()
+            .mode("full")
+            .pod_on("node-a")
+            .status(|s| s["ephemeralContainerStatuses"] = serde_json::json!([])),
+        full,
+    );
+
+    // audit and off: no status at all.
+    for mode in ["audit", "off"] {
+        denied(
+            agent()
+                .mode(mode)
+                .pod_on("node-a")
+                .status(|s| own(s, "False")),
+            "the observer agent writes no pod status",
+        );
+    }
+    // A ConfigMap without a mode: everything refused.
+    denied(
+        agent()
+            .mode("")
+            .pod_on("node-a")
+            .status(|s| own(s, "False")),
+        "must set statusMode",
+    );
+
+    // Events: about pods, as the agent, from its own node; series only of its own events; in
+    // every mode that reaches the API but off.
+    for mode in ["conditions", "audit", "full"] {
+        allowed(
+            agent()
+                .mode(mode)
+                .event("CREATE", "Pod", agent_id, "node-a"),
+        );
+    }
+    allowed(agent().event("UPDATE", "Pod", agent_id, "node-a"));
+    denied(
+        agent()
+            .mode("off")
+            .event("CREATE", "Pod", agent_id, "node-a"),
+        "in statusMode off the observer agent writes no events",
+    );
     let only_pods = "may only write events about pods";
     denied(
         agent().event("CREATE", "Pod", agent_id, "node-b"),
@@ -647,6 +844,100 @@ fn admission_policy_decides_as_documented() {
     );
 }
 
+/// The policy's list of the pod status's fields is the whole of `PodStatus`: the struct literal
+/// below names every field without `..`, so a k8s-openapi that adds one does not compile until
+/// the field is added here, and the assertion then fails until the policy lists it too.
+#[test]
+fn admission_policy_lists_every_field_of_the_pod_status() {
+    use k8s_openapi::api::core::v1::PodStatus;
+    let every = PodStatus {
+        conditions: Some(vec![]),
+        container_statuses: Some(vec![]),
+        ephemeral_container_statuses: Some(vec![]),
+        extended_resource_claim_status: Some(Default::default()),
+        host_ip: Some(String::new()),
+        host_ips: Some(vec![]),
+        init_container_statuses: Some(vec![]),
+        message: Some(String::new()),
+        nominated_node_name: Some(String::new()),
+        observed_generation: Some(0),
+        phase: Some(String::new()),
+        pod_ip: Some(String::new()),
+        pod_ips: Some(vec![]),
+        qos_class: Some(String::new()),
+        reason: Some(String::new()),
+        resize: Some(String::new()),
+        resource_claim_statuses: Some(vec![]),
+        start_time: None,
+    };
+    let mut fields: BTreeSet<String> = serde_json::to_value(&every)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    fields.insert("startTime".into());
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let unchanged = policy
+        .spec
+        .unwrap()
+        .variables
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "unchanged")
+        .unwrap()
+        .expression;
+    let listed: BTreeSet<String> = unchanged
+        .split('\'')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        listed, fields,
+        "the policy's `unchanged` names every PodStatus field"
+    );
+    // Each mode's validation keeps every field but what the mode writes: `conditions` its
+    // conditions, `full` what its patch computes (status::patch::COMPUTED_KEYS).
+    let kept_by = |mode: &str| -> BTreeSet<String> {
+        let v = policy_validations()
+            .into_iter()
+            .find(|v| {
+                v.expression
+                    .contains(&format!("variables.mode != '{mode}'"))
+            })
+            .unwrap_or_else(|| panic!("a validation for mode {mode}"));
+        // The first list literal of the expression: the fields kept.
+        let list = v.expression.split_once('[').unwrap().1;
+        let list = list.split_once(']').unwrap().0;
+        list.split('\'')
+            .skip(1)
+            .step_by(2)
+            .map(String::from)
+            .collect()
+    };
+    let all_but = |written: &[&str]| -> BTreeSet<String> {
+        fields
+            .iter()
+            .filter(|f| !written.contains(&f.as_str()))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(kept_by("conditions"), all_but(&["conditions"]));
+    assert_eq!(
+        kept_by("full"),
+        all_but(observer::status::patch::COMPUTED_KEYS)
+    );
+}
+
+fn policy_validations() -> Vec<k8s_openapi::api::admissionregistration::v1::Validation> {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    policy.spec.unwrap().validations.unwrap()
+}
+
 #[test]
 fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
     let ns: Namespace = read_one(&deploy_dir().join("namespace.yaml")).unwrap();
@@ -661,8 +952,7 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
         "hostPID, hostPath and capabilities are outside the baseline profile"
     );
 
-    let prefix = env(agent_container(&ds()), "OBSERVER_CONDITION_PREFIX")
-        .and_then(|e| e.value.clone())
+    let prefix = env_value(agent_container(&ds()), "OBSERVER_CONDITION_PREFIX")
         .unwrap_or_else(|| agent_defaults().condition_prefix);
     let pod: Pod = read_one(&deploy_dir().join("examples/readiness-gate.yaml")).unwrap();
     let gates = pod.spec.unwrap().readiness_gates.unwrap();
@@ -674,8 +964,10 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
 /// agents' pods by selector, a GET through the pod proxy), and bound to nobody by deploy/.
 #[test]
 fn plugin_role_is_exactly_what_the_plugin_does() {
-    let role: ClusterRole = read_one(&deploy_dir().join("plugin-rbac.yaml")).unwrap();
+    let role: Role = read_one(&deploy_dir().join("plugin-rbac.yaml")).unwrap();
     assert_eq!(role.metadata.name.as_deref(), Some("observer-explain"));
+    // Namespaced by kustomize into the agents' namespace: nothing of any other namespace.
+    assert_eq!(role.metadata.namespace, None);
     let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
         .rules
         .unwrap()
@@ -686,7 +978,7 @@ fn plugin_role_is_exactly_what_the_plugin_does() {
     assert_eq!(
         rules,
         vec![
-            (s(&[""]), s(&["pods"]), s(&["get", "list"])),
+            (s(&[""]), s(&["pods"]), s(&["list"])),
             (s(&[""]), s(&["pods/proxy"]), s(&["get"])),
         ]
     );
@@ -695,6 +987,53 @@ fn plugin_role_is_exactly_what_the_plugin_does() {
     assert_eq!(
         binding.role_ref.name, "observer",
         "deploy/ binds only the agent's role"
+    );
+}
+
+/// The NetworkPolicy holds the agents' port, and only it: scrapers by namespace label, the API
+/// servers by address.
+#[test]
+fn network_policy_admits_only_the_scrapers_and_the_api_servers_to_the_port() {
+    let np: NetworkPolicy = read_one(&deploy_dir().join("networkpolicy.yaml")).unwrap();
+    let spec = np.spec.unwrap();
+    let labels = spec.pod_selector.unwrap().match_labels.unwrap();
+    let ds = ds();
+    let template_labels = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    for (k, v) in &labels {
+        assert_eq!(
+            template_labels.get(k),
+            Some(v),
+            "the policy selects the agents"
+        );
+    }
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    let rules = spec.ingress.unwrap();
+    assert_eq!(rules.len(), 1);
+    let port = agent_container(&ds).ports.as_ref().unwrap()[0].container_port;
+    let ports = rules[0].ports.clone().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].port, Some(IntOrString::Int(port)));
+    let from = rules[0].from.clone().unwrap();
+    assert!(from.iter().any(|p| p
+        .namespace_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.as_ref())
+        .is_some_and(|l| l.get("observer.dev/scrape").map(String::as_str) == Some("true"))));
+    assert!(from.iter().any(|p| p.ip_block.is_some()));
+    assert!(
+        from.iter().all(|p| p.pod_selector.is_none()
+            && (p.namespace_selector.is_some() != p.ip_block.is_some())),
+        "no peer admits every pod of a namespace by an empty selector: {from:?}"
     );
 }
 
@@ -718,7 +1057,7 @@ fn kustomization_renders() {
     let rendered = dir.path().join("rendered.yaml");
     std::fs::write(&rendered, &out.stdout).unwrap();
     let docs = documents(&rendered).unwrap();
-    assert_eq!(docs.len(), 10, "every object of deploy/ but the example");
+    assert_eq!(docs.len(), 12, "every object of deploy/ but the example");
     let ns = namespace();
     for d in &docs {
         let cluster_scoped = matches!(
@@ -745,6 +1084,7 @@ fn kustomization_renders() {
 /// A node as the harness provides it, with the DaemonSet's hostPaths where they are here.
 fn test_node(pods_dir: &Path, containerd_dir: &Path) -> Node {
     let mut node = Node::this_machine("node-under-test", pods_dir).unwrap();
+    node.config_maps.insert("observer".into(), config());
     // The agent's CRI endpoint names /run/containerd/containerd.sock: the harness's socket is
     // containerd.sock in its own dir.
     node.host_paths

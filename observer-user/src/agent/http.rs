@@ -2,7 +2,8 @@
 //! the agent runs, the kernel reader and the reconciler are turning, as kubelet's PLEG health
 //! fails after 3 minutes without a relist), `/readyz` (ready once the first sync is done: the
 //! start-up walk, the runtime's first relist answered, and the API's first list of this node's
-//! pods; until then it says what is missing and why).
+//! pods; until then it says what is missing and why), `/explain/<namespace>/<pod>` (for callers
+//! who may get the pod: [`super::access`]).
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
@@ -10,7 +11,11 @@ use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Resp
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::{metrics::Metrics, tasks::TaskHealth};
+use super::{
+    access::{Denied, Gate},
+    metrics::Metrics,
+    tasks::TaskHealth,
+};
 use crate::{
     cri::ReconnectingCri, pipeline::PipelineHealth, reconcile::ReconcileHandle,
     status::StatusHandle,
@@ -82,34 +87,64 @@ fn reply(code: StatusCode, content_type: &'static str, body: String) -> Response
     r
 }
 
+/// What the endpoint answers from: the metrics, the health checks, and who may read what.
+#[derive(Clone)]
+struct Endpoint {
+    metrics: Arc<Metrics>,
+    health: Health,
+    gate: Arc<Gate>,
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn refused(d: Denied) -> Response<Full<Bytes>> {
+    let code = StatusCode::from_u16(d.code()).unwrap_or(StatusCode::FORBIDDEN);
+    let mut r = reply(code, TEXT, format!("{}\n", d.message()));
+    if code == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    r
+}
+
 /// `target`: the request's path and query.
-fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+async fn route(target: &str, headers: &http::HeaderMap, at: &Endpoint) -> Response<Full<Bytes>> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    const TEXT: &str = "text/plain; charset=utf-8";
     let check = |r: Result<(), String>| match r {
         Ok(()) => reply(StatusCode::OK, TEXT, "ok\n".into()),
         Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
     };
     match path {
-        "/metrics" => match metrics.encode() {
-            Ok(text) => reply(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                text,
-            ),
-            Err(_) => reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                TEXT,
-                "encoding failed\n".into(),
-            ),
-        },
-        "/healthz" | "/livez" => check(health.live()),
-        "/readyz" => check(health.ready()),
-        p if p.starts_with("/explain/") => explain(
-            &p["/explain/".len()..],
-            query.split('&').any(|q| q == "output=text"),
-            health,
-        ),
+        "/metrics" => {
+            if let Err(d) = at.gate.metrics(headers).await {
+                return refused(d);
+            }
+            match at.metrics.encode() {
+                Ok(text) => reply(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text,
+                ),
+                Err(_) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    TEXT,
+                    "encoding failed\n".into(),
+                ),
+            }
+        }
+        "/healthz" | "/livez" => check(at.health.live()),
+        "/readyz" => check(at.health.ready()),
+        p if p.starts_with("/explain/") => {
+            explain(
+                &p["/explain/".len()..],
+                query.split('&').any(|q| q == "output=text"),
+                headers,
+                at,
+            )
+            .await
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
@@ -120,9 +155,15 @@ fn route(target: &str, metrics: &Metrics, health: &Health) -> Response<Full<Byte
 }
 
 /// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::present::explain`]);
-/// with `?output=text`, as `observer explain` prints it.
-fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
-    const TEXT: &str = "text/plain; charset=utf-8";
+/// with `?output=text`, as `observer explain` prints it. The caller's right is checked before
+/// the pod is looked up: a refusal does not tell whether the pod exists.
+async fn explain(
+    rest: &str,
+    text: bool,
+    headers: &http::HeaderMap,
+    at: &Endpoint,
+) -> Response<Full<Bytes>> {
+    let health = &at.health;
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, pod, container) = match parts.as_slice() {
         [ns, pod] => (*ns, *pod, None),
@@ -135,6 +176,9 @@ fn explain(rest: &str, text: bool, health: &Health) -> Response<Full<Bytes>> {
             )
         }
     };
+    if let Err(d) = at.gate.explain(headers, ns, pod).await {
+        return refused(d);
+    }
     let Some(view) = health.reconcile.pod_named(ns, pod) else {
         return reply(
             StatusCode::NOT_FOUND,
@@ -237,8 +281,8 @@ impl Drop for PeerSlot {
 }
 
 /// Serves until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health) {
-    serve_with(listener, metrics, health, Limits::default()).await
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Health, gate: Arc<Gate>) {
+    serve_with(listener, metrics, health, gate, Limits::default()).await
 }
 
 /// [`serve`] with its limits.
@@ -246,8 +290,14 @@ pub async fn serve_with(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     health: Health,
+    gate: Arc<Gate>,
     limits: Limits,
 ) {
+    let endpoint = Endpoint {
+        metrics,
+        health,
+        gate,
+    };
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let peers = Arc::new(Peers::default());
     let mut accept_errors =
@@ -286,13 +336,15 @@ pub async fn serve_with(
             drop(stream);
             continue;
         };
-        let (metrics, health) = (Arc::clone(&metrics), health.clone());
+        let at = endpoint.clone();
         tokio::spawn(async move {
             let _slots = (slot, peer_slot);
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                let resp = route(target, &metrics, &health);
-                async move { Ok::<_, Infallible>(resp) }
+                let at = at.clone();
+                async move {
+                    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                    Ok::<_, Infallible>(route(target, req.headers(), &at).await)
+                }
             });
             let conn = http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -324,7 +376,12 @@ mod tests {
     };
 
     async fn get(path: &str, health: &Health) -> (u16, String) {
-        let r = route(path, &Metrics::new(None), health);
+        let at = Endpoint {
+            metrics: Arc::new(Metrics::new(None)),
+            health: health.clone(),
+            gate: Arc::new(Gate::open()),
+        };
+        let r = route(path, &http::HeaderMap::new(), &at).await;
         let code = r.status().as_u16();
         let body = r.into_body().collect().await.unwrap().to_bytes();
         (code, String::from_utf8(body.to_vec()).unwrap())
@@ -420,6 +477,7 @@ mod tests {
             listener,
             Arc::new(Metrics::new(None)),
             health,
+            Arc::new(Gate::open()),
             limits,
         )));
         // 40 connections from 127.0.0.2, each with half a request line.
@@ -513,5 +571,94 @@ mod tests {
             (404, "no pod default/nope on this node\n")
         );
         assert_eq!(get("/explain/default", &health).await.0, 400);
+    }
+
+    /// With the access check on, a caller who may not get a pod learns nothing of it: the
+    /// refusal reads the same for a pod on the node and for one that does not exist, and a
+    /// request without a token is refused before anything is looked up.
+    #[tokio::test]
+    async fn explain_refuses_before_it_looks_the_pod_up() {
+        use crate::{
+            kube::testkit::{self, api},
+            reconcile::ContainerPhase,
+        };
+        use serde_json::json;
+        let reconcile = ReconcileHandle::detached();
+        let mut v = testkit::view(vec![testkit::cv("app", 0, ContainerPhase::Running)]);
+        v.namespace = "default".into();
+        v.name = "web".into();
+        reconcile.publish(v);
+        let dir = tempfile::tempdir().unwrap();
+        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(dir.path().join("x"))));
+        let health = Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile,
+            cri,
+            tasks: Tasks::default().health(),
+            api: None,
+            stale_after: Duration::from_secs(60),
+        };
+        let (client, mock) = api::client();
+        let review = |v: serde_json::Value| api::Reply::Json(201, v);
+        let log = api::serve(
+            mock,
+            vec![
+                review(
+                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {}, "status": {"authenticated": true, "user": {"username": "bob"}}}),
+                ),
+                review(json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": false}})),
+                review(json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": false}})),
+                review(json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}})),
+            ],
+        );
+        let at = Endpoint {
+            metrics: Arc::new(Metrics::new(None)),
+            health,
+            gate: Arc::new(Gate::new(
+                super::super::access::ExplainAccess::TokenReview,
+                super::super::access::MetricsAccess::Open,
+                Some(client),
+            )),
+        };
+        let ask = |path: &'static str, token: Option<&'static str>| {
+            let at = at.clone();
+            async move {
+                let mut h = http::HeaderMap::new();
+                if let Some(t) = token {
+                    h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+                }
+                let r = route(path, &h, &at).await;
+                let code = r.status().as_u16();
+                let body = r.into_body().collect().await.unwrap().to_bytes();
+                (code, String::from_utf8(body.to_vec()).unwrap())
+            }
+        };
+        let (code, body) = ask("/explain/default/nope", None).await;
+        assert_eq!(code, 401, "{body}");
+        assert_eq!(ask("/explain/default/web", None).await.0, 401);
+        assert!(
+            log.lock().unwrap().is_empty(),
+            "nothing asked without a token"
+        );
+        assert_eq!(
+            ask("/explain/default/web", Some("b")).await,
+            (403, "bob may not get pod default/web\n".into())
+        );
+        assert_eq!(
+            ask("/explain/default/nope", Some("b")).await,
+            (403, "bob may not get pod default/nope\n".into())
+        );
+        // Allowed, the pod's absence is told.
+        assert_eq!(
+            ask("/explain/default/gone", Some("b")).await,
+            (404, "no pod default/gone on this node\n".into())
+        );
+        // Health and metrics need nothing.
+        assert_eq!(ask("/healthz", None).await.0, 200);
+        assert_eq!(ask("/metrics", None).await.0, 200);
     }
 }

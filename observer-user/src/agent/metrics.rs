@@ -37,6 +37,8 @@ pub struct Sources {
     pub fast: Option<Arc<crate::fastpath::FastStats>>,
     /// What the kernel log's readers did not believe.
     pub kernel_log: Arc<crate::kernel::kmsg::LogStats>,
+    /// The HTTP endpoint's access checks (`observer run`).
+    pub access: Option<Arc<super::access::Gate>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -93,6 +95,9 @@ impl Collector for Sources {
         }
         if let Some(f) = &self.fast {
             f.encode_metrics(&mut e)?;
+        }
+        if let Some(a) = &self.access {
+            a.encode_metrics(&mut e)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! started and supervised ([`tasks`]): one that ends fails the agent. Generic over the runtime
 //! (the CRI in the binary, a stand-in in the tests). [`run`] adds what `observer run` has around
 //! it: the metrics ([`metrics`]) and the HTTP endpoint ([`http`]).
+pub mod access;
 pub mod http;
 pub mod metrics;
 mod run;
@@ -321,6 +322,7 @@ impl<R: RuntimeService> Agent<R> {
             status: self.status.clone(),
             fast: self.fast.clone(),
             kernel_log: self.kernel_log(),
+            access: None,
         }
     }
 

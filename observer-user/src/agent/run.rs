@@ -9,6 +9,7 @@
 use std::{ffi::OsString, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use super::{
+    access::{ExplainAccess, Gate, MetricsAccess},
     http,
     metrics::{Metrics, Sources},
     Agent, AgentConfig, AgentParts, FastSetup, Writers,
@@ -24,8 +25,11 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     pub agent: AgentConfig,
-    /// `/metrics`, `/healthz`, `/readyz`.
+    /// `/metrics`, `/healthz`, `/readyz`, `/explain`.
     pub listen: SocketAddr,
+    /// Who may read `/explain` and `/metrics` ([`super::access`]).
+    pub explain_access: ExplainAccess,
+    pub metrics_access: MetricsAccess,
     /// `None`: nothing reaches the API (`--status-mode off`).
     pub status: Option<StatusSetup>,
     /// `/healthz` fails when a loop has not turned for this long.
@@ -50,6 +54,7 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     agent_cfg.reconcile.state_access = StateAccess::ReadWrite;
     let endpoint = agent_cfg.cri.clone();
     let mut parts = AgentParts::for_node(agent_cfg)?;
+    let mut reviews = None;
     // A kubeconfig that cannot be read is refused before anything is loaded.
     if let Some(setup) = cfg.status {
         let api = kube::client(setup.kubeconfig.as_deref()).await?;
@@ -61,6 +66,7 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
         let fast = cfg.fast_path.then(|| FastSetup {
             kubeconfig: setup.kubeconfig.clone(),
         });
+        reviews = Some(api.client.clone());
         parts.writers = Some(Writers {
             client: api.client,
             status,
@@ -70,8 +76,11 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     let mut agent = Agent::build(parts).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
+    let gate = Arc::new(Gate::new(cfg.explain_access, cfg.metrics_access, reviews));
+    gate.warn_if_unusable();
     let metrics = Metrics::new(Some(Sources {
         cri: Some(agent.runtime.clone()),
+        access: Some(Arc::clone(&gate)),
         ..agent.metric_sources()
     }));
     let health = http::Health {
@@ -84,10 +93,10 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     };
     agent.spawn(
         "HTTP endpoint",
-        http::serve(listener, Arc::new(metrics), health),
+        http::serve(listener, Arc::new(metrics), health, gate),
     );
     let mode = agent.status.as_ref().map_or(StatusMode::Off, |s| s.mode());
-    tracing::info!(%listen, %mode, %endpoint, fast_path = agent.fast.is_some(), "agent running");
+    tracing::info!(%listen, %mode, %endpoint, fast_path = agent.fast.is_some(), explain_access = ?cfg.explain_access, metrics_access = ?cfg.metrics_access, "agent running");
 
     tokio::select! {
         _ = shutdown => {}

@@ -42,14 +42,23 @@ pub struct ExplainArgs {
 
 pub(super) async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
     let KubectlCommand::Explain(a) = args.command;
-    let api = crate::kube::client_once(a.kubeconfig.as_deref()).await?;
+    // Without kube's retries of 429, 503 and 504 (up to 15, backing off for minutes): the pod
+    // proxy's 503 for an agent it cannot reach must be told at once.
+    let config = crate::kube::config(a.kubeconfig.as_deref(), false).await?;
+    let url = config.cluster_url.to_string();
+    // Resolved before anything is asked: a user without a token is told so at once.
+    let token = remote::caller_token(&config)
+        .await
+        .context("the agent's access check")?;
+    let client = ::kube::Client::try_from(config).context("the kubeconfig")?;
     let agents = Agents {
         namespace: a.agent_namespace,
         selector: a.agent_selector,
         port: a.agent_port,
     };
     let body = remote::explain(
-        &api.client,
+        &client,
+        &token,
         &agents,
         &a.namespace,
         &a.pod,
@@ -57,7 +66,7 @@ pub(super) async fn run(args: KubectlArgs) -> anyhow::Result<ExitCode> {
         a.output == "text",
     )
     .await
-    .with_context(|| format!("API server {}", api.url))?;
+    .with_context(|| format!("API server {url}"))?;
     // The agent escapes what it prints; the plugin does not rely on it (whatever answered on the
     // agent's port wrote this body): every line is escaped again before it reaches the terminal.
     for line in body.lines() {

@@ -71,13 +71,6 @@ pub async fn client(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> 
     client_config(kubeconfig, true).await
 }
 
-/// [`client`] without kube's retries of 429, 503 and 504 (up to 15, backing off for minutes):
-/// for a one-shot command such as the kubectl plugin, where the pod proxy's 503 for an agent it
-/// cannot reach must be told at once, not after minutes of silence.
-pub(crate) async fn client_once(kubeconfig: Option<&OsStr>) -> Result<ApiClient, KubeError> {
-    client_config(kubeconfig, false).await
-}
-
 async fn client_config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<ApiClient, KubeError> {
     let config = config(kubeconfig, retry).await?;
     let url = config.cluster_url.to_string();

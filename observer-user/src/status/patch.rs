@@ -90,7 +90,7 @@ pub(crate) fn conditions_patch(
 /// The `PodStatus` keys `full` mode writes: what `compute` derives from the runtime, the kernel
 /// and the previous status. A computed key the computation leaves empty (a phase's reason that no
 /// longer applies) is deleted; every other key is never named.
-pub(crate) const COMPUTED_KEYS: &[&str] = &[
+pub const COMPUTED_KEYS: &[&str] = &[
     "phase",
     "reason",
     "message",

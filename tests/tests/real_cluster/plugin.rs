@@ -1,9 +1,13 @@
-//! The kubectl plugin on the real cluster: the real kubectl runs `kubectl observer explain POD`
-//! (the release `observer` as `kubectl-observer` on PATH) with the token of a service account
-//! bound to deploy/plugin-rbac.yaml's ClusterRole and nothing else; the plugin finds the pod's
-//! node and the agent there, and the real API server's pod proxy brings back the agent's report
-//! of an OOM kill. Without the role, and with only the built-in `view` role (pods but not
-//! pods/proxy), the plugin fails naming the right it lacks.
+//! The kubectl plugin and explain's access control on the real cluster: the real kubectl runs
+//! `kubectl observer explain POD` (the release `observer` as `kubectl-observer` on PATH); the
+//! plugin finds the pod's node and the agent there, and the real API server's pod proxy brings
+//! back the agent's report of an OOM kill, which the agent gives only to a caller who may get
+//! that pod (TokenReview and SubjectAccessReview by the real API server). Two users: `explainer`
+//! may get pods in namespace A only (and has deploy/plugin-rbac.yaml's Role in the agents'
+//! namespace), `nobody` has nothing. On every path (the plugin, the pod proxy asked directly,
+//! the agent's port asked directly) the first reads A and is refused B, the second is refused
+//! both, and a request without a token is refused. A third, `viewer`, may get pods in A but has
+//! not the plugin's Role: the plugin names the Role it lacks.
 //!
 //! The pod proxy dials the agent's pod IP, and the API server refuses loopback pod IPs; the
 //! test node's host-network agent has the node's address (this machine's own, so the traffic
@@ -15,7 +19,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use observer_tests::cluster::{
     agent_exclusive, apply, condition, get_json, require_cluster, set_agent_env, test_guest,
-    wait_pod, Cluster, Namespace, TestPod, AGENT_ADDR,
+    wait_pod, Cluster, Namespace, TestPod, AGENT_ADDR, AGENT_NAMESPACE,
 };
 use observer_tests::prereq;
 use serde_json::Value;
@@ -140,32 +144,70 @@ fn run(c: &Cluster, observer: &Path) -> Result<()> {
         condition(p, "observer.dev/OOMKilled").is_some_and(|c| c["status"] == "True")
     })?;
 
-    // Three users: the plugin's role only, none, and the built-in `view` (pods, not pods/proxy).
+    // Namespace B and a pod there that user A may not read.
+    let other = Namespace::new(c, "plugin-b")?;
+    apply(
+        c,
+        &TestPod::new("other", &other.name, "Never")
+            .container("main", "exec sleep 3600")
+            .manifest(),
+    )?;
+    wait_pod(c, &other.name, "other", KILLED, |p| {
+        p["status"]["phase"] == "Running"
+    })?;
+
+    // `get pods` in A (the built-in `view` ClusterRole, bound in A only) for explainer and
+    // viewer; the plugin's Role in the agents' namespace for explainer; nothing for nobody.
     for sa in ["explainer", "nobody", "viewer"] {
         c.kubectl_ok(&["create", "serviceaccount", sa, "-n", &ns.name])?;
     }
-    let bindings = [("explainer", "observer-explain"), ("viewer", "view")];
-    for (sa, role) in bindings {
-        apply(
-            c,
-            &serde_json::json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": format!("plugin-test-{sa}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns.name}],
-            })
-            .to_string(),
-        )?;
-    }
+    let binding = |name: &str, in_ns: &str, kind: &str, role: &str, sa: &str| {
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": in_ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns.name}],
+        })
+        .to_string()
+    };
+    apply(
+        c,
+        &binding(
+            "view-explainer",
+            &ns.name,
+            "ClusterRole",
+            "view",
+            "explainer",
+        ),
+    )?;
+    apply(
+        c,
+        &binding("view-viewer", &ns.name, "ClusterRole", "view", "viewer"),
+    )?;
+    let plugin_binding = format!("plugin-test-{}", ns.name);
+    apply(
+        c,
+        &binding(
+            &plugin_binding,
+            AGENT_NAMESPACE,
+            "Role",
+            "observer-explain",
+            "explainer",
+        ),
+    )?;
     let dir = tempfile::tempdir()?;
-    let result = check(c, &ns.name, plugins.path(), dir.path()).and_then(|()| {
+    let result = check(c, &ns.name, &other.name, plugins.path(), dir.path()).and_then(|()| {
         set_agent_env(c, "OBSERVER_LISTEN", Some(AGENT_ADDR))?;
         unreachable(c, &ns.name, plugins.path(), dir.path())
     });
-    for (sa, _) in bindings {
-        let _ = c.kubectl_ok(&["delete", "clusterrolebinding", &format!("plugin-test-{sa}")]);
-    }
+    let _ = c.kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "-n",
+        AGENT_NAMESPACE,
+        &plugin_binding,
+    ]);
     result
 }
 
@@ -191,13 +233,65 @@ fn unreachable(c: &Cluster, ns: &str, plugins: &Path, dir: &Path) -> Result<()> 
     Ok(())
 }
 
-fn check(c: &Cluster, ns: &str, plugins: &Path, dir: &Path) -> Result<()> {
+/// `GET path` on the agent's port (the test node's agent, on every address for this test),
+/// with `token` as a bearer token if given: (code, body).
+fn agent_get(path: &str, token: Option<&str>) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect("127.0.0.1:9891")?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n{auth}\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("a status line")?;
+    Ok((
+        code,
+        text.split_once("\r\n\r\n").map_or("", |b| b.1).to_string(),
+    ))
+}
+
+/// `GET` through the API server's pod proxy to the agent's `/explain/<ns>/<pod>`, as the user of
+/// `kubeconfig`, forwarding its token as the plugin does: (code, body).
+fn proxy_get(kubeconfig: &Path, agent: &str, ns: &str, pod: &str) -> Result<(u16, String)> {
+    let token = token_of(kubeconfig)?;
+    let path = format!(
+        "/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{agent}:9891/proxy/explain/{ns}/{pod}?output=text"
+    );
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        let client = kube::Client::try_from(config)?;
+        let req = http::Request::get(path)
+            .header("X-Observer-Authorization", format!("Bearer {token}"))
+            .body(Vec::new())?;
+        Ok(match client.request_text(req).await {
+            Ok(body) => (200, body),
+            Err(kube::Error::Api(s)) => (s.code, s.message),
+            Err(e) => return Err(e.into()),
+        })
+    })
+}
+
+fn token_of(kubeconfig: &Path) -> Result<String> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(kubeconfig)?)?;
+    Ok(v["users"][0]["user"]["token"]
+        .as_str()
+        .context("a token")?
+        .to_string())
+}
+
+fn check(c: &Cluster, ns: &str, other: &str, plugins: &Path, dir: &Path) -> Result<()> {
     let explainer = kubeconfig_for(c, ns, "explainer", dir)?;
     let nobody = kubeconfig_for(c, ns, "nobody", dir)?;
     let viewer = kubeconfig_for(c, ns, "viewer", dir)?;
 
-    // The role's rights, as the API server's authorizer says (the binding may take a moment to
-    // reach the RBAC cache).
+    // The rights, as the API server's authorizer says (a binding may take a moment to reach the
+    // RBAC cache).
     let user = format!("system:serviceaccount:{ns}:explainer");
     let can = |args: &[&str]| {
         let mut all = vec!["auth", "can-i"];
@@ -208,21 +302,27 @@ fn check(c: &Cluster, ns: &str, plugins: &Path, dir: &Path) -> Result<()> {
     let allowed = observer_tests::wait::poll_every(
         Duration::from_millis(200),
         Duration::from_secs(30),
-        || can(&["get", "pods/proxy", "-n", "observer-system"]).then_some(()),
+        || {
+            (can(&["get", "pods/proxy", "-n", AGENT_NAMESPACE]) && can(&["get", "pods", "-n", ns]))
+                .then_some(())
+        },
     );
     if allowed.is_none() {
-        bail!("{user} never got pods/proxy in observer-system");
+        bail!("{user} never got pods/proxy in {AGENT_NAMESPACE} and pods in {ns}");
     }
-    if can(&["delete", "pods", "-n", ns]) || can(&["create", "pods/proxy", "-n", "observer-system"])
+    if can(&["get", "pods", "-n", other])
+        || can(&["create", "pods/proxy", "-n", AGENT_NAMESPACE])
+        || can(&["get", "pods/proxy", "-n", ns])
     {
-        bail!("the plugin's role grants more than get/list pods and get pods/proxy");
+        bail!("the test's bindings grant more than pods in {ns} and the plugin's Role");
     }
 
+    // User A, the plugin, namespace A: the report.
     let (ok, out, err) = kubectl_observer(c, plugins, &explainer, &["explain", "oomer", "-n", ns])?;
     eprintln!("kubectl observer explain oomer -n {ns}:\n{out}{err}");
     if !ok {
         bail!(
-            "the plugin failed with the plugin's role: {err}\nagent log:\n{}",
+            "the plugin failed for a user who may get the pod: {err}\nagent log:\n{}",
             c.agent_log().unwrap_or_default()
         );
     }
@@ -252,24 +352,102 @@ fn check(c: &Cluster, ns: &str, plugins: &Path, dir: &Path) -> Result<()> {
     {
         bail!("-o json has no container-scope kill of main: {v:#}");
     }
+    // User A, the plugin, namespace B: refused by the API server at the pod.
+    let (ok, out, err) =
+        kubectl_observer(c, plugins, &explainer, &["explain", "other", "-n", other])?;
+    if ok || !err.contains(&format!("not allowed to get pods in namespace {other}")) {
+        bail!("user A read namespace B through the plugin: ok={ok}\n{out}{err}");
+    }
 
-    // Without the role: refused at the first step, which the message names.
+    // The pod proxy and the agent's port asked directly, where the API server's check of the
+    // pod is not made: the agent's own check is all there is.
+    let agent = get_json(
+        c,
+        &[
+            "get",
+            "pods",
+            "-n",
+            AGENT_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=observer",
+            "--field-selector",
+            &format!("spec.nodeName={}", observer_tests::cluster::NODE_NAME),
+        ],
+    )?["items"][0]["metadata"]["name"]
+        .as_str()
+        .context("the agent's pod")?
+        .to_string();
+    let a = token_of(&explainer)?;
+    let none = token_of(&nobody)?;
+    let (code, body) = proxy_get(&explainer, &agent, ns, "oomer")?;
+    if code != 200 || !body.contains("OOM kill in main") {
+        bail!("user A through the pod proxy, namespace A: {code} {body}");
+    }
+    let (code, body) = proxy_get(&explainer, &agent, other, "other")?;
+    eprintln!("user A through the pod proxy, namespace B: {code} {body}");
+    if code != 403 || !body.contains(&format!("may not get pod {other}/other")) {
+        bail!("user A through the pod proxy read namespace B: {code} {body}");
+    }
+    // Nobody has not even the proxy: the API server refuses.
+    let (code, body) = proxy_get(&nobody, &agent, ns, "oomer")?;
+    if code != 403 || !body.contains("pods/proxy") {
+        bail!("nobody through the pod proxy: {code} {body}");
+    }
+    let (code, body) = agent_get(&format!("/explain/{ns}/oomer?output=text"), Some(&a))?;
+    if code != 200 || !body.contains("OOM kill in main") {
+        bail!("user A at the agent's port, namespace A: {code} {body}");
+    }
+    for (who, token, target_ns, pod) in [
+        ("user A", &a, other, "other"),
+        ("nobody", &none, ns, "oomer"),
+        ("nobody", &none, other, "other"),
+    ] {
+        let (code, body) = agent_get(&format!("/explain/{target_ns}/{pod}"), Some(token))?;
+        eprintln!("{who} at the agent's port, {target_ns}/{pod}: {code} {body}");
+        if code != 403 || !body.contains(&format!("may not get pod {target_ns}/{pod}")) {
+            bail!("{who} at the agent's port read {target_ns}/{pod}: {code} {body}");
+        }
+    }
+    // No token, a forged one: 401, whether the pod exists or not.
+    for pod in ["oomer", "no-such-pod"] {
+        let (code, body) = agent_get(&format!("/explain/{ns}/{pod}"), None)?;
+        if code != 401 {
+            bail!("no token at the agent's port, {pod}: {code} {body}");
+        }
+        let (code, body) = agent_get(&format!("/explain/{ns}/{pod}"), Some("forged"))?;
+        if code != 401 || !body.contains("does not accept the token") {
+            bail!("a forged token at the agent's port, {pod}: {code} {body}");
+        }
+    }
+    // The metrics stay open (deploy/'s OBSERVER_METRICS_ACCESS), the checks counted there.
+    let (code, metrics) = agent_get("/metrics", None)?;
+    let forbidden = observer_tests::endpoint::sample(
+        &metrics,
+        r#"observer_http_access_checks_total{endpoint="explain",result="forbidden"}"#,
+    );
+    if code != 200 || forbidden.is_none_or(|n| n < 4.0) {
+        bail!("/metrics: {code}, explain's forbidden checks {forbidden:?}");
+    }
+
+    // Nobody, the plugin: refused at the first step, which the message names.
     let (ok, out, err) = kubectl_observer(c, plugins, &nobody, &["explain", "oomer", "-n", ns])?;
-    eprintln!("without the role: {err}");
+    eprintln!("without rights: {err}");
     if ok
         || !err.contains(&format!("not allowed to get pods in namespace {ns}"))
         || !err.contains("observer-explain")
     {
-        bail!("without the role the plugin must fail naming `get pods`: ok={ok}\n{out}{err}");
+        bail!("without rights the plugin must fail naming `get pods`: ok={ok}\n{out}{err}");
     }
-    // With `view`: the pods are readable, the proxy is not.
+    // With `view` in A but not the plugin's Role: the pods are readable, the agents are not.
     let (ok, out, err) = kubectl_observer(c, plugins, &viewer, &["explain", "oomer", "-n", ns])?;
     eprintln!("with view only: {err}");
     if ok
-        || !err.contains("not allowed to get pods/proxy in namespace observer-system")
-        || !err.contains("observer-explain")
+        || !err.contains(&format!(
+            "not allowed to list pods in namespace {AGENT_NAMESPACE}"
+        ))
+        || !err.contains("Role observer-explain")
     {
-        bail!("with view only the plugin must fail naming `get pods/proxy`: ok={ok}\n{out}{err}");
+        bail!("with view only the plugin must fail naming the plugin's Role: ok={ok}\n{out}{err}");
     }
     Ok(())
 }
