@@ -122,6 +122,10 @@ pub enum Unknown {
     /// The pod is being deleted: kubelet's pod worker says when it is terminated; the agent
     /// takes a stopped sandbox with nothing running as the sign.
     Termination,
+    /// The container waits for a reason only kubelet knows (its image pulls, its checks of the
+    /// container's configuration, a failed create or start: [`KUBELET_REASONS`]): the reason and
+    /// its message are kubelet's, kept from the API.
+    KubeletReason(String),
 }
 
 impl fmt::Display for Unknown {
@@ -139,6 +143,9 @@ impl fmt::Display for Unknown {
             Unknown::ImageId(c) => write!(f, "{c}: image digest not in the view"),
             Unknown::SandboxNetwork => {
                 f.write_str("sandbox network (IP, namespace mode): not in the view")
+            }
+            Unknown::KubeletReason(c) => {
+                write!(f, "{c}: waiting for a reason only kubelet knows (kept from the API)")
             }
             Unknown::Termination => f.write_str(
                 "deleted pod: terminated once its sandbox is stopped with nothing running",
@@ -220,7 +227,7 @@ pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
     let mut unknown = Vec::new();
     let mut status = match inp.pod.filter(|p| p.spec.is_some()) {
         Some(pod) => {
-            let backoff = BackOff::new(inp.view, inp.now);
+            let backoff = BackOff::new(inp.view, inp.now, api);
             let prober = AgentProber;
             let gen = Generate {
                 pod,
@@ -234,7 +241,15 @@ pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
                 reasons: &backoff,
                 prober: &prober,
             };
-            generate_api_pod_status(&gen, &mut unknown)
+            let status = generate_api_pod_status(&gen, &mut unknown);
+            unknown.extend(
+                backoff
+                    .kept
+                    .take()
+                    .into_iter()
+                    .map(Unknown::KubeletReason),
+            );
+            status
         }
         None => without_spec(inp, old, &mut unknown),
     };
@@ -317,21 +332,67 @@ impl Prober for AgentProber {
     }
 }
 
-/// The agent's reason cache: kubelet's back-off, from the kernel's exit times.
+/// The waiting reasons kubelet's reason cache holds from its own work, which neither the kernel
+/// nor the runtime can tell: image pulls (`pkg/kubelet/images`), the container's configuration
+/// (secrets, config maps, user checks), hooks, and a create or start the runtime refused
+/// (`pkg/kubelet/container`). A container waiting for one of them keeps it as kubelet wrote it.
+pub const KUBELET_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "ImageInspectError",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+    "CreateContainerConfigError",
+    "PreCreateHookError",
+    "CreateContainerError",
+    "PreStartHookError",
+    "PostStartHookError",
+    "RunContainerError",
+];
+
+/// The agent's reason cache: kubelet's back-off, from the kernel's exit times; and, for what only
+/// kubelet knows ([`KUBELET_REASONS`]), the reason kubelet wrote to the API.
 struct BackOff<'a> {
     view: &'a PodView,
     now: SystemTime,
     /// `name_namespace(uid)`, kubelet's `format.Pod`.
     pod_label: String,
+    /// The status as kubelet last wrote it.
+    api: Option<&'a PodStatus>,
+    /// Containers given kubelet's reason, for [`Unknown::KubeletReason`].
+    kept: std::cell::RefCell<Vec<String>>,
 }
 
 impl<'a> BackOff<'a> {
-    fn new(view: &'a PodView, now: SystemTime) -> Self {
+    fn new(view: &'a PodView, now: SystemTime, api: Option<&'a PodStatus>) -> Self {
         BackOff {
             view,
             now,
             pod_label: format!("{}_{}({})", view.name, view.namespace, view.uid),
+            api,
+            kept: Default::default(),
         }
+    }
+
+    /// kubelet's own reason for `container`'s wait, where the API has one.
+    fn kubelets(&self, container: &str) -> Option<(String, Option<String>)> {
+        let api = self.api?;
+        let w = [&api.container_statuses, &api.init_container_statuses]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|s| s.name == container)?
+            .state
+            .as_ref()?
+            .waiting
+            .as_ref()?;
+        let reason = w.reason.as_deref()?;
+        KUBELET_REASONS.contains(&reason).then(|| {
+            self.kept.borrow_mut().push(container.to_string());
+            (reason.to_string(), w.message.clone())
+        })
     }
 }
 
@@ -342,22 +403,30 @@ impl ReasonCache for BackOff<'_> {
             .containers
             .iter()
             .filter(|c| c.name == container)
-            .max_by_key(|c| (c.created_at, c.restart_count))?;
+            .max_by_key(|c| (c.created_at, c.restart_count));
+        let Some(cur) = cur else {
+            // Never created: whatever held it back is kubelet's to say.
+            return self.kubelets(container);
+        };
         if cur.phase != ContainerPhase::Exited {
             return None;
         }
-        let delay = backoff(cur)?;
-        let until = cur.finished_at? + delay;
-        (self.now < until).then(|| {
-            (
-                CRASH_LOOP_BACK_OFF.to_string(),
-                Some(format!(
-                    "back-off {} restarting failed container={container} pod={}",
-                    go_duration(delay.as_secs()),
-                    self.pod_label
-                )),
-            )
-        })
+        let Some((delay, finished)) = backoff(cur).zip(cur.finished_at) else {
+            return self.kubelets(container);
+        };
+        let until = finished + delay;
+        if self.now >= until {
+            // Out of back-off, kubelet restarts it; a failed restart is kubelet's to say.
+            return self.kubelets(container);
+        }
+        Some((
+            CRASH_LOOP_BACK_OFF.to_string(),
+            Some(format!(
+                "back-off {} restarting failed container={container} pod={}",
+                go_duration(delay.as_secs()),
+                self.pod_label
+            )),
+        ))
     }
 }
 
