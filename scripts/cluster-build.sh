@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The test cluster's builds in the background, at nice 19 (they take only the CPU the other work
 # leaves idle):
-#   start        launches the Kubernetes and etcd build (`cargo xtask cluster build`) and, unless
+#   start        launches the helm, Kubernetes and etcd build (`cargo xtask cluster build`, helm
+#                first: the host suite's chart tests need it) and, unless
 #                OBSERVER_CLUSTER_GUEST=0 outside CI, the guest node's (`cargo xtask cluster build
 #                --guest`: the Debian image, then containerd 2.x, whose `go build` waits for the
 #                Kubernetes one); a job that already runs, or whose build is done, costs nothing.
+#   wait-helm    returns once helm is built (target/cluster/bin/helm), building it if the background
+#                job has not: not waiting for the Kubernetes build that follows it there.
 #   wait         waits for the Kubernetes build and fails with its log if it failed.
 #   wait-guest   the same for the guest node's build.
 # Each build is idempotent and locked: whatever happened in the background, `wait` finishes it or
@@ -59,6 +62,14 @@ case "${1:-}" in
       launch guest-build build --guest
     fi
     ;;
+  wait-helm)
+    # The build takes the background job's lock only while helm is missing: once it is built,
+    # this returns at once, whatever the job builds next.
+    if ! cargo xtask cluster build --only-helm; then
+      tail -n 50 "$dir/build.log" 2>/dev/null || true
+      exit 1
+    fi
+    ;;
   wait)
     finish build build
     ;;
@@ -66,7 +77,7 @@ case "${1:-}" in
     finish guest-build build --guest
     ;;
   *)
-    echo "usage: $0 start|wait|wait-guest" >&2
+    echo "usage: $0 start|wait-helm|wait|wait-guest" >&2
     exit 2
     ;;
 esac

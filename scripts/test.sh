@@ -29,6 +29,13 @@ fi
 # tests/tests/deploy.rs) need target/release/observer: `cargo test` builds a bin only as a test
 # harness, and only another target of the same package would make it build the binary itself.
 timed "release build" cargo build --release -p observer
+# The chart's tests (tests/tests/chart.rs) run helm, built from the Go module proxy by the
+# background job first (about 4.5 CPU-minutes the first time, then cached in target/cluster/bin).
+# Without the cluster's builds (OBSERVER_CLUSTER_TEST=0 outside CI) they skip, saying so, unless
+# helm was built before.
+if [ "${OBSERVER_CLUSTER_TEST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  timed "helm build" ./scripts/cluster-build.sh wait-helm
+fi
 # Default members: every crate but the eBPF one, which only builds for the BPF target.
 # Two cores: more test threads only make the containerd tests slower.
 # The real-cluster suite runs last, on its own (its kubelet must not meet the host suites' pods).

@@ -1,10 +1,12 @@
-//! `go build` of the components from the Go module proxy, through the two small modules in
+//! `go build` of the components from the Go module proxy, through the small modules in
 //! `cluster/go/`: `kubernetes` requires k8s.io/kubernetes and replaces each staging module
 //! (v0.0.0 in its go.mod, which no proxy serves) by its published v0.34.x; `etcd` requires the
-//! etcd server, which is itself the etcd command. Binaries land in `target/cluster/bin`, the Go
+//! etcd server, which is itself the etcd command; `helm` requires helm.sh/helm/v4, whose
+//! `cmd/helm` is the chart's tests' helm (deploy/chart: `helm lint` and `helm template` in the
+//! host suite, `helm install` on the cluster). Binaries land in `target/cluster/bin`, the Go
 //! build and module caches in `target/cluster/go`, so only a machine's first build pays (about
-//! 7 minutes on 2 idle cores, module downloads included; a warm rebuild after a change of flags,
-//! a few).
+//! 7 minutes on 2 idle cores for Kubernetes and etcd, about 4.5 CPU-minutes more for helm, module
+//! downloads included; a warm rebuild after a change of flags, a few).
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -13,6 +15,8 @@ use crate::{Error, Result};
 
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 pub const ETCD_VERSION: &str = "v3.6.16";
+/// The chart's tests' helm (`cluster/go/helm/go.mod` requires the same).
+pub const HELM_VERSION: &str = "v4.3.2";
 /// The second node's runtime (`cluster/go/containerd/go.mod` requires the same).
 pub const CONTAINERD_VERSION: &str = "v2.4.2";
 
@@ -28,17 +32,15 @@ const KUBERNETES_COMMANDS: &[&str] = &[
     "kubectl",
 ];
 
-/// Builds what is missing or was built from other module files. One build at a time per
-/// directory: a second caller (CI starts the build early in the background; the suite's `up`
-/// comes later) waits for the first and then finds it done.
+/// Builds what is missing or was built from other module files: helm first ([`ensure_helm`]:
+/// the host suite's chart tests wait for it, and it is the shorter build), then Kubernetes and
+/// etcd. One build at a time per directory: a second caller (CI starts the build early in the
+/// background; the suite's `up` comes later) waits for the first and then finds it done.
 pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
+    ensure_helm(workspace, dir)?;
     let go_src = workspace.join("cluster/go");
     let bin = dir.join("bin");
-    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
-    let lock_path = dir.join(".build.lock");
-    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
+    let _lock = lock(dir)?;
     let stamp_file = bin.join(".built-from");
     let stamp = stamp(&go_src, &["kubernetes", "etcd"])?;
     let complete = KUBERNETES_COMMANDS
@@ -99,6 +101,59 @@ pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The one Go build at a time of `dir` (held until dropped).
+fn lock(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let lock_path = dir.join(".build.lock");
+    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
+    nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))
+}
+
+/// Builds helm ([`HELM_VERSION`], `target/cluster/bin/helm`) when missing or built from other
+/// module files: a static binary, as upstream's release. Done is checked before the lock too:
+/// the host suite asks for helm (`cargo xtask cluster build --only-helm`) while the background
+/// job may hold the lock for the Kubernetes build, minutes after helm's was done.
+pub fn ensure_helm(workspace: &Path, dir: &Path) -> Result<()> {
+    let go_src = workspace.join("cluster/go");
+    let bin = dir.join("bin");
+    let helm = bin.join("helm");
+    // Apart from Kubernetes' stamp: a change to either module rebuilds only its own binaries.
+    let stamp_file = bin.join(".helm-built-from");
+    let stamp = stamp(&go_src, &["helm"])?;
+    // The stamp is written after the binary: a matching one names a finished build.
+    let done = || helm.is_file() && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp);
+    if done() {
+        return Ok(());
+    }
+    let _lock = lock(dir)?;
+    if done() {
+        return Ok(());
+    }
+    let go = crate::which("go").ok_or_else(|| {
+        Error::Missing(
+            "Go is not installed: the chart's tests' helm is built with `go build` \
+             (Go 1.26 or newer on PATH, what helm v4.3 requires)"
+                .into(),
+        )
+    })?;
+    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
+    let started = Instant::now();
+    eprintln!("cluster: building helm {HELM_VERSION} with go build");
+    // What `helm version` reports (upstream's Makefile sets the same variable; its source says
+    // only the minor version).
+    let ldflags = format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}");
+    let mut build = go_command(&go, dir, &go_src.join("helm"));
+    build
+        .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
+        .arg(&helm)
+        .arg("helm.sh/helm/v4/cmd/helm");
+    run(&mut build, "go build (helm)")?;
+    std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
+    eprintln!("cluster: helm built in {:.0?}", started.elapsed());
+    Ok(())
+}
+
 fn go_command(go: &Path, dir: &Path, module: &Path) -> Command {
     let mut c = Command::new(go);
     c.current_dir(module)
@@ -131,10 +186,7 @@ pub fn ensure_containerd(workspace: &Path, dir: &Path) -> Result<()> {
     let go_src = workspace.join("cluster/go");
     let bin = dir.join("guest/bin");
     std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
-    let lock_path = dir.join(".build.lock");
-    let lock_file = std::fs::File::create(&lock_path).map_err(Error::io(&lock_path))?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| Error::io(&lock_path)(e.into()))?;
+    let _lock = lock(dir)?;
     let stamp_file = bin.join(".built-from");
     let stamp = stamp(&go_src, &["containerd"])?;
     let complete = CONTAINERD_COMMANDS.iter().all(|b| bin.join(b).is_file());

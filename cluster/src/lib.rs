@@ -128,6 +128,40 @@ impl Cluster {
         c
     }
 
+    /// helm (`target/cluster/bin/helm`, built with the components) on this cluster, as its admin,
+    /// with its cache, configuration and data under `target/cluster/helm` rather than the
+    /// user's home.
+    pub fn helm(&self) -> Command {
+        let mut c = Command::new(self.bin("helm"));
+        let home = self.dir.join("helm");
+        c.env("KUBECONFIG", self.kubeconfig())
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"));
+        c
+    }
+
+    /// Runs helm and returns its stdout, or its stderr as the error.
+    pub fn helm_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .helm()
+            .args(args)
+            .output()
+            .map_err(Error::io(self.bin("helm")))?;
+        checked(&format!("helm {}", args.join(" ")), out)
+    }
+
+    /// `cluster/overlay`: deploy/ as this cluster runs it (`kubectl apply -k`), and the chart's
+    /// values for the same (`chart-values.yaml`).
+    pub fn overlay(&self) -> PathBuf {
+        self.workspace.join("cluster/overlay")
+    }
+
+    /// The agent's Helm chart, `deploy/chart`.
+    pub fn chart(&self) -> PathBuf {
+        self.workspace.join("deploy/chart")
+    }
+
     /// Runs kubectl and returns its stdout, or its stderr as the error.
     pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
         let out = self
@@ -327,6 +361,8 @@ impl Cluster {
             PathBuf::from(RUN_DIR),
             self.pki(),
             self.logs(),
+            // helm's cache, configuration and data (`Cluster::helm`).
+            self.dir.join("helm"),
         ] {
             if d.exists() {
                 std::fs::remove_dir_all(&d).map_err(Error::io(&d))?;
@@ -367,7 +403,7 @@ impl Cluster {
         for g in self.guests() {
             g.import(agent_archive)?;
         }
-        let overlay = self.workspace.join("cluster/overlay");
+        let overlay = self.overlay();
         let overlay = overlay.to_string_lossy();
         self.kubectl_ok(&["apply", "-k", &overlay])?;
         // A re-deploy of the same tag must run the new image: restart the pods explicitly.

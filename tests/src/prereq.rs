@@ -146,6 +146,22 @@ pub fn observer_release_binary() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// helm for the chart's tests: the one `cargo xtask cluster build` builds (helm.sh/helm/v4 from
+/// the Go module proxy, at `target/cluster/bin/helm`), else one on PATH, as kubectl is found. The
+/// error says how to get it, for [`require`]; scripts/test.sh builds it before the host suite.
+pub fn helm() -> Result<PathBuf, String> {
+    let built = observer_cluster::Cluster::of_workspace().bin("helm");
+    if is_executable(&built) {
+        return Ok(built);
+    }
+    which("helm").ok_or_else(|| {
+        format!(
+            "helm ({} or on PATH: `cargo xtask cluster build --only-helm` builds it)",
+            built.display()
+        )
+    })
+}
+
 fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
     let mut newest = None;
     for e in std::fs::read_dir(dir).ok()?.flatten() {

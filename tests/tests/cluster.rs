@@ -3,8 +3,8 @@
 //! kubelet, built from the Go module proxy): the DaemonSet scheduled by the real scheduler and
 //! Ready with the manifests' own capabilities and mounts, its metrics, its service account's
 //! permissions, the admission policy enforced by the real API server with the agent's real
-//! pod-bound token, a rollout restart that keeps the state volume, and the agent's conditions
-//! written beside kubelet's.
+//! pod-bound token, a rollout restart that keeps the state volume, the agent's conditions
+//! written beside kubelet's, and deploy/chart installed and uninstalled by the real helm.
 //!
 //! Every test is in `real_cluster`, so `--skip real_cluster::` leaves them out (scripts/test.sh
 //! runs them in a phase of their own, between `cargo xtask cluster up` and `down`).
@@ -12,6 +12,7 @@
 
 mod real_cluster {
     mod cycles;
+    mod helm;
     mod plugin;
     mod status_diff;
     mod truth;
@@ -179,6 +180,8 @@ mod real_cluster {
     #[test]
     fn service_account_can_do_what_it_needs_and_nothing_more() {
         let Some(c) = require_cluster() else { return };
+        // The deployed RBAC (the helm test replaces it meanwhile).
+        let _agent = agent_shared();
         let list = c
             .kubectl_ok(&["auth", "can-i", "--list", "--as", AGENT_USER])
             .unwrap();

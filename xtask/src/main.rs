@@ -71,12 +71,16 @@ enum ClusterAction {
     Deploy,
     /// Stop everything `up` started and remove its state (binaries and Go caches stay).
     Down,
-    /// Only build the components (target/cluster/bin).
+    /// Only build the components (target/cluster/bin), helm among them (the chart's tests').
     Build {
         /// Also build what the second node needs: containerd 2.x (target/cluster/guest/bin)
         /// and the Debian guest's disk image (target/cluster/guest/image).
         #[arg(long)]
         guest: bool,
+        /// Only helm (target/cluster/bin/helm), what the host suite's chart tests need; waits
+        /// for a background build of it, not for the Kubernetes build after it.
+        #[arg(long, conflicts_with = "guest")]
+        only_helm: bool,
     },
 }
 
@@ -115,7 +119,12 @@ fn cluster(action: ClusterAction) -> Result<()> {
             NodeAction::Remove { name } => c.remove_node(&name)?,
         },
         ClusterAction::Down => c.down()?,
-        ClusterAction::Build { guest } => {
+        ClusterAction::Build {
+            only_helm: true, ..
+        } => {
+            observer_cluster::build::ensure_helm(&root(), c.dir())?;
+        }
+        ClusterAction::Build { guest, .. } => {
             if guest {
                 // First: it takes no build lock (a Kubernetes build may be running).
                 observer_cluster::guest::image::ensure(&c.dir().join("guest/image"))?;
