@@ -286,11 +286,8 @@ fn chart_lints_strictly() {
     }
 }
 
-/// Where the chart's objects and kustomize's differ, one line per difference. The NetworkPolicy
-/// rule: deploy/ has no NetworkPolicy yet (it is coming as deploy/networkpolicy.yaml). When
-/// kustomize renders one, it is compared like any other object. Until then the chart's
-/// NetworkPolicy is the one object allowed beyond kustomize's. Once deploy/ has its own, remove
-/// this allowance: every object must then be in both.
+/// Where the chart's objects and kustomize's differ, one line per difference: every object must
+/// be in both, and equal.
 fn compare(kustomized: &BTreeMap<String, Value>, chart: &BTreeMap<String, Value>) -> Vec<String> {
     let mut problems = Vec::new();
     for (k, want) in kustomized {
@@ -305,24 +302,10 @@ fn compare(kustomized: &BTreeMap<String, Value>, chart: &BTreeMap<String, Value>
             }
         }
     }
-    let kustomize_has_policy = kustomized.values().any(|o| o["kind"] == "NetworkPolicy");
-    for (k, got) in chart {
-        if kustomized.contains_key(k) || (got["kind"] == "NetworkPolicy" && !kustomize_has_policy) {
-            continue;
+    for k in chart.keys() {
+        if !kustomized.contains_key(k) {
+            problems.push(format!("{k}: rendered by the chart, not by kustomize"));
         }
-        problems.push(format!("{k}: rendered by the chart, not by kustomize"));
-    }
-    // The allowance is for one NetworkPolicy, and the chart must render it.
-    if chart
-        .values()
-        .filter(|o| o["kind"] == "NetworkPolicy")
-        .count()
-        != 1
-    {
-        problems.push(format!(
-            "not one NetworkPolicy in the chart: {:?}",
-            chart.keys()
-        ));
     }
     problems
 }
@@ -400,9 +383,8 @@ fn each_value_shows_up_where_it_should() {
 
     let ds = "DaemonSet observer-system/observer";
     let mut env = env_map(&defaults[ds]);
+    // The mode and the prefix are the ConfigMap's (below), which the env refers to.
     for (name, value) in [
-        ("OBSERVER_STATUS_MODE", "full"),
-        ("OBSERVER_CONDITION_PREFIX", "observer.example.com"),
         ("OBSERVER_LISTEN", "127.0.0.1:9900"),
         ("OBSERVER_EXPLAIN_ACCESS", "none"),
         ("OBSERVER_METRICS_ACCESS", "token-review"),
@@ -425,7 +407,16 @@ fn each_value_shows_up_where_it_should() {
         found.extend(d.into_iter().map(|(p, _, v)| (format!("{k} {p}"), v)));
     }
     let container = format!("{ds} .spec.template.spec.containers[0]");
-    let want: Vec<(String, Value)> = vec![
+    let mut want: Vec<(String, Value)> = vec![
+        // One place for the mode and the prefix: the agent's env and the policy's parameter.
+        (
+            "ConfigMap observer-system/observer .data.conditionPrefix".into(),
+            json!("observer.example.com"),
+        ),
+        (
+            "ConfigMap observer-system/observer .data.statusMode".into(),
+            json!("full"),
+        ),
         (
             format!("{container}.image"),
             json!("registry.example/observer:9.9.9"),
@@ -459,6 +450,7 @@ fn each_value_shows_up_where_it_should() {
         ),
     ];
     found.sort_by(|a, b| a.0.cmp(&b.0));
+    want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         found, want,
         "what changed with --set {set} (path, new value)"
@@ -499,8 +491,19 @@ fn network_policy_admits_only_the_listed_peers() {
         json!({ "matchLabels": ds["spec"]["template"]["metadata"]["labels"] })
     );
     assert_eq!(spec.policy_types.unwrap(), ["Ingress"]);
+    // deploy/'s peers by default (compared with deploy/ in the test above).
+    assert_eq!(spec.ingress.unwrap_or_default().len(), 1);
     // No peer listed: no rule, so nothing may connect (a rule without peers would admit all).
-    assert!(spec.ingress.unwrap_or_default().is_empty());
+    let none = chart_objects(
+        helm.template(&[
+            "--set-json",
+            // null removes the default map (an empty one would merge with it).
+            r#"networkPolicy={"enabled":true,"namespaces":[],"namespaceLabels":null,"pods":[],"apiServerCIDRs":[]}"#,
+        ])
+        .unwrap(),
+    );
+    let empty: NetworkPolicy = strict(only(&none, "NetworkPolicy")).unwrap();
+    assert!(empty.spec.unwrap().ingress.unwrap_or_default().is_empty());
 
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join("values.json");
@@ -510,6 +513,7 @@ fn network_policy_admits_only_the_listed_peers() {
             "listen": {"port": 9900},
             "networkPolicy": {
                 "namespaces": ["monitoring"],
+                "namespaceLabels": null,
                 "pods": [{"namespace": "team", "matchLabels": {"app": "scraper"}}],
                 "apiServerCIDRs": ["10.0.0.1/32"],
             },

@@ -145,7 +145,10 @@ impl fmt::Display for Unknown {
                 f.write_str("sandbox network (IP, namespace mode): not in the view")
             }
             Unknown::KubeletReason(c) => {
-                write!(f, "{c}: waiting for a reason only kubelet knows (kept from the API)")
+                write!(
+                    f,
+                    "{c}: waiting for a reason only kubelet knows (kept from the API)"
+                )
             }
             Unknown::Termination => f.write_str(
                 "deleted pod: terminated once its sandbox is stopped with nothing running",
@@ -242,13 +245,7 @@ pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
                 prober: &prober,
             };
             let status = generate_api_pod_status(&gen, &mut unknown);
-            unknown.extend(
-                backoff
-                    .kept
-                    .take()
-                    .into_iter()
-                    .map(Unknown::KubeletReason),
-            );
+            unknown.extend(backoff.kept.take().into_iter().map(Unknown::KubeletReason));
             status
         }
         None => without_spec(inp, old, &mut unknown),
@@ -336,7 +333,7 @@ impl Prober for AgentProber {
 /// nor the runtime can tell: image pulls (`pkg/kubelet/images`), the container's configuration
 /// (secrets, config maps, user checks), hooks, and a create or start the runtime refused
 /// (`pkg/kubelet/container`). A container waiting for one of them keeps it as kubelet wrote it.
-pub const KUBELET_REASONS: &[&str] = &[
+pub(crate) const KUBELET_REASONS: &[&str] = &[
     "ErrImagePull",
     "ImagePullBackOff",
     "ErrImageNeverPull",

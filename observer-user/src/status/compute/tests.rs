@@ -260,6 +260,79 @@ fn cases() -> Vec<Case> {
                 ..Default::default()
             },
         },
+        // An image that cannot be had: only kubelet knows; its reason and message are kept.
+        Case {
+            name: "a_container_waiting_for_its_image_keeps_kubelets_reason",
+            pod: Some(pod_with(
+                always(&["app", "side"]),
+                api_status(
+                    "Pending",
+                    vec![
+                        running_status("app", "a1", true, true),
+                        ContainerStatus {
+                            name: "side".into(),
+                            state: Some(super::kubelet::waiting(
+                                Some("ErrImageNeverPull"),
+                                Some("Container image \"x:1\" is not present with pull policy of Never".into()),
+                            )),
+                            ..Default::default()
+                        },
+                    ],
+                    vec![],
+                ),
+            )),
+            previous: None,
+            view: view(vec![cv("app", 0, Running)]),
+            now: t(100),
+            expect: Expect {
+                phase: Some("Pending"),
+                containers: &[
+                    ("app", "running", 0, "-"),
+                    ("side", "waiting:ErrImageNeverPull", 0, "-"),
+                ],
+                unknown: vec![Unknown::KubeletReason("side".into())],
+                extra: Some(|out| {
+                    let side = out.status.container_statuses.as_ref().unwrap()
+                        .iter().find(|s| s.name == "side").unwrap();
+                    let w = side.state.as_ref().unwrap().waiting.as_ref().unwrap();
+                    assert_eq!(
+                        w.message.as_deref(),
+                        Some("Container image \"x:1\" is not present with pull policy of Never")
+                    );
+                }),
+                ..Default::default()
+            },
+        },
+        // The reasons that are the agent's to say are not taken from the API.
+        Case {
+            name: "a_reason_the_agent_computes_is_not_taken_from_the_api",
+            pod: Some(pod_with(
+                always(&["app", "side"]),
+                api_status(
+                    "Pending",
+                    vec![
+                        running_status("app", "a1", true, true),
+                        ContainerStatus {
+                            name: "side".into(),
+                            state: Some(super::kubelet::waiting(Some("CrashLoopBackOff"), None)),
+                            ..Default::default()
+                        },
+                    ],
+                    vec![],
+                ),
+            )),
+            previous: None,
+            view: view(vec![cv("app", 0, Running)]),
+            now: t(100),
+            expect: Expect {
+                phase: Some("Pending"),
+                containers: &[
+                    ("app", "running", 0, "-"),
+                    ("side", "waiting:ContainerCreating", 0, "-"),
+                ],
+                ..Default::default()
+            },
+        },
         Case {
             name: "with_init_containers_regular_ones_wait_in_pod_initializing",
             pod: Some(with_init("Always", vec![container("setup")], &["app"])),
