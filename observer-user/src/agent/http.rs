@@ -179,7 +179,13 @@ async fn explain(
     if let Err(d) = at.gate.explain(headers, ns, pod).await {
         return refused(d);
     }
-    let Some(view) = health.reconcile.pod_named(ns, pod) else {
+    // A pod the API binds to this node that the runtime has no sandbox for is explained with
+    // what the API knows of it.
+    let view = health.reconcile.pod_named(ns, pod).or_else(|| {
+        let status = health.api.as_ref()?;
+        crate::present::print::without_sandbox(&*status.pods().get(ns, pod)?)
+    });
+    let Some(view) = view else {
         return reply(
             StatusCode::NOT_FOUND,
             TEXT,

@@ -119,13 +119,26 @@ pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
-        let pods = agent.reconcile.pods();
+        let mut pods = agent.reconcile.pods();
         // One computation for every output: the table's columns, `json`'s and the statuses of
         // `yaml` / `pod-json` all come from it.
         let from_api = match &api {
             Some(api) => api_pods(api, args.node_name.as_deref()).await?,
             None => HashMap::new(),
         };
+        // Pods the API binds to this node that the runtime has no sandbox for are listed too,
+        // with what the API knows (only where the API was asked for this node's pods).
+        let runtime_has = |uid: &str| pods.iter().any(|v| v.uid.to_string() == uid);
+        let waiting: Vec<PodView> = match args.node_name {
+            Some(_) => from_api
+                .iter()
+                .filter(|(uid, _)| !runtime_has(uid))
+                .filter_map(|(_, p)| crate::present::print::without_sandbox(p))
+                .collect(),
+            None => Vec::new(),
+        };
+        pods.extend(waiting);
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let now = SystemTime::now();
         let computed: Vec<(Pod, Vec<Unknown>)> = pods
             .iter()
@@ -216,6 +229,9 @@ struct Row {
     created: Option<SystemTime>,
     created_at: Option<String>,
     last_oom: Option<OomRow>,
+    /// The runtime has a sandbox for the pod; false: only the API knows it (kubelet has not
+    /// made one, or cannot).
+    sandbox: bool,
     containers: Vec<ContainerRow>,
 }
 
@@ -286,6 +302,7 @@ impl Row {
                 let c = p.containers.iter().find(|c| c.id == o.container_id);
                 oom_row(o, &name_of(&o.container_id), c)
             }),
+            sandbox: p.sandbox_id != crate::model::ContainerId::NONE,
             containers: p.containers.iter().map(container_row).collect(),
         }
     }

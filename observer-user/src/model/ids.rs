@@ -89,6 +89,10 @@ impl fmt::Debug for PodUid {
 pub struct ContainerId([u8; 64]);
 
 impl ContainerId {
+    /// No container: 64 zeros, an id no runtime gives (the sandbox of a pod the runtime has no
+    /// sandbox for).
+    pub const NONE: ContainerId = ContainerId([b'0'; 64]);
+
     pub fn parse(s: &str) -> Option<ContainerId> {
         Self::parse_bytes(s.as_bytes())
     }

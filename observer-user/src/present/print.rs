@@ -205,6 +205,31 @@ pub(crate) fn view_columns(view: &PodView, now: SystemTime) -> Columns {
     columns(&pod, &unknown)
 }
 
+/// A pod the API binds to this node that the runtime has no sandbox for: kubelet has not made
+/// one yet, or cannot (no network plugin, a pause image it cannot pull). What is known of it is
+/// the API's; the runtime's part is empty, so its status is computed as kubelet computes one for
+/// a pod with no sandbox (containers `ContainerCreating`, `PodReadyToStartContainers` False). The
+/// status manager never sees such a view (the reconciler publishes only the runtime's pods), so
+/// `full` mode never writes it. `None` for a pod without a UID or a terminal one (a finished pod
+/// whose sandbox kubelet removed is not waiting for one).
+pub(crate) fn without_sandbox(pod: &Pod) -> Option<PodView> {
+    let uid = crate::model::PodUid::parse(pod.metadata.uid.as_deref()?)?;
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    Some(PodView {
+        uid,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        sandbox_id: crate::model::ContainerId::NONE,
+        sandbox_ready: false,
+        created_at: None,
+        containers: Vec::new(),
+        last_oom: None,
+    })
+}
+
 /// The pod as far as the runtime knows it, with the status the agent computes without the API
 /// (the spec unknown), and what that leaves unknown.
 pub(crate) fn computed_pod(
@@ -506,5 +531,56 @@ mod tests {
         );
         assert_eq!([d(3 * 86_400), d(86_400 * 9 + 3600)], ["3d", "9d"]);
         assert_eq!(d(4 * 86_400 + 5 * 3600), "4d5h");
+    }
+
+    /// A pod the API binds to the node with no sandbox in the runtime: listed with kubelet's
+    /// status for a pod with no sandbox; a finished one is not waiting for a sandbox.
+    #[test]
+    fn a_pod_without_a_sandbox_is_computed_from_the_api() {
+        let mut p = pod(spec("Always", vec![], vec![container("app")]), None);
+        p.metadata.uid = Some("0f2d6a1e-4b8c-4a3e-9f1d-2c3b4a5d6e7f".into());
+        p.metadata.namespace = Some("shop".into());
+        p.metadata.name = Some("web".into());
+        let v = without_sandbox(&p).expect("a view");
+        assert_eq!((v.namespace.as_str(), v.name.as_str()), ("shop", "web"));
+        assert!(v.containers.is_empty() && !v.sandbox_ready);
+        assert_eq!(v.sandbox_id, crate::model::ContainerId::NONE);
+        let (computed, _) = computed_pod(
+            &v,
+            Some(&p),
+            &ConditionTypes::default(),
+            "containerd",
+            t(10),
+        );
+        let status = computed.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let app = &status.container_statuses.unwrap()[0];
+        assert_eq!(
+            app.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("ContainerCreating")
+        );
+        let ready_to_start = status
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "PodReadyToStartContainers")
+            .unwrap();
+        assert_eq!(ready_to_start.status, "False");
+
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        assert!(without_sandbox(&p).is_none());
+        p.metadata.uid = None;
+        p.status = None;
+        assert!(without_sandbox(&p).is_none());
     }
 }
