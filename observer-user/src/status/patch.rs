@@ -535,4 +535,69 @@ mod tests {
         }
         assert_eq!(app["ready"], true, "the agent's readiness written");
     }
+
+    /// For every reason only kubelet knows, a `full` PATCH computed from a kubelet-written status
+    /// leaves kubelet's reason and message as they were: the container that never started is
+    /// not turned into a `ContainerCreating` guess.
+    #[test]
+    fn full_mode_never_drops_a_reason_only_kubelet_knows() {
+        use crate::kube::testkit::{container, cv, pod, spec, view};
+        use crate::reconcile::ContainerPhase;
+        use crate::status::compute::{compute_status, StatusInputs, KUBELET_REASONS};
+        use crate::status::ConditionTypes;
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting};
+
+        // `app` runs; `side` was never created: kubelet says why.
+        let view = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        for reason in KUBELET_REASONS {
+            let message = format!("kubelet's words for {reason}");
+            let mut app = running("app");
+            app.container_id = Some(format!("containerd://{}", view.containers[0].id));
+            let side = ContainerStatus {
+                name: "side".into(),
+                image: "example/side:1".into(),
+                state: Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason.to_string()),
+                        message: Some(message.clone()),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let api = PodStatus {
+                phase: Some("Pending".into()),
+                container_statuses: Some(vec![app, side]),
+                ..Default::default()
+            };
+            let pod = pod(
+                spec("Always", vec![], vec![container("app"), container("side")]),
+                Some(api.clone()),
+            );
+            let computed = compute_status(&StatusInputs {
+                pod: Some(&pod),
+                view: &view,
+                previous: None,
+                now: t(100),
+                runtime: "containerd",
+                types: &ConditionTypes::default(),
+            });
+            let mut live = serde_json::to_value(&api).unwrap();
+            if let Some(patch) = status_patch("u", &api, &computed.status).unwrap() {
+                apply(&mut live, &patch["status"]);
+            }
+            let side = live["containerStatuses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "side")
+                .unwrap()
+                .clone();
+            assert_eq!(
+                side["state"]["waiting"],
+                json!({"reason": reason, "message": message}),
+                "{reason}: {live:#}"
+            );
+        }
+    }
 }
