@@ -393,6 +393,18 @@ mod tests {
         (code, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    /// A health of `reconcile` with no API, and a runtime whose socket does not exist.
+    fn offline(reconcile: ReconcileHandle, dir: &std::path::Path) -> Health {
+        Health {
+            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
+            reconcile,
+            cri: ReconnectingCri::new(CriConfig::new(CriEndpoint::new(dir.join("absent.sock")))),
+            tasks: Tasks::default().health(),
+            api: None,
+            stale_after: Duration::from_secs(60),
+        }
+    }
+
     #[tokio::test]
     async fn readyz_says_what_is_missing_and_healthz_which_task_ended() {
         let dir = tempfile::tempdir().unwrap();
@@ -548,15 +560,7 @@ mod tests {
         v.name = "web".into();
         reconcile.publish(v);
         let dir = tempfile::tempdir().unwrap();
-        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(dir.path().join("x"))));
-        let health = Health {
-            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
-            reconcile,
-            cri,
-            tasks: Tasks::default().health(),
-            api: None,
-            stale_after: Duration::from_secs(60),
-        };
+        let health = offline(reconcile, dir.path());
         let (code, body) = get("/explain/default/web", &health).await;
         assert_eq!(code, 200, "{body}");
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -595,15 +599,7 @@ mod tests {
         v.name = "web".into();
         reconcile.publish(v);
         let dir = tempfile::tempdir().unwrap();
-        let cri = ReconnectingCri::new(CriConfig::new(CriEndpoint::new(dir.path().join("x"))));
-        let health = Health {
-            pipeline: Arc::new(PipelineHealth::new(PipelineStats::default())),
-            reconcile,
-            cri,
-            tasks: Tasks::default().health(),
-            api: None,
-            stale_after: Duration::from_secs(60),
-        };
+        let health = offline(reconcile, dir.path());
         let (client, mock) = api::client();
         let review = |v: serde_json::Value| api::Reply::Json(201, v);
         let log = api::serve(
