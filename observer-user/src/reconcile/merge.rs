@@ -251,7 +251,26 @@ fn runtime_account(v: &mut ContainerView, s: &api::ContainerStatus) {
         v.exit_code = Some(s.exit_code);
         v.reason = Some(s.reason.clone()).filter(|r| !r.is_empty());
         v.exit_source = Some(Source::Runtime);
+        v.message = runtime_message(&s.message);
+        // A container that never started: kubelet writes the runtime's zero start as it is,
+        // `time.Unix(0, 0)`, the epoch.
+        if s.started_at == 0 {
+            v.started_at = Some(UNIX_EPOCH);
+        }
     }
+}
+
+/// The runtime's message, bounded as kubelet bounds a termination message (cut at a character).
+fn runtime_message(m: &str) -> Option<String> {
+    let m = m.trim_end();
+    if m.is_empty() {
+        return None;
+    }
+    let mut end = m.len().min(super::view::MAX_RUNTIME_MESSAGE);
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(m[..end].to_string())
 }
 
 /// OOM kills of the container: the probes' and the kernel log's (a kill both saw counts once).

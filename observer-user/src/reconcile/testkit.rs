@@ -40,6 +40,7 @@ pub(crate) fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerVi
         exit_source: matches!(phase, ContainerPhase::Exited).then_some(Source::Kernel),
         runtime_reason: None,
         runtime_exit_code: None,
+        message: None,
         init_pid: Some(4000 + restart),
         oom_kills: 0,
         last_oom: None,

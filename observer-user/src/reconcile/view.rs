@@ -112,6 +112,10 @@ pub struct OomEvidence {
     pub report: Option<SharedReport>,
 }
 
+/// The most of a runtime's message kept: kubelet's bound on a termination message
+/// (`MaxContainerTerminationMessageLength`, 4 KiB).
+pub(crate) const MAX_RUNTIME_MESSAGE: usize = 4096;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerView {
     pub id: ContainerId,
@@ -133,6 +137,10 @@ pub struct ContainerView {
     /// What the runtime said, where it disagrees with the kernel (kept for audit).
     pub runtime_reason: Option<String>,
     pub runtime_exit_code: Option<i32>,
+    /// The runtime's message for an exited container (a start that failed: containerd's
+    /// `failed to create containerd task: …` with reason StartError), at most
+    /// [`MAX_RUNTIME_MESSAGE`] bytes.
+    pub message: Option<String>,
     /// The init's pid on the host: where the kernel saw it start, else the runtime's.
     pub init_pid: Option<u32>,
     pub oom_kills: u32,
@@ -160,6 +168,7 @@ impl ContainerView {
             exit_source: None,
             runtime_reason: None,
             runtime_exit_code: None,
+            message: None,
             init_pid: None,
             oom_kills: 0,
             last_oom: None,

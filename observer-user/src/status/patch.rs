@@ -600,4 +600,95 @@ mod tests {
             );
         }
     }
+
+    /// A termination message kubelet wrote (the container's termination-log file, which the
+    /// agent does not read) survives a `full` PATCH of the same instance, and the runtime's
+    /// message for a failed start is written where kubelet has none yet.
+    #[test]
+    fn full_mode_keeps_kubelets_termination_message() {
+        use crate::kube::testkit::{container, exited, pod, spec, view};
+        use crate::status::compute::{compute_status, StatusInputs};
+        use crate::status::ConditionTypes;
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
+
+        let mut dead = exited("app", 0, 2, "Error");
+        let id = format!("containerd://{}", dead.id);
+        let terminated = |message: Option<&str>| ContainerStatus {
+            name: "app".into(),
+            container_id: Some(id.clone()),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 2,
+                    reason: Some("Error".into()),
+                    message: message.map(str::to_string),
+                    container_id: Some(id.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let compute = |api: &PodStatus, v: &crate::reconcile::PodView| {
+            let pod = pod(
+                spec("Never", vec![], vec![container("app")]),
+                Some(api.clone()),
+            );
+            compute_status(&StatusInputs {
+                pod: Some(&pod),
+                view: v,
+                previous: None,
+                now: t(100),
+                runtime: "containerd",
+                types: &ConditionTypes::default(),
+            })
+        };
+        let message_of = |live: &serde_json::Value| {
+            live["containerStatuses"][0]["state"]["terminated"]["message"].clone()
+        };
+        // kubelet's message from the file; the agent has none of its own.
+        let api = PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![terminated(Some("wrote this before exit 2"))]),
+            ..Default::default()
+        };
+        let v = view(vec![dead.clone()]);
+        let computed = compute(&api, &v);
+        let mut live = serde_json::to_value(&api).unwrap();
+        if let Some(p) = status_patch("u", &api, &computed.status).unwrap() {
+            apply(&mut live, &p["status"]);
+        }
+        assert_eq!(message_of(&live), json!("wrote this before exit 2"));
+
+        // The runtime's message, where kubelet has written none yet.
+        dead.message = Some("failed to create containerd task: boom".into());
+        let v = view(vec![dead]);
+        let api = PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![terminated(None)]),
+            ..Default::default()
+        };
+        let computed = compute(&api, &v);
+        let mut live = serde_json::to_value(&api).unwrap();
+        if let Some(p) = status_patch("u", &api, &computed.status).unwrap() {
+            apply(&mut live, &p["status"]);
+        }
+        assert_eq!(
+            message_of(&live),
+            json!("failed to create containerd task: boom")
+        );
+        // kubelet's, which holds the runtime's and more, is kept.
+        let api = PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![terminated(Some(
+                "failed to create containerd task: boom: and the log's tail",
+            ))]),
+            ..Default::default()
+        };
+        let computed = compute(&api, &v);
+        let t = computed.status.container_statuses.unwrap()[0].clone();
+        assert_eq!(
+            t.state.unwrap().terminated.unwrap().message.as_deref(),
+            Some("failed to create containerd task: boom: and the log's tail")
+        );
+    }
 }

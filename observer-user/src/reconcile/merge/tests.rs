@@ -161,6 +161,40 @@ fn runtime_only() {
     assert_eq!(runtime_said(&v), (None, None));
 }
 
+/// A start the runtime could not make: its message is kept (bounded), and the zero start time is
+/// the epoch, as kubelet writes it.
+#[test]
+fn a_failed_start_keeps_the_runtimes_message_and_a_zero_start() {
+    let mut s = exited(128, "StartError");
+    s.started_at = 0;
+    s.message = "failed to create containerd task: exec: \"/no/such/binary\": stat /no/such/binary: no such file or directory\n".into();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        v.message.as_deref(),
+        Some("failed to create containerd task: exec: \"/no/such/binary\": stat /no/such/binary: no such file or directory")
+    );
+    assert_eq!(v.started_at, Some(SystemTime::UNIX_EPOCH));
+    // A message past kubelet's 4 KiB is cut, at a character.
+    s.message = "é".repeat(3000);
+    let v = view(Inputs {
+        runtime: Some(&s),
+        ..Inputs::new(id())
+    });
+    let m = v.message.unwrap();
+    assert!(m.len() <= 4096 && m.len() >= 4094, "{}", m.len());
+    assert!(m.chars().all(|c| c == 'é'));
+    // A container that ran keeps its start.
+    let v = view(Inputs {
+        runtime: Some(&exited(3, "Error")),
+        ..Inputs::new(id())
+    });
+    assert_ne!(v.started_at, Some(SystemTime::UNIX_EPOCH));
+    assert_eq!(v.message, None);
+}
+
 #[test]
 fn kernel_death_wins_while_the_runtime_still_says_running() {
     let k = kernel(died(Some(WaitStatus::exited(3)), ExitReason::Error), None);

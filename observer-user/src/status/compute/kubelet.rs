@@ -553,7 +553,7 @@ impl Convert<'_> {
                     exit_code: v.exit_code.unwrap_or(137),
                     signal: v.signal.map(i32::from),
                     reason: Some(super::terminated_reason(v)),
-                    message: None,
+                    message: message(v, old, &id),
                     started_at: v.started_at.map(to_time),
                     finished_at: v.finished_at.map(to_time),
                     container_id: Some(id),
@@ -714,6 +714,27 @@ impl Convert<'_> {
             statuses.sort_by(|a, b| a.name.cmp(&b.name));
         }
         statuses
+    }
+}
+
+/// A termination's message: the runtime's, unless kubelet wrote more for the same instance.
+/// kubelet's message is the runtime's followed by `: ` and the container's own termination
+/// message (its termination-log file, or its log's tail under FallbackToLogsOnError), files the
+/// agent does not read; so kubelet's is kept from the API where it holds the runtime's (or there
+/// is none): container statuses are an atomic list, and a `full` PATCH without it would erase it.
+fn message(v: &ContainerView, old: Option<&ContainerStatus>, id: &str) -> Option<String> {
+    let kubelets = old.and_then(|o| {
+        [o.state.as_ref(), o.last_state.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.terminated.as_ref())
+            .find(|t| t.container_id.as_deref() == Some(id))
+            .and_then(|t| t.message.clone())
+    });
+    match (&v.message, kubelets) {
+        (Some(runtime), Some(k)) if k.starts_with(runtime.as_str()) => Some(k),
+        (Some(runtime), _) => Some(runtime.clone()),
+        (None, k) => k,
     }
 }
 
