@@ -204,6 +204,8 @@ pub struct TestPod {
     node_name: Option<String>,
     share_process_namespace: bool,
     host_pid: bool,
+    /// More fields of the pod's spec (activeDeadlineSeconds, ...).
+    spec_extra: serde_json::Map<String, Value>,
 }
 
 /// Where [`TestPod::shared_dir`] mounts its emptyDir in every container.
@@ -224,7 +226,23 @@ impl TestPod {
             node_name: None,
             share_process_namespace: false,
             host_pid: false,
+            spec_extra: serde_json::Map::new(),
         }
+    }
+
+    /// Changes the container added last (its image, command, probes, termination message
+    /// policy, environment): shapes the builders above do not make.
+    pub fn edit_last(mut self, edit: impl FnOnce(&mut Value)) -> Self {
+        if let Some(c) = self.containers.last_mut() {
+            edit(c);
+        }
+        self
+    }
+
+    /// A field of the pod's spec as given (`activeDeadlineSeconds`: 5).
+    pub fn spec_field(mut self, key: &str, value: Value) -> Self {
+        self.spec_extra.insert(key.into(), value);
+        self
     }
 
     fn busybox(name: &str, script: &str, memory_limit: Option<&str>) -> Value {
@@ -339,6 +357,9 @@ impl TestPod {
         }
         if self.host_pid {
             spec["hostPID"] = Value::from(true);
+        }
+        for (k, v) in &self.spec_extra {
+            spec[k] = v.clone();
         }
         if self.shared_dir {
             spec["volumes"] = serde_json::json!([{"name": "shared", "emptyDir": {}}]);
