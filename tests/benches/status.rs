@@ -48,6 +48,7 @@ fn container(restart: u32, phase: ContainerPhase) -> ContainerView {
             .then_some(observer::reconcile::Source::Kernel),
         runtime_reason: None,
         runtime_exit_code: None,
+        message: None,
         init_pid: Some(1000 + restart),
         oom_kills: 0,
         last_oom: None,

@@ -299,7 +299,7 @@ mod real_cluster {
             Err(kube::Error::Api(s)) => {
                 assert_eq!(s.code, 403, "{what}: {s:?}");
                 assert!(
-                    s.message.contains("observer-own-node") && s.message.contains(want),
+                    s.message.contains("observer-status-mode") && s.message.contains(want),
                     "{what}: refused, but not for {want:?}: {s:?}"
                 );
                 eprintln!("{what}: refused ({})", s.message);

@@ -168,14 +168,19 @@ fn every_manifest_reads_strictly_into_its_api_type() {
         "Namespace",
         "ServiceAccount",
         "ClusterRoleBinding",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
         "PriorityClass",
         "DaemonSet",
         "Service",
         "Pod",
     ] {
         assert_eq!(kinds.get(kind), Some(&1), "exactly one {kind}: {kinds:?}");
+    }
+    // The node's policy and the mode's, each bound.
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        assert_eq!(kinds.get(kind), Some(&2), "two of {kind}: {kinds:?}");
     }
 }
 
@@ -441,12 +446,66 @@ fn rbac_is_exactly_what_the_agent_does() {
     assert_eq!(subjects[0].namespace.as_deref(), Some(namespace().as_str()));
 }
 
+/// admission-policy.yaml's policies, and their bindings, by name.
+fn policies() -> (
+    Vec<ValidatingAdmissionPolicy>,
+    BTreeMap<String, ValidatingAdmissionPolicyBinding>,
+) {
+    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
+    let mut policies = Vec::new();
+    let mut bindings = BTreeMap::new();
+    for d in &docs {
+        match d["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => policies.push(strict(d).unwrap()),
+            Some("ValidatingAdmissionPolicyBinding") => {
+                let b: ValidatingAdmissionPolicyBinding = strict(d).unwrap();
+                bindings.insert(b.spec.as_ref().unwrap().policy_name.clone().unwrap(), b);
+            }
+            other => panic!("unexpected {other:?} in admission-policy.yaml"),
+        }
+    }
+    (policies, bindings)
+}
+
+fn policy_named(name: &str) -> ValidatingAdmissionPolicy {
+    policies()
+        .0
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no policy {name}"))
+}
+
 #[test]
 fn admission_policy_keeps_each_agent_to_its_node() {
-    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
-    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
-    let binding: ValidatingAdmissionPolicyBinding = strict(&docs[1]).unwrap();
+    let (all, bindings) = policies();
+    assert_eq!(all.len(), 2, "the node's policy and the mode's");
+    // Each policy is bound, to deny.
+    for p in &all {
+        let name = p.metadata.name.clone().unwrap();
+        let b = bindings
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} unbound"));
+        assert_eq!(
+            b.spec.as_ref().unwrap().validation_actions.as_deref(),
+            Some(&["Deny".to_string()][..])
+        );
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+        let user = format!("system:serviceaccount:{}:observer", namespace());
+        assert!(
+            spec.match_conditions
+                .iter()
+                .flatten()
+                .any(|c| c.expression == format!("request.userInfo.username == '{user}'")),
+            "{name}: only the agent's account"
+        );
+    }
+    let policy = policy_named("observer-own-node");
+    let binding = bindings["observer-own-node"].clone();
     let spec = policy.spec.unwrap();
+    // The node's policy needs no parameter: it holds whatever becomes of the ConfigMap.
+    assert!(spec.param_kind.is_none());
+    assert!(binding.spec.as_ref().unwrap().param_ref.is_none());
     assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
 
     // Only the agent's service account, in the namespace kustomize installs it to.
@@ -492,19 +551,22 @@ fn admission_policy_keeps_each_agent_to_its_node() {
         binding.spec.as_ref().unwrap().policy_name,
         policy.metadata.name
     );
-    let binding = binding.spec.unwrap();
-    assert_eq!(
-        binding.validation_actions.as_deref(),
-        Some(&["Deny".to_string()][..])
-    );
-    // The parameter: config.yaml's ConfigMap in the agents' namespace, refused when absent.
-    let param = binding.param_ref.unwrap();
+    // The mode's: config.yaml's ConfigMap in the agents' namespace; skipped when it cannot be
+    // found (Deny would refuse every pod UPDATE in the cluster, kubelet's included: the API
+    // server resolves the parameter before matchConditions).
+    let mode = policy_named("observer-status-mode").spec.unwrap();
+    let param = bindings["observer-status-mode"]
+        .spec
+        .clone()
+        .unwrap()
+        .param_ref
+        .unwrap();
     let cm: ConfigMap = read_one(&deploy_dir().join("config.yaml")).unwrap();
     assert_eq!(param.name, cm.metadata.name);
     assert_eq!(param.namespace.as_deref(), Some(namespace().as_str()));
-    assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"));
+    assert_eq!(param.parameter_not_found_action.as_deref(), Some("Allow"));
     assert_eq!(
-        spec.param_kind.map(|k| (k.api_version, k.kind)),
+        mode.param_kind.map(|k| (k.api_version, k.kind)),
         Some((Some("v1".into()), Some("ConfigMap".into())))
     );
 }
@@ -603,7 +665,27 @@ impl Admission {
     /// API server does, a variable is evaluated when used (one that fails for this request, the
     /// pod-status ones on an event, fails only the validations that use it), and a validation
     /// that fails to evaluate denies (failurePolicy Fail).
-    fn evaluate(&self, policy: &ValidatingAdmissionPolicy) -> Option<Result<(), Vec<String>>> {
+    fn evaluate(&self, policies: &[ValidatingAdmissionPolicy]) -> Option<Result<(), Vec<String>>> {
+        let results: Vec<_> = policies
+            .iter()
+            .filter_map(|p| self.evaluate_one(p))
+            .collect();
+        if results.is_empty() {
+            return None;
+        }
+        let failed: Vec<String> = results
+            .into_iter()
+            .filter_map(Result::err)
+            .flatten()
+            .collect();
+        Some(if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        })
+    }
+
+    fn evaluate_one(&self, policy: &ValidatingAdmissionPolicy) -> Option<Result<(), Vec<String>>> {
         let spec = policy.spec.as_ref().unwrap();
         let mut extra = serde_json::Map::new();
         if let Some(node) = self.node_claim {
@@ -668,8 +750,7 @@ impl Admission {
 /// The policy's CEL, evaluated on the requests an agent makes and on the ones it must not make.
 #[test]
 fn admission_policy_decides_as_documented() {
-    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
-    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
+    let policy = policies().0;
     let allowed = |a: Admission| {
         let r = a.evaluate(&policy);
         assert_eq!(r, Some(Ok(())), "not allowed");
@@ -849,6 +930,7 @@ fn admission_policy_decides_as_documented() {
 /// the field is added here, and the assertion then fails until the policy lists it too.
 #[test]
 fn admission_policy_lists_every_field_of_the_pod_status() {
+    let policy = policy_named("observer-status-mode");
     use k8s_openapi::api::core::v1::PodStatus;
     let every = PodStatus {
         conditions: Some(vec![]),
@@ -878,8 +960,6 @@ fn admission_policy_lists_every_field_of_the_pod_status() {
         .cloned()
         .collect();
     fields.insert("startTime".into());
-    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
-    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
     let unchanged = policy
         .spec
         .unwrap()
@@ -933,9 +1013,11 @@ fn admission_policy_lists_every_field_of_the_pod_status() {
 }
 
 fn policy_validations() -> Vec<k8s_openapi::api::admissionregistration::v1::Validation> {
-    let docs = documents(&deploy_dir().join("admission-policy.yaml")).unwrap();
-    let policy: ValidatingAdmissionPolicy = strict(&docs[0]).unwrap();
-    policy.spec.unwrap().validations.unwrap()
+    policies()
+        .0
+        .into_iter()
+        .flat_map(|p| p.spec.unwrap().validations.unwrap())
+        .collect()
 }
 
 #[test]
@@ -1057,7 +1139,7 @@ fn kustomization_renders() {
     let rendered = dir.path().join("rendered.yaml");
     std::fs::write(&rendered, &out.stdout).unwrap();
     let docs = documents(&rendered).unwrap();
-    assert_eq!(docs.len(), 12, "every object of deploy/ but the example");
+    assert_eq!(docs.len(), 14, "every object of deploy/ but the example");
     let ns = namespace();
     for d in &docs {
         let cluster_scoped = matches!(

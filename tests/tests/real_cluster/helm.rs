@@ -234,6 +234,8 @@ fn run(c: &Cluster) -> Result<()> {
         ("clusterrolebinding", "observer"),
         ("validatingadmissionpolicy", "observer-own-node"),
         ("validatingadmissionpolicybinding", "observer-own-node"),
+        ("validatingadmissionpolicy", "observer-status-mode"),
+        ("validatingadmissionpolicybinding", "observer-status-mode"),
         ("priorityclass", "observer-node-agent"),
     ] {
         wait_gone(c, kind, name)?;
