@@ -240,7 +240,8 @@ fn run(c: &Cluster) -> Result<()> {
     ] {
         wait_gone(c, kind, name)?;
     }
-    let list = c.helm_ok(&["list", "--all", "--namespace", RELEASE_NAMESPACE, "-q"])?;
+    // helm v4's list shows releases of every state (v3's --all is gone).
+    let list = c.helm_ok(&["list", "--namespace", RELEASE_NAMESPACE, "-q"])?;
     if list.lines().any(|l| l.trim() == RELEASE) {
         bail!("helm still lists the release after its uninstall: {list}");
     }

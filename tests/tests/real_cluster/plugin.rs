@@ -303,16 +303,24 @@ fn check(c: &Cluster, ns: &str, other: &str, plugins: &Path, dir: &Path) -> Resu
         Duration::from_millis(200),
         Duration::from_secs(30),
         || {
-            (can(&["get", "pods/proxy", "-n", AGENT_NAMESPACE]) && can(&["get", "pods", "-n", ns]))
-                .then_some(())
+            // `pods/proxy` alone would read as the pod named "proxy".
+            (can(&["get", "pods", "--subresource=proxy", "-n", AGENT_NAMESPACE])
+                && can(&["get", "pods", "-n", ns]))
+            .then_some(())
         },
     );
     if allowed.is_none() {
         bail!("{user} never got pods/proxy in {AGENT_NAMESPACE} and pods in {ns}");
     }
     if can(&["get", "pods", "-n", other])
-        || can(&["create", "pods/proxy", "-n", AGENT_NAMESPACE])
-        || can(&["get", "pods/proxy", "-n", ns])
+        || can(&[
+            "create",
+            "pods",
+            "--subresource=proxy",
+            "-n",
+            AGENT_NAMESPACE,
+        ])
+        || can(&["get", "pods", "--subresource=proxy", "-n", ns])
     {
         bail!("the test's bindings grant more than pods in {ns} and the plugin's Role");
     }
