@@ -29,9 +29,7 @@ use kube::{api::PostParams, Api, Client};
 use prometheus_client::encoding::DescriptorEncoder;
 use sha2::{Digest, Sha256};
 
-/// The header the kubectl plugin puts its user's token in, for the API server's pod proxy drops
-/// `Authorization` once it has authenticated the caller.
-pub const FORWARDED: &str = "x-observer-authorization";
+pub use crate::kube::FORWARDED;
 
 /// Who may read `/explain`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -1,8 +1,8 @@
 //! The Kubernetes API as the agent reaches it: the client and its kubeconfig ([`client`]), the
 //! one error type ([`KubeError`]) and how a failed call is said ([`describe_api_error`]), the
 //! reflector on this node's pods ([`pods`]), and the HTTP bits the writers share
-//! ([`transport`]). What is written, and when, is [`crate::status`]'s and
-//! [`crate::fastpath`]'s.
+//! ([`transport`]), and the header a caller's token crosses the API server's pod proxy in
+//! ([`FORWARDED`]). What is written, and when, is [`crate::status`]'s and [`crate::fastpath`]'s.
 pub mod pods;
 pub mod transport;
 
@@ -15,6 +15,11 @@ use thiserror::Error;
 
 pub use pods::NodePods;
 pub use pods::PodChange;
+
+/// The header the kubectl plugin puts its user's token in, for the API server's pod proxy drops
+/// `Authorization` once it has authenticated the caller. The agent reviews it
+/// (`agent::access`); it lives here because both ends of the proxy name it.
+pub const FORWARDED: &str = "x-observer-authorization";
 
 /// The one error type of the module.
 #[derive(Debug, Error)]

@@ -121,7 +121,7 @@ pub(crate) mod api {
                 .to_string(),
             forwarded: parts
                 .headers
-                .get(crate::agent::access::FORWARDED)
+                .get(crate::kube::FORWARDED)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
             body: if bytes.is_empty() {

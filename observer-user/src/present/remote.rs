@@ -4,7 +4,7 @@
 //! pod proxy (`pods/proxy` on the agents' pods, which the caller's RBAC must allow). The agent
 //! answers only a caller who may `get` the pod asked about; the pod proxy removes the caller's
 //! `Authorization`, so the plugin sends the caller's own bearer token again in
-//! [`crate::agent::access::FORWARDED`], and the agent has the API server review it.
+//! [`crate::kube::FORWARDED`], and the agent has the API server review it.
 use k8s_openapi::api::core::v1::Pod;
 use kube::{api::ListParams, Api, Client};
 use thiserror::Error;
@@ -196,7 +196,7 @@ pub async fn explain(
         .body(Vec::new())
         .expect("a GET with a path is a valid request");
     req.headers_mut()
-        .insert(crate::agent::access::FORWARDED, forwarded);
+        .insert(crate::kube::FORWARDED, forwarded);
     client.request_text(req).await.map_err(|e| match e {
         // The API server's own refusals are `Status` objects with their reason; the agent's
         // are its text (which kube wraps without one).
