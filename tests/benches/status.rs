@@ -49,6 +49,7 @@ fn container(restart: u32, phase: ContainerPhase) -> ContainerView {
         runtime_reason: None,
         runtime_exit_code: None,
         message: None,
+        message_complete: false,
         init_pid: Some(1000 + restart),
         oom_kills: 0,
         last_oom: None,

@@ -328,6 +328,72 @@ fn default_values_render_the_objects_of_deploy() {
     );
 }
 
+/// Termination messages from the node: the chart's value and deploy/'s example render the same
+/// objects, which differ from the defaults by the two read-only mounts alone.
+#[test]
+fn termination_messages_from_the_node_mount_two_directories_read_only() {
+    let Some(helm) = Helm::require("the chart's terminationMessages value") else {
+        return;
+    };
+    // An overlay of deploy/ with the Component, as a user writes one (kustomize refuses
+    // absolute paths, and a base that contains its overlay).
+    let overlay = workspace().join(format!("target/tmp/chart-tm-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources: [../../../deploy]\n\
+         components: [../../../deploy/components/termination-messages]\n",
+    )
+    .unwrap();
+    let kustomized = kustomize(&overlay);
+    std::fs::remove_dir_all(&overlay).unwrap();
+    let Some(mut kustomized) = kustomized else {
+        return;
+    };
+    let mut chart = chart_objects(
+        helm.template(&["--set", "terminationMessages.fromNode=true"])
+            .unwrap(),
+    );
+    let ds = "DaemonSet observer-system/observer";
+    for objects in [&mut kustomized, &mut chart] {
+        let spec = &mut objects.get_mut(ds).unwrap()["spec"]["template"]["spec"];
+        for list in ["/volumes", "/containers/0/volumeMounts"] {
+            spec.pointer_mut(list)
+                .and_then(Value::as_array_mut)
+                .unwrap()
+                .sort_by_key(|e| e["name"].as_str().unwrap().to_string());
+        }
+    }
+    let problems = compare(&kustomized, &chart);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    let defaults = chart_objects(helm.template(&[]).unwrap());
+    let mut d = Vec::new();
+    diff(&defaults[ds], &chart[ds], "", &mut d);
+    let mounts = &chart[ds]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    for (name, path) in [
+        ("kubelet-pods", "/var/lib/kubelet/pods"),
+        ("pod-logs", "/var/log/pods"),
+    ] {
+        let m = mounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{name} mounted: {mounts}"));
+        assert_eq!(m["mountPath"], path);
+        assert_eq!(m["readOnly"], true, "{name} read-only");
+        assert_eq!(m["recursiveReadOnly"], "IfPossible");
+    }
+    for (path, _, _) in &d {
+        assert!(
+            path.contains("volumeMounts") || path.contains("volumes"),
+            "terminationMessages.fromNode changes only mounts, not {path}"
+        );
+    }
+    assert!(!d.is_empty());
+}
+
 /// The DaemonSet's env as name → the entry without its name.
 fn env_map(ds: &Value) -> BTreeMap<String, Value> {
     ds["spec"]["template"]["spec"]["containers"][0]["env"]

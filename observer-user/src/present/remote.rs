@@ -195,8 +195,7 @@ pub async fn explain(
     let mut req = http::Request::get(path)
         .body(Vec::new())
         .expect("a GET with a path is a valid request");
-    req.headers_mut()
-        .insert(crate::kube::FORWARDED, forwarded);
+    req.headers_mut().insert(crate::kube::FORWARDED, forwarded);
     client.request_text(req).await.map_err(|e| match e {
         // The API server's own refusals are `Status` objects with their reason; the agent's
         // are its text (which kube wraps without one).

@@ -1,9 +1,15 @@
 //! What the runtime says about one pod: its sandboxes and the full status of each container.
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use k8s_cri::v1 as api;
 
-use super::runtime::RuntimeService;
+use super::{
+    runtime::RuntimeService,
+    termination::{self, TerminationMessage},
+};
 use crate::{
     cri::{keys, CriError},
     model::PodUid,
@@ -16,6 +22,24 @@ pub(crate) struct PodSnapshot {
     /// The init's pid of dead containers whose account may hinge on it (the runtime says
     /// OOMKilled, or SIGKILL): whether the kernel log's kill was the init's.
     pub pids: HashMap<String, u32>,
+    /// The termination message of each exited container, as read from the node's files.
+    pub messages: HashMap<String, TerminationMessage>,
+}
+
+/// Once per process: the node's files kubelet reads termination messages from are not visible
+/// here, which is a deployment choice (deploy/README.md, "Termination messages"), not a fault.
+fn said_unreadable(m: &TerminationMessage) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if let TerminationMessage::Unreadable(why) = m {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                why = %why,
+                "termination messages come from kubelet's status in the API: the agent cannot read \
+                 them from the node; mount kubelet's pods directory and /var/log/pods read-only \
+                 to have them at once (deploy/README.md, \"Termination messages\")"
+            );
+        }
+    }
 }
 
 pub(crate) async fn fetch_pod<R: RuntimeService>(
@@ -37,6 +61,7 @@ pub(crate) async fn fetch_pod<R: RuntimeService>(
     )?;
     let mut statuses = Vec::with_capacity(containers.len());
     let mut pids = HashMap::new();
+    let mut messages = HashMap::new();
     for c in containers {
         match cri.container_status(&c.id).await {
             Ok(s) => {
@@ -51,6 +76,10 @@ pub(crate) async fn fetch_pod<R: RuntimeService>(
                         Err(e) => return Err(e),
                     }
                 }
+                if let Some(m) = termination::read(&s) {
+                    said_unreadable(&m);
+                    messages.insert(c.id.clone(), m);
+                }
                 statuses.push(s);
             }
             // Removed between the list and the status call: it is simply gone.
@@ -62,5 +91,6 @@ pub(crate) async fn fetch_pod<R: RuntimeService>(
         sandboxes,
         containers: statuses,
         pids,
+        messages,
     })
 }

@@ -19,6 +19,7 @@ use k8s_cri::v1 as api;
 
 use super::{
     evidence::KernelEvidence,
+    termination::{joined, TerminationMessage},
     view::{ContainerPhase, ContainerView, OomEvidence, OomScope, ScopeUnknown, Source},
 };
 use crate::{
@@ -51,6 +52,8 @@ pub struct Inputs<'a> {
     pub id: ContainerId,
     /// The runtime's status; `None` while the runtime does not know the container yet.
     pub runtime: Option<&'a api::ContainerStatus>,
+    /// The container's own termination message, read from the node with the runtime's status.
+    pub termination: Option<&'a TerminationMessage>,
     /// The init's pid as the runtime reports it (verbose ContainerStatus), where asked.
     pub runtime_pid: Option<u32>,
     pub kernel: Option<&'a KernelEvidence>,
@@ -66,6 +69,7 @@ impl<'a> Inputs<'a> {
         Self {
             id,
             runtime: None,
+            termination: None,
             runtime_pid: None,
             kernel: None,
             logged: &[],
@@ -182,6 +186,12 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
     };
     if let Some(s) = i.runtime {
         runtime_account(&mut v, s);
+        if v.phase == ContainerPhase::Exited {
+            if let Some(TerminationMessage::Read(own)) = i.termination {
+                v.message = joined(v.message.as_deref(), own);
+                v.message_complete = true;
+            }
+        }
     }
     let k = i.kernel;
     v.init_pid = k.and_then(KernelEvidence::init_pid).or(i.runtime_pid);

@@ -27,6 +27,7 @@ pub mod relist;
 pub mod runtime;
 mod runtime_events;
 mod snapshot;
+pub mod termination;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod view;
@@ -44,6 +45,7 @@ pub(crate) use history::OomHistory;
 pub(crate) use kills::{OomKillLabels, SCOPE_GRACE};
 pub use runtime::RuntimeService;
 use snapshot::{PodPlan, SandboxPlan};
+use termination::TerminationMessage;
 pub use view::OomEvidence;
 pub use view::{ContainerPhase, ContainerView, OomScope, PodView, ScopeUnknown, Source};
 
@@ -94,6 +96,8 @@ struct Tracked {
     pod: PodUid,
     kernel: Option<KernelEvidence>,
     runtime: Option<api::ContainerStatus>,
+    /// Its termination message from the node's files, read with the runtime's status.
+    termination: Option<TerminationMessage>,
     /// The init's pid from the runtime's verbose status, once asked.
     runtime_pid: Option<u32>,
     pid_asked: bool,
@@ -109,6 +113,7 @@ impl Tracked {
             pod,
             kernel: None,
             runtime: None,
+            termination: None,
             runtime_pid: None,
             pid_asked: false,
             unknown_since: None,
@@ -392,6 +397,7 @@ impl<R: RuntimeService> Reconciler<R> {
             merge::Inputs {
                 id,
                 runtime: t.runtime.as_ref(),
+                termination: t.termination.as_ref(),
                 // The runtime's word, else what an earlier agent of this boot saw start.
                 runtime_pid: t.runtime_pid.or_else(|| self.inits.get(&id)),
                 kernel: t.kernel.as_ref(),
@@ -525,6 +531,7 @@ impl<R: RuntimeService> Reconciler<R> {
                 t.pid_asked = true;
             }
             t.runtime = Some(c.status);
+            t.termination = c.termination;
             let t = &self.tracked[&id];
             if self.wants_pid(t, t.runtime.as_ref().expect("just set")) {
                 want_pids.push(id);

@@ -5,7 +5,10 @@ use std::{collections::HashMap, time::Duration};
 use k8s_cri::v1 as api;
 use tokio::time::Instant;
 
-use super::{fetch::PodSnapshot, merge::cri_phase, view::ContainerPhase, Tracked};
+use super::{
+    fetch::PodSnapshot, merge::cri_phase, termination::TerminationMessage, view::ContainerPhase,
+    Tracked,
+};
 use crate::model::{ContainerId, PodUid};
 
 #[derive(Debug)]
@@ -49,6 +52,8 @@ pub(super) struct ContainerPlan {
     pub lagging_since: Option<Instant>,
     /// The init's pid, when the snapshot asked (a dead container whose account may hinge on it).
     pub pid: Option<u32>,
+    /// Its termination message from the node's files, where it has exited.
+    pub termination: Option<TerminationMessage>,
 }
 
 pub(super) fn plan(
@@ -126,6 +131,7 @@ pub(super) fn plan(
         containers.push(ContainerPlan {
             id,
             pid: snap.pids.get(&status.id).copied(),
+            termination: snap.messages.get(&status.id).cloned(),
             status,
             lagging_since,
         });
@@ -183,6 +189,7 @@ mod tests {
             }],
             containers,
             pids: HashMap::new(),
+            messages: HashMap::new(),
         }
     }
 

@@ -41,6 +41,7 @@ pub(crate) fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerVi
         runtime_reason: None,
         runtime_exit_code: None,
         message: None,
+        message_complete: false,
         init_pid: Some(4000 + restart),
         oom_kills: 0,
         last_oom: None,

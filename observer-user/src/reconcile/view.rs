@@ -137,10 +137,13 @@ pub struct ContainerView {
     /// What the runtime said, where it disagrees with the kernel (kept for audit).
     pub runtime_reason: Option<String>,
     pub runtime_exit_code: Option<i32>,
-    /// The runtime's message for an exited container (a start that failed: containerd's
-    /// `failed to create containerd task: …` with reason StartError), at most
-    /// [`MAX_RUNTIME_MESSAGE`] bytes.
+    /// An exited container's message as kubelet makes it: the runtime's (a start that failed:
+    /// containerd's `failed to create containerd task: …` with reason StartError, at most
+    /// [`MAX_RUNTIME_MESSAGE`] bytes), then `: ` and the container's own termination message.
     pub message: Option<String>,
+    /// The message also holds the container's own termination message, read from the node's
+    /// files as kubelet reads them (`reconcile::termination`): kubelet's copy is not needed.
+    pub message_complete: bool,
     /// The init's pid on the host: where the kernel saw it start, else the runtime's.
     pub init_pid: Option<u32>,
     pub oom_kills: u32,
@@ -169,6 +172,7 @@ impl ContainerView {
             runtime_reason: None,
             runtime_exit_code: None,
             message: None,
+            message_complete: false,
             init_pid: None,
             oom_kills: 0,
             last_oom: None,

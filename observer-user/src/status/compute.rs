@@ -612,7 +612,46 @@ pub(crate) fn generate_api_pod_status(g: &Generate<'_>, unknown: &mut Vec<Unknow
         }
     }
     s.conditions = Some(conditions);
+    let ephemeral = api
+        .ephemeral_container_statuses
+        .as_ref()
+        .map_or(0, Vec::len);
+    bound_termination_messages(&mut s, ephemeral);
     s
+}
+
+/// kubelet's `MaxPodTerminationMessageLogLength`: what all of a pod's termination messages may
+/// hold together.
+const MAX_POD_TERMINATION_MESSAGES: usize = 12 * 1024;
+
+/// kubelet's status manager shares [`MAX_POD_TERMINATION_MESSAGES`] among the pod's container
+/// statuses (ephemeral ones counted) and cuts each terminated message to its share, in `state`
+/// and `lastState` alike. kubelet cuts at a byte; the agent at the character boundary below it,
+/// where kubelet's cut leaves a broken character the API shows as U+FFFD.
+fn bound_termination_messages(s: &mut PodStatus, ephemeral: usize) {
+    let lists = [&mut s.container_statuses, &mut s.init_container_statuses];
+    let count: usize = lists
+        .iter()
+        .map(|l| l.as_ref().map_or(0, Vec::len))
+        .sum::<usize>()
+        + ephemeral;
+    let share = MAX_POD_TERMINATION_MESSAGES / count.max(1);
+    for c in lists.into_iter().flatten().flatten() {
+        for state in [c.state.as_mut(), c.last_state.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(m) = state.terminated.as_mut().and_then(|t| t.message.as_mut()) {
+                if m.len() > share {
+                    let mut end = share;
+                    while !m.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    m.truncate(end);
+                }
+            }
+        }
+    }
 }
 
 /// Without the pod (no API): the containers the runtime has, the phase where it does not

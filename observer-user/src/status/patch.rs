@@ -690,5 +690,28 @@ mod tests {
             t.state.unwrap().terminated.unwrap().message.as_deref(),
             Some("failed to create containerd task: boom: and the log's tail")
         );
+
+        // The agent read the node's files itself: its message is written before kubelet's.
+        let mut read = exited("app", 0, 2, "Error");
+        read.message = Some("wrote this before exit 2".into());
+        read.message_complete = true;
+        let api = PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![terminated(None)]),
+            ..Default::default()
+        };
+        let computed = compute(&api, &view(vec![read.clone()]));
+        let mut live = serde_json::to_value(&api).unwrap();
+        if let Some(p) = status_patch("u", &api, &computed.status).unwrap() {
+            apply(&mut live, &p["status"]);
+        }
+        assert_eq!(message_of(&live), json!("wrote this before exit 2"));
+
+        // No more than kubelet keeps: 12 KiB shared among the pod's container statuses.
+        read.message = Some("m".repeat(20_000));
+        let computed = compute(&api, &view(vec![read]));
+        let t = computed.status.container_statuses.unwrap()[0].clone();
+        let m = t.state.unwrap().terminated.unwrap().message.unwrap();
+        assert_eq!(m.len(), 12 * 1024);
     }
 }

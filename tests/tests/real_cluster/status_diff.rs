@@ -173,6 +173,27 @@ fn more_shapes(ns: &str) -> Vec<(TestPod, Settled)> {
             sidecar_restarted,
         ),
         (
+            TestPod::new("startup-pending", ns, "Always")
+                .container("main", "exec sleep 3600")
+                .edit_last(|c| {
+                    c["startupProbe"] = serde_json::json!({"exec": {"command": ["false"]},
+                        "periodSeconds": 1, "failureThreshold": 100000})
+                }),
+            |p| {
+                p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                    && p["status"]["containerStatuses"][0]["started"] == false
+            },
+        ),
+        (
+            TestPod::new("terminating", ns, "Always")
+                .container("main", "trap '' TERM; while true; do sleep 1; done")
+                .spec_field("terminationGracePeriodSeconds", Value::from(120)),
+            |p| {
+                p["status"]["phase"] == "Running"
+                    && condition(p, "Ready").is_some_and(|r| r["status"] == "True")
+            },
+        ),
+        (
             TestPod::new("deadline", ns, "Always")
                 .container("main", "exec sleep 3600")
                 .spec_field("activeDeadlineSeconds", Value::from(5)),
@@ -249,6 +270,25 @@ fn computed_status_beside_kubelets_for_every_shape() {
         })
         .unwrap();
     }
+    let host = test_guest(c).is_none();
+    if host {
+        // A pod deleted while it runs: its container ignores SIGTERM, so it stays Terminating
+        // for its grace period, which the comparison runs within.
+        c.kubectl_ok(&[
+            "delete",
+            "pod",
+            "-n",
+            &ns.name,
+            "terminating",
+            "--wait=false",
+        ])
+        .unwrap();
+        wait_pod(c, &ns.name, "terminating", settle(), |p| {
+            p["metadata"]["deletionTimestamp"].is_string()
+        })
+        .unwrap();
+        termination_messages_come_from_the_node(c, &observer, &ns.name);
+    }
     // Both accounts read one after the other: kubelet's, then the agent's computation with the
     // same specs. A pod that changes meanwhile (a crash loop's next death, which the agent sees
     // first) differs for a moment; what differs for good stays through the retries.
@@ -275,6 +315,44 @@ fn computed_status_beside_kubelets_for_every_shape() {
         undocumented.len(),
         undocumented.join("\n  ")
     );
+    if host {
+        let _ = c.kubectl_ok(&[
+            "delete",
+            "pod",
+            "-n",
+            &ns.name,
+            "terminating",
+            "--grace-period=0",
+            "--force",
+        ]);
+    }
+}
+
+/// The termination messages as the agent reads them from the node's files (the API left out),
+/// beside kubelet's: the `File` policy's file, and `FallbackToLogsOnError`'s log tail.
+fn termination_messages_come_from_the_node(c: &Cluster, observer: &std::path::Path, ns: &str) {
+    let api = get_json(c, &["get", "pods", "-n", ns]).unwrap();
+    let offline = computed_on_host(c, observer, false);
+    for name in ["term-file", "term-logs", "no-binary"] {
+        let pod = api["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["metadata"]["name"] == name)
+            .unwrap();
+        let kubelets = &pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"];
+        assert!(kubelets.is_string(), "{name}: kubelet wrote no message");
+        let uid = &pod["metadata"]["uid"];
+        let mine = offline
+            .iter()
+            .find(|p| &p["metadata"]["uid"] == uid)
+            .unwrap_or_else(|| panic!("{name}: not in the agent's account without the API"));
+        let ours = &mine["status"]["containerStatuses"][0]["state"]["terminated"]["message"];
+        assert_eq!(
+            ours, kubelets,
+            "{name}: the agent's termination message from the node's files, without the API"
+        );
+    }
 }
 
 /// The fields of each pod's status that differ: (those the README names, the others).
@@ -327,16 +405,19 @@ fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
     if let Some(guest) = test_guest(c) {
         return computed_in_guest(&guest, observer);
     }
-    let out = std::process::Command::new(observer)
-        .args([
-            "status",
-            "-o",
-            "pod-json",
-            "--node-name",
-            NODE_NAME,
-            "--kubeconfig",
-        ])
-        .arg(c.kubeconfig())
+    computed_on_host(c, observer, true)
+}
+
+/// `observer status -o pod-json` on the host node; `with_api: false` leaves the API out (no
+/// specs, nothing of kubelet's), so that what remains is the runtime's, the kernel's and the
+/// node's files.
+fn computed_on_host(c: &Cluster, observer: &std::path::Path, with_api: bool) -> Vec<Value> {
+    let mut cmd = std::process::Command::new(observer);
+    cmd.args(["status", "-o", "pod-json", "--node-name", NODE_NAME]);
+    if with_api {
+        cmd.arg("--kubeconfig").arg(c.kubeconfig());
+    }
+    let out = cmd
         .arg("--cri-endpoint")
         .arg(c.containerd_socket())
         .arg("--state-dir")

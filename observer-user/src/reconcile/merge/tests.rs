@@ -195,6 +195,38 @@ fn a_failed_start_keeps_the_runtimes_message_and_a_zero_start() {
     assert_eq!(v.message, None);
 }
 
+/// The container's own termination message, read from the node, follows the runtime's as
+/// kubelet joins them; one the agent could not read leaves the message incomplete (kubelet's
+/// copy then stands).
+#[test]
+fn the_termination_message_read_from_the_node_completes_the_message() {
+    use crate::reconcile::termination::TerminationMessage;
+    let mut s = exited(2, "Error");
+    let read = TerminationMessage::Read("wrote this\n".into());
+    let v = view(Inputs {
+        runtime: Some(&s),
+        termination: Some(&read),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.message.as_deref(), Some("wrote this\n"));
+    assert!(v.message_complete);
+    s.message = "runtime says".into();
+    let v = view(Inputs {
+        runtime: Some(&s),
+        termination: Some(&read),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.message.as_deref(), Some("runtime says: wrote this\n"));
+    let unreadable = TerminationMessage::Unreadable("not mounted".into());
+    let v = view(Inputs {
+        runtime: Some(&s),
+        termination: Some(&unreadable),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.message.as_deref(), Some("runtime says"));
+    assert!(!v.message_complete);
+}
+
 #[test]
 fn kernel_death_wins_while_the_runtime_still_says_running() {
     let k = kernel(died(Some(WaitStatus::exited(3)), ExitReason::Error), None);

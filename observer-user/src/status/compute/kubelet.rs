@@ -717,12 +717,16 @@ impl Convert<'_> {
     }
 }
 
-/// A termination's message: the runtime's, unless kubelet wrote more for the same instance.
-/// kubelet's message is the runtime's followed by `: ` and the container's own termination
-/// message (its termination-log file, or its log's tail under FallbackToLogsOnError), files the
-/// agent does not read; so kubelet's is kept from the API where it holds the runtime's (or there
-/// is none): container statuses are an atomic list, and a `full` PATCH without it would erase it.
+/// A termination's message. kubelet's is the runtime's followed by `: ` and the container's own
+/// termination message (its termination-log file, or its log's tail under FallbackToLogsOnError).
+/// Where the agent read those files itself, its message is whole; where it could not (kubelet's
+/// directories not mounted into its pod), kubelet's is kept from the API when it holds the
+/// runtime's (or there is none): container statuses are an atomic list, and a `full` PATCH
+/// without it would erase it.
 fn message(v: &ContainerView, old: Option<&ContainerStatus>, id: &str) -> Option<String> {
+    if v.message_complete {
+        return v.message.clone();
+    }
     let kubelets = old.and_then(|o| {
         [o.state.as_ref(), o.last_state.as_ref()]
             .into_iter()
