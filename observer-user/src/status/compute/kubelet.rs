@@ -610,6 +610,9 @@ impl Convert<'_> {
                     } else {
                         s.restart_count = o.restart_count;
                         s.last_state = o.last_state.clone();
+                        // kubelet writes the spec's mounts (with their recursive read-only
+                        // state, the runtime's) for a container not created yet too.
+                        s.volume_mounts = o.volume_mounts.clone();
                     }
                 }
                 s
