@@ -506,3 +506,38 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
     env.assert_no_misses();
     Ok(())
 }
+
+/// An init that exec's another program at once and is then OOM-killed: the death names the
+/// program that died, as the kill does (not the shell it started as, nor the runtime's helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_that_execs_is_named_by_the_program_that_died() -> Result<()> {
+    let Some(mut env) = AgentEnv::start().await else {
+        return Ok(());
+    };
+    let mut pod = env.ctrd.run_sandbox(&PodSpec::new("exec-oom")).await?;
+    let id = env
+        .ctrd
+        .add_container(
+            &mut pod,
+            ContainerSpec::sh("leak", "exec tail /dev/zero").memory_limit_mib(32),
+        )
+        .await?;
+    let evs = env.pleg_until(&id, has(PlegEventType::ContainerDied)).await;
+    let kill = evs
+        .iter()
+        .find_map(|e| match &e.event {
+            PlegEvent::OomKill { kill, .. } => Some(kill.clone()),
+            _ => None,
+        })
+        .expect("an OOM kill");
+    assert_eq!(kill.victim_comm.as_str(), "tail", "the kill's victim");
+    let d = died(&evs);
+    assert_eq!(d.reason, ExitReason::OomKilled);
+    assert_eq!(d.pid, Some(kill.victim.tgid), "the init was the victim");
+    assert_eq!(
+        d.comm.map(|c| c.to_string()).as_deref(),
+        Some("tail"),
+        "the death names the program that died"
+    );
+    Ok(())
+}

@@ -368,11 +368,21 @@ impl NodeModel {
         if !is_init {
             return Applied::Done;
         }
+        // The name the process died with, where the record is its leader's: a program may
+        // rename itself after its exec (busybox runs an applet by re-exec'ing /proc/self/exe, then
+        // names itself after the applet). Another thread's record carries that thread's own name:
+        // then the name of the init's last exec.
+        let comm = if e.task.pid == e.task.tgid {
+            e.task.comm
+        } else {
+            rec.init_comm.unwrap_or(e.task.comm)
+        };
+        rec.init_comm = Some(comm);
         let exit = ContainerExit {
             status: Some(e.status),
             reason: ExitReason::of(e.status, rec.init_oom_killed),
             pid: Some(e.task.tgid),
-            comm: rec.init_comm.or(Some(e.task.comm)),
+            comm: Some(comm),
         };
         Self::died(rec, exit, e.at, out);
         Applied::Done

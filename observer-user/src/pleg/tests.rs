@@ -159,9 +159,14 @@ fn exec_as(task: Task, filename: &str, at: u64) -> KernelEvent {
 }
 
 fn exit(pid: u32, cgroup_id: u64, status: WaitStatus, at: u64) -> KernelEvent {
+    exit_as(task(pid, cgroup_id, "x"), status, at)
+}
+
+/// The exit of a thread group, recorded from `task` (its last thread).
+fn exit_as(task: Task, status: WaitStatus, at: u64) -> KernelEvent {
     KernelEvent::Exit(Exit {
         at: BootNs(at),
-        task: task(pid, cgroup_id, "x"),
+        task,
         status,
         group_dead: true,
     })
@@ -207,7 +212,7 @@ fn lifecycle_of_a_container_that_completes() {
     p.handle(exec(100, 11, "app", 3));
     p.handle(exec_other(200, 11, "sh", 4)); // kubectl exec: not the init
     p.handle(exit(200, 11, WaitStatus::exited(1), 5));
-    p.handle(exit(100, 11, WaitStatus::exited(0), 6));
+    p.handle(exit_as(task(100, 11, "app"), WaitStatus::exited(0), 6));
     p.handle(empty(11, &ctr_path(UID, 1), 7));
     p.handle(rmdir(11, &ctr_path(UID, 1), 8));
     let evs = drain(&mut rx);
@@ -891,4 +896,31 @@ fn the_stream_stamps_each_event_when_it_is_sent() {
     let s = rx.try_recv_stamped().unwrap();
     assert_eq!(s.event.kind(), ContainerChanged);
     assert!(before <= s.sent && s.sent <= after);
+}
+
+/// The death names the process as it died: a program renamed after its exec (busybox's
+/// `exec tail`: an exec of /proc/self/exe, named `exe`, then `tail` by prctl) is `tail`; a record
+/// from another thread than the leader (its own thread name) leaves the init's exec name.
+#[test]
+fn a_death_names_the_process_as_it_died() {
+    for (last, want) in [
+        (task(100, 11, "tail"), "tail"),
+        (
+            Task {
+                pid: 101,
+                ..task(100, 11, "worker-3")
+            },
+            "exe",
+        ),
+    ] {
+        let (mut p, mut rx) = pleg(64);
+        setup(&mut p);
+        p.handle(exec(100, 11, "sh", 3));
+        p.handle(exec_as(task(100, 11, "exe"), "/proc/self/exe", 4));
+        p.handle(exit_as(last, WaitStatus::signaled(9, false), 5));
+        let evs = drain(&mut rx);
+        let died = evs.iter().find_map(|e| e.exit()).expect("ContainerDied");
+        assert_eq!(died.comm, Some(Comm::from(want)), "{last:?}");
+        assert_eq!(died.pid, Some(100));
+    }
 }
