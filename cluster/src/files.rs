@@ -120,6 +120,8 @@ cgroupRoot: /{CGROUP_ROOT}
 # Hybrid hosts are cgroup v1 to kubelet (1.35 and newer refuse it unless told).
 failCgroupV1: false
 podLogsDir: {logs}
+# Room for a large node: 250 pods and the agent's (kubelet's default is 110).
+maxPods: 260
 "#,
             logs = c.pod_logs().display(),
         ),

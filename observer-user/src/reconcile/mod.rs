@@ -101,6 +101,9 @@ struct Tracked {
     /// The init's pid from the runtime's verbose status, once asked.
     runtime_pid: Option<u32>,
     pid_asked: bool,
+    /// The runtime's init was checked against the kernel's (once both were known, in either
+    /// order).
+    init_checked: bool,
     /// Since when the kernel reported it and the runtime does not know it.
     unknown_since: Option<Instant>,
     /// Since when the runtime still calls running a container whose death the kernel reported.
@@ -116,6 +119,7 @@ impl Tracked {
             termination: None,
             runtime_pid: None,
             pid_asked: false,
+            init_checked: false,
             unknown_since: None,
             lagging_since: None,
         }
@@ -299,6 +303,8 @@ impl<R: RuntimeService> Reconciler<R> {
             {
                 self.remerge(uid, cid);
             }
+            // The runtime may have answered before the kernel's start was read.
+            self.check_init(cid);
         }
         self.fetch(uid);
     }
@@ -449,22 +455,34 @@ impl<R: RuntimeService> Reconciler<R> {
             return;
         };
         t.runtime_pid = pid;
+        let uid = t.pod;
+        self.check_init(id);
+        self.remerge(uid, id);
+    }
+
+    /// The runtime's init against the kernel's, once both are known, whichever came first.
+    fn check_init(&mut self, id: ContainerId) {
+        let Some(t) = self.tracked.get_mut(&id) else {
+            return;
+        };
         let kernel_init = t.kernel.as_ref().and_then(|k| k.started.map(|(_, p, _)| p));
-        if let (Some(runtime), Some(kernel)) = (pid, kernel_init) {
-            bump(&self.shared.stats.init_checks);
-            if runtime != kernel {
-                let n = self
-                    .shared
-                    .stats
-                    .init_disagreements
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if n == 0 {
-                    tracing::warn!(container = %id, runtime, kernel, "the runtime names another init than the kernel saw (logged once, counted)");
-                }
+        let (Some(runtime), Some(kernel)) = (t.runtime_pid, kernel_init) else {
+            return;
+        };
+        if std::mem::replace(&mut t.init_checked, true) {
+            return;
+        }
+        bump(&self.shared.stats.init_checks);
+        if runtime != kernel {
+            let n = self
+                .shared
+                .stats
+                .init_disagreements
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n == 0 {
+                tracing::warn!(container = %id, runtime, kernel, "the runtime names another init than the kernel saw (logged once, counted)");
             }
         }
-        let uid = t.pod;
-        self.remerge(uid, id);
     }
 
     /// Whether a running container's init is still to be checked against the runtime's (the

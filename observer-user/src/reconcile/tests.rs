@@ -43,6 +43,8 @@ struct State {
     /// Calls that fail (Unavailable) this many more times.
     fail: HashMap<&'static str, u32>,
     calls: Vec<&'static str>,
+    /// What the verbose status says of every container's init.
+    init_pid: Option<u32>,
 }
 
 /// A runtime whose answers the test sets.
@@ -192,7 +194,7 @@ impl RuntimeService for FakeRuntime {
         &self,
         _id: &str,
     ) -> impl Future<Output = Result<Option<u32>, CriError>> + Send {
-        self.answer("ContainerStatus(verbose)", |_| None)
+        self.answer("ContainerStatus(verbose)", |st| st.init_pid)
     }
 
     fn connection(&self) -> watch::Receiver<ConnectionState> {
@@ -262,6 +264,67 @@ fn died(pod: u8, n: u8) -> PodLifecycleEvent {
 
 fn phase(h: &ReconcileHandle, pod: u8) -> Option<ContainerPhase> {
     Some(h.pod(&uid(pod))?.containers.first()?.phase)
+}
+
+/// The kernel saw container `n`'s init start as `pid`.
+fn started(pod: u8, n: u8, pid: u32) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        pod_uid: uid(pod),
+        runtime: None,
+        at: BootClock::now(),
+        event: PlegEvent::ContainerStarted {
+            id: cid(n),
+            pid,
+            comm: Default::default(),
+        },
+    }
+}
+
+/// The runtime's init is checked against the kernel's whichever is known first, and once: the
+/// runtime may answer before the kernel's start is read (a fetch the cgroup's creation set off).
+#[tokio::test(start_paused = true)]
+async fn the_init_is_checked_once_whichever_account_comes_first() {
+    let rt = FakeRuntime::with_running(1, 1);
+    rt.set(|st| st.init_pid = Some(4242));
+    let (tx, h) = start(&rt);
+    assert!(h.settled(Duration::from_secs(5)).await);
+    assert!(
+        h.wait_for(Duration::from_secs(5), |_| rt
+            .calls("ContainerStatus(verbose)")
+            == 1)
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        ReconcileStats::get(&h.stats().init_checks),
+        0,
+        "no kernel start yet"
+    );
+    tx.send(started(1, 1, 4242));
+    assert!(
+        h.wait_for(Duration::from_secs(5), |_| ReconcileStats::get(
+            &h.stats().init_checks
+        ) == 1)
+            .await,
+        "checked when the kernel's start came"
+    );
+    tx.send(started(1, 1, 4242));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ReconcileStats::get(&h.stats().init_checks), 1, "once");
+    assert_eq!(ReconcileStats::get(&h.stats().init_disagreements), 0);
+
+    // The kernel first, and a runtime that names another init: counted as a disagreement.
+    let rt = FakeRuntime::with_running(2, 2);
+    rt.set(|st| st.init_pid = Some(7));
+    let (tx, h) = start(&rt);
+    tx.send(started(2, 2, 4242));
+    assert!(
+        h.wait_for(Duration::from_secs(5), |_| ReconcileStats::get(
+            &h.stats().init_checks
+        ) == 1)
+            .await
+    );
+    assert_eq!(ReconcileStats::get(&h.stats().init_disagreements), 1);
 }
 
 #[tokio::test(start_paused = true)]
