@@ -440,7 +440,7 @@ async fn pod_level_limit_kills_a_sibling_of_the_allocating_container() -> Result
             PlegEvent::OomKill { kill, trigger, .. } => Some((kill.clone(), *trigger)),
             _ => None,
         })
-        .expect("an OOM kill in the holder");
+        .unwrap_or_else(|| panic!("an OOM kill in the holder, among: {evs:#?}"));
     assert_eq!(kill.victim.tgid, ph, "the holder's init was the victim");
     assert_eq!(
         trigger,
