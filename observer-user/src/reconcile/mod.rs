@@ -462,16 +462,14 @@ impl<R: RuntimeService> Reconciler<R> {
 
     /// The runtime's init against the kernel's, once both are known, whichever came first.
     fn check_init(&mut self, id: ContainerId) {
-        let Some(t) = self.tracked.get_mut(&id) else {
+        let Some(t) = self.tracked.get_mut(&id).filter(|t| !t.init_checked) else {
             return;
         };
         let kernel_init = t.kernel.as_ref().and_then(|k| k.started.map(|(_, p, _)| p));
         let (Some(runtime), Some(kernel)) = (t.runtime_pid, kernel_init) else {
             return;
         };
-        if std::mem::replace(&mut t.init_checked, true) {
-            return;
-        }
+        t.init_checked = true;
         bump(&self.shared.stats.init_checks);
         if runtime != kernel {
             let n = self

@@ -12,7 +12,6 @@
 //! those host directories mounted, or refused) is [`TerminationMessage::Unreadable`]: the
 //! status then keeps kubelet's message from the API rather than saying there is none.
 use std::{
-    fs::File,
     io::{self, Read, Seek, SeekFrom},
     os::unix::fs::OpenOptionsExt,
     path::Path,
@@ -84,25 +83,21 @@ pub fn joined(runtime: Option<&str>, own: &str) -> Option<String> {
     }
 }
 
-/// A regular file opened without following a link, and not blocking on a FIFO.
-fn open(path: &Path) -> io::Result<File> {
-    let f = std::fs::OpenOptions::new()
+/// The last `max` bytes of a regular file, opened without following a link and without
+/// blocking on a FIFO.
+fn read_end(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    if !f.metadata()?.is_file() {
+    let meta = f.metadata()?;
+    if !meta.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a regular file",
         ));
     }
-    Ok(f)
-}
-
-/// The last `max` bytes of a file.
-fn read_end(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let mut f = open(path)?;
-    let len = f.metadata()?.len();
+    let len = meta.len();
     f.seek(SeekFrom::Start(len.saturating_sub(max)))?;
     let mut out = Vec::with_capacity(len.min(max) as usize);
     f.take(max).read_to_end(&mut out)?;
