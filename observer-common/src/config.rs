@@ -122,6 +122,40 @@ pub const WAKE_EVERY: u8 = 1;
 /// runs before the agent's, so its wake-ups would delay the agent's.
 pub const WAKE_NONE: u8 = 2;
 
+/// Offsets into `struct mem_cgroup` and what it points at, for the limit-hit probe
+/// (`observer_common::memcg`), and how often it may send a record per memory cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemcgOffsets {
+    /// `mem_cgroup.css` + `cgroup_subsys_state.cgroup`: the `struct cgroup *`.
+    pub css_cgroup: u32,
+    /// `cgroup.kn`, and `kernfs_node.id` (the directory's inode number).
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
+    /// `mem_cgroup.memory` + `page_counter.usage` / `page_counter.max`.
+    pub usage: u32,
+    pub max: u32,
+    /// `nr_reclaimed` in `vmscan/mm_vmscan_memcg_reclaim_end` (the hook where fexit cannot be
+    /// attached), [`FIELD_ABSENT`] where it is not used.
+    pub tp_nr_reclaimed: u32,
+    /// At most one record per memory cgroup per this many nanoseconds.
+    pub interval_ns: u64,
+}
+
+impl Default for MemcgOffsets {
+    fn default() -> Self {
+        Self {
+            css_cgroup: 0,
+            cgroup_kn: 0,
+            kn_id: 0,
+            usage: 0,
+            max: 0,
+            tp_nr_reclaimed: FIELD_ABSENT,
+            interval_ns: 0,
+        }
+    }
+}
+
 /// The `CONFIG` global of the kernel side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,6 +190,7 @@ pub struct ProbeConfig {
     /// a reader that only polls never lets the ring buffer fill.
     pub wake_batch_bytes: u32,
     pub _pad2: u32,
+    pub memcg: MemcgOffsets,
 }
 
 // The kernel side and userspace read these bytes with the same layout: a field added, moved or
@@ -164,4 +199,5 @@ const _: () = assert!(core::mem::size_of::<WatchRoot>() == 16);
 const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 48);
 const _: () = assert!(core::mem::size_of::<OomTpOffsets>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupTpOffsets>() == 24);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 128);
+const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 32);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 160);

@@ -9,12 +9,14 @@ pub mod cgroup;
 pub mod config;
 pub mod exec;
 pub mod exit;
+pub mod memcg;
 pub mod oom;
 
 pub use cgroup::CgroupRecord;
 pub use config::{ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS};
 pub use exec::ExecRecord;
 pub use exit::ExitRecord;
+pub use memcg::LimitHitRecord;
 pub use oom::OomRecord;
 
 /// Length of `task_struct::comm`, including the NUL.
@@ -33,6 +35,7 @@ pub mod names {
     pub const OOM_PENDING: &str = "OOM_PENDING";
     pub const GROUP_DEAD: &str = "GROUP_DEAD";
     pub const KNOWN_INITS: &str = "KNOWN_INITS";
+    pub const MEMCG_WINDOWS: &str = "MEMCG_WINDOWS";
     pub const CONFIG: &str = "CONFIG";
 }
 
@@ -46,6 +49,7 @@ pub enum EventKind {
     CgroupMkdir = 4,
     CgroupRmdir = 5,
     CgroupEmpty = 6,
+    LimitHit = 7,
 }
 
 impl EventKind {
@@ -57,6 +61,7 @@ impl EventKind {
             4 => Self::CgroupMkdir,
             5 => Self::CgroupRmdir,
             6 => Self::CgroupEmpty,
+            7 => Self::LimitHit,
             _ => return None,
         })
     }
@@ -110,7 +115,9 @@ pub mod stat {
     /// Records submitted without one (`BPF_RB_NO_WAKEUP`): read at the reader's next wake-up or
     /// poll.
     pub const QUIET: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Memory cgroup reclaims summed into a limit-hit record rather than sent on their own.
+    pub const LIMIT_HITS_SUMMED: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// A record that can be read back from bytes by userspace.
@@ -130,6 +137,8 @@ mod pod {
     unsafe impl aya::Pod for super::WatchRoot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::oom::OomPending {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::memcg::MemcgWindow {}
 }
 
 // The kernel side and userspace read these bytes with the same layout: a field added, moved or

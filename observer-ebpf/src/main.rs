@@ -16,6 +16,7 @@ mod cgroup;
 mod exec;
 mod exit;
 mod group_dead;
+mod memcg;
 mod oom;
 mod task;
 mod wake;
@@ -26,7 +27,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
-    oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS,
+    memcg::MemcgWindow, oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS,
     RING_BUFFER_BYTES,
 };
 
@@ -62,6 +63,11 @@ static GROUP_DEAD: LruHashMap<u32, u8> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 static KNOWN_INITS: HashMap<u32, u8> =
     HashMap::with_max_entries(MAX_KNOWN_INITS, BPF_F_NO_PREALLOC);
+
+/// Limit hits summed per memory cgroup (by `struct mem_cgroup` address) between two records.
+/// LRU: the cgroups that hit their limit most recently; one evicted starts a new window.
+#[map]
+static MEMCG_WINDOWS: LruHashMap<u64, MemcgWindow> = LruHashMap::with_max_entries(4096, 0);
 
 #[inline(always)]
 fn config() -> &'static ProbeConfig {

@@ -23,6 +23,7 @@ pub mod mem;
 pub mod model;
 pub mod pipeline;
 pub mod pleg;
+pub mod pressure;
 pub mod present;
 pub mod ratelimit;
 pub mod reconcile;

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("kernel", 2),
     ("pleg", 3),
     ("cri", 3),
+    ("pressure", 3),
     ("pipeline", 4),
     ("reconcile", 5),
     ("kube", 6),

@@ -43,6 +43,9 @@ pub struct TestCgroup {
     pub dir: PathBuf,
     pub mount: HierarchyMount,
     v1_memory: Option<PathBuf>,
+    /// Twins on the v1 memory hierarchy of cgroups below this one given a limit
+    /// ([`Self::limit_memory_of`]): (hierarchy-relative path, twin directory), removed on drop.
+    v1_twins: Vec<(String, PathBuf)>,
     /// Directories created below `dir`, removed deepest first.
     created: Vec<PathBuf>,
 }
@@ -75,6 +78,7 @@ impl TestCgroup {
             dir,
             mount: mount.clone(),
             v1_memory: None,
+            v1_twins: Vec::new(),
             created: Vec::new(),
         })
     }
@@ -163,12 +167,58 @@ impl TestCgroup {
         Ok(())
     }
 
+    /// Limits the memory of `rel`, a cgroup below this one made by [`Self::mkdir`] (a pod's or a
+    /// container's, as kubelet limits them): `memory.max` where the controller is on cgroup2
+    /// (enabled down the way), else `memory.limit_in_bytes` of its twin on the v1 memory
+    /// hierarchy, which [`Self::spawn_in`] then also moves the process into.
+    pub fn limit_memory_of(&mut self, rel: &str, bytes: u64) -> anyhow::Result<()> {
+        let controllers = fs::read_to_string(self.mount.mount_point.join("cgroup.controllers"))
+            .unwrap_or_default();
+        if controllers.split_whitespace().any(|c| c == "memory") {
+            let target = self.abs(rel);
+            let mut dir = self.mount.mount_point.clone();
+            for part in target
+                .strip_prefix(&self.mount.mount_point)
+                .context("below the mount")?
+                .components()
+            {
+                fs::write(dir.join("cgroup.subtree_control"), "+memory")
+                    .with_context(|| format!("enable memory in {}", dir.display()))?;
+                dir.push(part);
+            }
+            fs::write(target.join("memory.max"), bytes.to_string()).context("memory.max")?;
+            return Ok(());
+        }
+        let mounts = CgroupMounts::detect(None)?;
+        let mem = mounts
+            .v1("memory")
+            .ok_or_else(|| anyhow!("no memory controller on cgroup2 nor on a v1 hierarchy"))?;
+        let dir = mem
+            .to_absolute(rel)
+            .ok_or_else(|| anyhow!("v1 memory mount does not show {rel}"))?;
+        fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
+            .context("memory.limit_in_bytes")?;
+        let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+        let _ = fs::write(dir.join("memory.swappiness"), "0");
+        self.v1_twins.push((rel.to_string(), dir));
+        Ok(())
+    }
+
     /// Starts `program args` inside `rel` (this cgroup or one made by [`Self::mkdir`]): a shell
     /// moves itself into the cgroup, then execs the program, so the program's exec is the first
     /// event inside the cgroup, as with runc. Returns once the process is in the cgroup.
     pub fn spawn_in(&self, rel: &str, program: &Path, args: &[&str]) -> anyhow::Result<Child> {
         let mut procs = vec![self.abs(rel).join("cgroup.procs")];
-        if let Some(v1) = &self.v1_memory {
+        // The deepest v1 twin at or above `rel`, else this cgroup's own.
+        let twin = self
+            .v1_twins
+            .iter()
+            .filter(|(t, _)| rel == t || rel.starts_with(&format!("{t}/")))
+            .max_by_key(|(t, _)| t.len())
+            .map(|(_, d)| d)
+            .or(self.v1_memory.as_ref());
+        if let Some(v1) = twin {
             procs.push(v1.join("cgroup.procs"));
         }
         let list: Vec<String> = procs.iter().map(|p| p.display().to_string()).collect();
@@ -231,6 +281,17 @@ impl Drop for TestCgroup {
         Self::remove(&self.dir);
         if let Some(v1) = &self.v1_memory {
             Self::remove(v1);
+        }
+        // Each twin and the directories made above it, up to this cgroup's own name.
+        let own = Path::new(&self.rel).file_name().map(|n| n.to_os_string());
+        self.v1_twins.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.len()));
+        for (_, twin) in &self.v1_twins {
+            for dir in twin.ancestors() {
+                Self::remove(dir);
+                if dir.file_name().map(|n| n.to_os_string()) == own {
+                    break;
+                }
+            }
         }
     }
 }

@@ -194,6 +194,8 @@ impl<R: RuntimeService> Agent<R> {
             inits,
         );
         reconciler.set_wall_clock(Arc::clone(&wall));
+        // Limit hits are judged where the memory controller's cgroups are readable.
+        reconciler.set_memory_reader(mounts.as_ref().and_then(crate::pressure::MemoryReader::new));
 
         // The writers: the status manager, and the fast path's hook with its connections.
         let mut status = None;

@@ -10,7 +10,7 @@
 //! for aya, and the bytes go.
 use std::{ops::Range, path::Path};
 
-use observer_common::config::TaskOffsets;
+use observer_common::config::{MemcgOffsets, TaskOffsets};
 
 use super::KernelError;
 
@@ -277,6 +277,20 @@ impl KernelBtf {
         self.named(name).any(|t| t.kind == kind::FUNC)
     }
 
+    /// What the limit-hit probe reads from `struct mem_cgroup` (observer-ebpf/src/memcg.rs).
+    pub(crate) fn memcg_offsets(&self) -> Result<MemcgOffsets, KernelError> {
+        let memory = self.member_offset("mem_cgroup", "memory")?;
+        Ok(MemcgOffsets {
+            css_cgroup: self.member_offset("mem_cgroup", "css")?
+                + self.member_offset("cgroup_subsys_state", "cgroup")?,
+            cgroup_kn: self.member_offset("cgroup", "kn")?,
+            kn_id: self.member_offset("kernfs_node", "id")?,
+            usage: memory + self.member_offset("page_counter", "usage")?,
+            max: memory + self.member_offset("page_counter", "max")?,
+            ..Default::default()
+        })
+    }
+
     pub(crate) fn task_offsets(&self) -> Result<TaskOffsets, KernelError> {
         Ok(TaskOffsets {
             exit_code: self.member_offset("task_struct", "exit_code")?,
@@ -363,6 +377,14 @@ mod tests {
         {
             assert_eq!(o.exit_code * 8, 9312);
         }
+    }
+
+    #[test]
+    fn memcg_offsets_are_found_and_distinct() {
+        let Some(btf) = btf() else { return };
+        let m = btf.memcg_offsets().expect("memcg offsets");
+        assert_ne!(m.usage, m.max, "{m:?}");
+        assert!(m.usage > 0 && m.max > 0 && m.cgroup_kn > 0, "{m:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Ring-buffer record → [`KernelEvent`]: one small function per record kind.
 use observer_common::{
-    CgroupRecord, EventKind, ExecRecord, ExitRecord, Header, OomRecord, Record, TaskInfo,
+    CgroupRecord, EventKind, ExecRecord, ExitRecord, Header, LimitHitRecord, OomRecord, Record,
+    TaskInfo,
 };
 use thiserror::Error;
 
@@ -48,6 +49,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         EventKind::CgroupMkdir => KernelEvent::CgroupMkdir(cgroup(&read(bytes)?)),
         EventKind::CgroupRmdir => KernelEvent::CgroupRmdir(cgroup(&read(bytes)?)),
         EventKind::CgroupEmpty => KernelEvent::CgroupEmpty(cgroup(&read(bytes)?)),
+        EventKind::LimitHit => KernelEvent::LimitHit(limit_hit(&read(bytes)?)),
     })
 }
 
@@ -104,6 +106,39 @@ fn oom(r: &OomRecord) -> OomKill {
         trigger_pid: p.trigger_pid,
         trigger_tgid: p.trigger_tgid,
         trigger_cgroup_id: p.trigger_cgroup_id,
+    }
+}
+
+/// The kernel's page size (`page_counter` counts pages).
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .map_or(4096, |p| p as u64)
+    })
+}
+
+fn limit_hit(r: &LimitHitRecord) -> LimitHit {
+    let page = page_size();
+    // An unlimited page counter holds PAGE_COUNTER_MAX (LONG_MAX / PAGE_SIZE).
+    let unlimited = i64::MAX as u64 / page;
+    LimitHit {
+        at: BootNs(r.header.time_ns),
+        first_at: BootNs(if r.first_ns == 0 {
+            r.header.time_ns
+        } else {
+            r.first_ns
+        }),
+        task: task(&r.task),
+        memcg_id: r.memcg_id,
+        usage_bytes: r.usage_pages.saturating_mul(page),
+        limit_bytes: (r.max_pages < unlimited).then(|| r.max_pages.saturating_mul(page)),
+        hits: r.hits,
+        short: r.short,
+        requested_bytes: r.requested_pages.saturating_mul(page),
+        reclaimed_bytes: r.reclaimed_pages.saturating_mul(page),
     }
 }
 
@@ -233,6 +268,46 @@ mod tests {
         assert_eq!(o.oom_score_adj, Some(-997));
         assert_eq!(o.victim_comm.as_str(), "hog");
         assert_eq!(o.trigger_cgroup_id, 77);
+    }
+
+    #[test]
+    fn limit_hit_record_in_bytes_and_an_unlimited_counter() {
+        let page = page_size();
+        let mut r = LimitHitRecord {
+            header: header(EventKind::LimitHit, 9),
+            task: task_info(),
+            memcg_id: 31,
+            usage_pages: 16384,
+            max_pages: 16384,
+            first_ns: 0,
+            requested_pages: 64,
+            reclaimed_pages: 12,
+            hits: 3,
+            short: 2,
+        };
+        let KernelEvent::LimitHit(h) = decode(&bytes(&r)).unwrap() else {
+            panic!()
+        };
+        // A window of one reclaim: it started when it was sent.
+        assert_eq!((h.at, h.first_at), (BootNs(9), BootNs(9)));
+        assert_eq!(
+            (h.memcg_id, h.usage_bytes, h.limit_bytes),
+            (31, 16384 * page, Some(16384 * page))
+        );
+        assert_eq!(
+            (h.hits, h.short, h.requested_bytes, h.reclaimed_bytes),
+            (3, 2, 64 * page, 12 * page)
+        );
+        r.max_pages = i64::MAX as u64 / page;
+        r.first_ns = 4;
+        let KernelEvent::LimitHit(h) = decode(&bytes(&r)).unwrap() else {
+            panic!()
+        };
+        assert_eq!((h.first_at, h.limit_bytes), (BootNs(4), None));
+        assert!(matches!(
+            decode(&bytes(&r)[..100]),
+            Err(DecodeError::Short { want: 128, .. })
+        ));
     }
 
     #[test]

@@ -182,6 +182,32 @@ pub struct OomKill {
     pub trigger_cgroup_id: u64,
 }
 
+/// Reclaim in a memory cgroup at its limit, summed since the cgroup's previous record
+/// (observer_common::memcg): the kernel's own word that a charge met the limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitHit {
+    /// The last reclaim summed.
+    pub at: BootNs,
+    /// The first reclaim summed.
+    pub first_at: BootNs,
+    /// The task whose charge met the limit, with its own cgroup.
+    pub task: Task,
+    /// The memory cgroup at its limit: the inode number of its directory in the hierarchy the
+    /// memory controller lives in (cgroup2, or v1's memory hierarchy). The task's own or an
+    /// ancestor's (a pod-level limit).
+    pub memcg_id: u64,
+    /// Its usage and limit after the last reclaim, in bytes; `limit_bytes` is `None` when the
+    /// cgroup has no limit (reclaim for `memory.high`, or asked for by a write).
+    pub usage_bytes: u64,
+    pub limit_bytes: Option<u64>,
+    /// Reclaims summed; of them, those that freed less than asked.
+    pub hits: u64,
+    pub short: u64,
+    /// Bytes asked for and freed, summed.
+    pub requested_bytes: u64,
+    pub reclaimed_bytes: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupChange {
     pub at: BootNs,
@@ -198,6 +224,7 @@ pub enum KernelEvent {
     Exec(Exec),
     Exit(Exit),
     OomKill(OomKill),
+    LimitHit(LimitHit),
     CgroupMkdir(CgroupChange),
     CgroupRmdir(CgroupChange),
     /// The cgroup's last process left (cgroup2 `populated` went to 0).
@@ -216,13 +243,14 @@ impl KernelEvent {
             Self::Exec(e) => e.at,
             Self::Exit(e) => e.at,
             Self::OomKill(e) => e.at,
+            Self::LimitHit(e) => e.at,
             Self::CgroupMkdir(c) | Self::CgroupRmdir(c) | Self::CgroupEmpty(c) => c.at,
             Self::Lost { at, .. } => *at,
         }
     }
 
     /// Every [`Self::type_name`], in [`Self::type_index`] order.
-    pub(crate) const TYPES: [&'static str; 7] = [
+    pub(crate) const TYPES: [&'static str; 8] = [
         "exec",
         "exit",
         "oom_kill",
@@ -230,6 +258,7 @@ impl KernelEvent {
         "cgroup_rmdir",
         "cgroup_empty",
         "lost",
+        "limit_hit",
     ];
 
     pub(crate) fn type_index(&self) -> usize {
@@ -241,6 +270,7 @@ impl KernelEvent {
             Self::CgroupRmdir(_) => 4,
             Self::CgroupEmpty(_) => 5,
             Self::Lost { .. } => 6,
+            Self::LimitHit(_) => 7,
         }
     }
 
@@ -254,6 +284,7 @@ impl KernelEvent {
             Self::CgroupRmdir(_) => "cgroup_rmdir",
             Self::CgroupEmpty(_) => "cgroup_empty",
             Self::Lost { .. } => "lost",
+            Self::LimitHit(_) => "limit_hit",
         }
     }
 }

@@ -3,11 +3,12 @@ use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Duration};
 
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, FEntry, TracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
 use observer_common::{
-    config::ALL_HIERARCHIES, names, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS,
+    config::{ALL_HIERARCHIES, FIELD_ABSENT},
+    names, stat, ProbeConfig, WatchRoot, MAX_WATCH_ROOTS,
 };
 
 use super::{
@@ -61,7 +62,15 @@ pub struct ProbeOptions {
     pub older_kernel_paths: bool,
     /// Which records wake the reader.
     pub wake: Wake,
+    /// Memory cgroup limit hits (observer-ebpf/src/memcg.rs): at most one record per cgroup per
+    /// this interval; `None` leaves the probe out.
+    pub limit_hits: Option<Duration>,
 }
+
+/// How often a memory cgroup at its limit is reported at most: ten times a second is enough to
+/// follow a leak (a 64 MiB limit filling at 64 MiB/s takes a second) and bounds a cgroup that sits
+/// at its limit to ten records a second.
+pub const LIMIT_HIT_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Default for ProbeOptions {
     fn default() -> Self {
@@ -72,6 +81,7 @@ impl Default for ProbeOptions {
             ring_buffer_bytes: None,
             older_kernel_paths: false,
             wake: Wake::default(),
+            limit_hits: Some(LIMIT_HIT_INTERVAL),
         }
     }
 }
@@ -79,6 +89,13 @@ impl Default for ProbeOptions {
 /// The kernel function whose `group_dead` argument stands in for the exit tracepoint's where that
 /// has none (observer-ebpf/src/group_dead.rs); also the program's name.
 const GROUP_DEAD_HOOK: &str = "taskstats_exit";
+
+/// The reclaim function the limit-hit probe attaches to, and its program's name.
+const LIMIT_HIT_HOOK: &str = "try_to_free_mem_cgroup_pages";
+const LIMIT_HIT_PROGRAM: &str = "memcg_reclaim";
+/// The tracepoint it falls back on, and that program's name.
+const LIMIT_HIT_TP: &str = "mm_vmscan_memcg_reclaim_end";
+const LIMIT_HIT_TP_PROGRAM: &str = "memcg_reclaim_end";
 
 /// (program name in the object, how it attaches)
 const PROGRAMS: [(&str, Attach); 6] = [
@@ -132,6 +149,8 @@ pub struct KernelCounters {
     /// Records submitted with a wake-up of the reader, and without one (observer-ebpf/src/wake.rs).
     pub waking_records: u64,
     pub quiet_records: u64,
+    /// Memory cgroup reclaims summed into a later limit-hit record (observer-ebpf/src/memcg.rs).
+    pub limit_hits_summed: u64,
 }
 
 /// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
@@ -153,6 +172,7 @@ impl Stats {
             read_errors: sum(stat::READ_ERRORS)?,
             waking_records: sum(stat::WAKING)?,
             quiet_records: sum(stat::QUIET)?,
+            limit_hits_summed: sum(stat::LIMIT_HITS_SUMMED)?,
         })
     }
 }
@@ -176,6 +196,20 @@ pub struct Probes {
     run_time_stats: Option<OwnedFd>,
     /// `None` where the exit tracepoint has `group_dead`; else whether the hook attached.
     group_dead_hook: Option<Result<(), String>>,
+    /// Which limit-hit hook runs, or why none.
+    limit_hits: LimitHitSource,
+}
+
+/// Where memory cgroup limit hits come from (observer-ebpf/src/memcg.rs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LimitHitSource {
+    /// `fexit/try_to_free_mem_cgroup_pages`: the memory cgroup, the pages asked and freed.
+    Fexit,
+    /// `tracepoint/vmscan/mm_vmscan_memcg_reclaim_end`, where fexit could not be attached (why):
+    /// the pages freed only; which cgroup was at its limit is read by userspace.
+    Tracepoint(String),
+    /// Neither (why): no memory warnings.
+    Off(String),
 }
 
 impl Probes {
@@ -231,7 +265,25 @@ impl Probes {
                 / 8)
             .max(1),
             _pad2: 0,
+            memcg: Default::default(),
         };
+        let mut config = config;
+        // The limit-hit hooks: fexit where the kernel allows trampolines, else the tracepoint.
+        // Both are configured before the load (CONFIG is read-only after it); one is attached.
+        let fexit_ready = match opts.limit_hits {
+            None => Err("left out".to_string()),
+            Some(_) if !kbtf.has_function(LIMIT_HIT_HOOK) => {
+                Err(format!("the kernel has no {LIMIT_HIT_HOOK} in its BTF"))
+            }
+            Some(_) => kbtf.memcg_offsets().map_err(|e| e.to_string()).map(|m| {
+                config.memcg = m;
+            }),
+        };
+        if let Some(every) = opts.limit_hits {
+            config.memcg.interval_ns = every.as_nanos() as u64;
+            config.memcg.tp_nr_reclaimed =
+                tracefs::memcg_reclaim_end_offset(&tracefs).unwrap_or(FIELD_ABSENT);
+        }
         tracing::debug!(?config, "probe config");
         let btf = kbtf.into_aya()?;
         loader.btf(Some(&btf));
@@ -254,6 +306,7 @@ impl Probes {
             logger,
             run_time_stats: None,
             group_dead_hook: None,
+            limit_hits: LimitHitSource::Off(String::new()),
         };
         if let Watch::Roots(roots) = &opts.watch {
             probes.set_watch_roots(roots)?;
@@ -262,6 +315,10 @@ impl Probes {
         if probes.config.exit_group_dead_hook != 0 {
             probes.attach_group_dead_hook(&btf);
         }
+        probes.limit_hits = match (opts.limit_hits, fexit_ready) {
+            (None, _) => LimitHitSource::Off("left out (ProbeOptions::limit_hits)".into()),
+            (Some(_), ready) => probes.attach_limit_hits(ready, &btf),
+        };
         drop(btf);
         crate::mem::release_free_memory();
         Ok(probes)
@@ -288,6 +345,40 @@ impl Probes {
             None => GroupDeadSource::Tracepoint,
             Some(Ok(())) => GroupDeadSource::Fentry,
             Some(Err(why)) => GroupDeadSource::SignalLive(why.clone()),
+        }
+    }
+
+    /// Where memory cgroup limit hits come from.
+    pub fn limit_hit_source(&self) -> &LimitHitSource {
+        &self.limit_hits
+    }
+
+    fn attach_limit_hits(&mut self, fexit: Result<(), String>, btf: &Btf) -> LimitHitSource {
+        let why = match fexit.and_then(|()| {
+            load_fexit(&mut self.ebpf, LIMIT_HIT_PROGRAM, LIMIT_HIT_HOOK, btf)
+        }) {
+            Ok(()) => return LimitHitSource::Fexit,
+            Err(e) => format!("fexit/{LIMIT_HIT_HOOK}: {e}"),
+        };
+        let tp = if self.config.memcg.tp_nr_reclaimed == FIELD_ABSENT {
+            Err("its format file was not read".to_string())
+        } else {
+            load_tracepoint(&mut self.ebpf, LIMIT_HIT_TP_PROGRAM, "vmscan", LIMIT_HIT_TP)
+        };
+        match tp {
+            Ok(()) => {
+                tracing::info!(fexit = %why, "memory limit hits from tracepoint/vmscan/{LIMIT_HIT_TP}: which cgroup was at its limit is read from cgroupfs");
+                LimitHitSource::Tracepoint(why)
+            }
+            Err(e) => {
+                let off = format!("{why}; tracepoint/vmscan/{LIMIT_HIT_TP}: {e}");
+                tracing::warn!(
+                    error = %off,
+                    "no memory limit hits: no warnings before OOM kills (the kills themselves are \
+                     still reported)"
+                );
+                LimitHitSource::Off(off)
+            }
         }
     }
 
@@ -403,17 +494,40 @@ fn load_group_dead_hook(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
         .ok_or("object has no program")?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    // aya ends a load error with the verifier's log, empty when the kernel refused before it.
-    let text = |e: aya::programs::ProgramError| {
-        let t = format!("{e:#}");
-        t.trim_end()
-            .trim_end_matches("Verifier output:")
-            .trim_end_matches(['.', ' '])
-            .to_string()
-    };
-    p.load(GROUP_DEAD_HOOK, btf).map_err(text)?;
-    p.attach().map_err(text)?;
+    p.load(GROUP_DEAD_HOOK, btf).map_err(load_text)?;
+    p.attach().map_err(load_text)?;
     Ok(())
+}
+
+fn load_tracepoint(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Result<(), String> {
+    let p: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or("object has no program")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    p.load().map_err(load_text)?;
+    p.attach(category, name).map_err(load_text)?;
+    Ok(())
+}
+
+fn load_fexit(ebpf: &mut Ebpf, program: &str, function: &str, btf: &Btf) -> Result<(), String> {
+    let p: &mut FExit = ebpf
+        .program_mut(program)
+        .ok_or("object has no program")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    p.load(function, btf).map_err(load_text)?;
+    p.attach().map_err(load_text)?;
+    Ok(())
+}
+
+/// aya ends a load error with the verifier's log, empty when the kernel refused before it.
+fn load_text(e: aya::programs::ProgramError) -> String {
+    let t = format!("{e:#}");
+    t.trim_end()
+        .trim_end_matches("Verifier output:")
+        .trim_end_matches(['.', ' '])
+        .to_string()
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(

@@ -126,6 +126,13 @@ pub fn oom_offsets(tracefs: &Path) -> Result<OomTpOffsets, KernelError> {
     })
 }
 
+/// `nr_reclaimed` of `vmscan/mm_vmscan_memcg_reclaim_end`.
+pub fn memcg_reclaim_end_offset(tracefs: &Path) -> Result<u32, KernelError> {
+    let f = Format::read(tracefs, "vmscan", "mm_vmscan_memcg_reclaim_end")?;
+    let long = std::mem::size_of::<std::ffi::c_ulong>() as u32;
+    f.required("vmscan/mm_vmscan_memcg_reclaim_end", "nr_reclaimed", long)
+}
+
 /// The three cgroup tracepoints share one layout; this checks that they do.
 pub fn cgroup_offsets(tracefs: &Path) -> Result<CgroupTpOffsets, KernelError> {
     let mut out = None;

@@ -3,7 +3,7 @@ use std::fmt;
 
 use crate::{
     cgroup::{ContainerId, PodUid, Runtime},
-    kernel::{BootNs, Comm, OomKill, WaitStatus},
+    kernel::{BootNs, Comm, LimitHit, OomKill, WaitStatus},
 };
 
 /// A container's death, as the PLEG sent it: what a death's status patch is made from.
@@ -28,16 +28,20 @@ pub enum PlegEventType {
     PodSync,
     /// A process of the container was OOM-killed; the container may well still run.
     OomKill,
+    /// A charge of the container's met a memory limit (its own, its pod's or an ancestor's) and
+    /// the kernel reclaimed: kubelet has no such event either.
+    LimitHit,
 }
 
 impl PlegEventType {
-    pub const ALL: [PlegEventType; 6] = [
+    pub const ALL: [PlegEventType; 7] = [
         Self::ContainerStarted,
         Self::ContainerDied,
         Self::ContainerRemoved,
         Self::ContainerChanged,
         Self::PodSync,
         Self::OomKill,
+        Self::LimitHit,
     ];
 
     /// Position in [`Self::ALL`].
@@ -53,6 +57,7 @@ impl PlegEventType {
             Self::ContainerChanged => "ContainerChanged",
             Self::PodSync => "PodSync",
             Self::OomKill => "OOMKill",
+            Self::LimitHit => "MemoryLimitHit",
         }
     }
 }
@@ -147,6 +152,14 @@ pub enum PlegEvent {
         /// here (with a pod-level limit, a sibling of the victim's).
         trigger: Option<ContainerId>,
     },
+    /// A charge of the container met a memory limit (summed, see [`LimitHit`]).
+    LimitHit {
+        id: ContainerId,
+        hit: Box<LimitHit>,
+        /// The container's cgroup path, hierarchy-relative: the memory cgroup at its limit is
+        /// this one or one of its parents.
+        cgroup: std::sync::Arc<str>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,6 +192,7 @@ impl PodLifecycleEvent {
             PlegEvent::ContainerChanged { .. } => PlegEventType::ContainerChanged,
             PlegEvent::PodSync => PlegEventType::PodSync,
             PlegEvent::OomKill { .. } => PlegEventType::OomKill,
+            PlegEvent::LimitHit { .. } => PlegEventType::LimitHit,
         }
     }
 
@@ -189,7 +203,8 @@ impl PodLifecycleEvent {
             | PlegEvent::ContainerDied { id, .. }
             | PlegEvent::ContainerRemoved { id }
             | PlegEvent::ContainerChanged { id }
-            | PlegEvent::OomKill { id, .. } => Some(*id),
+            | PlegEvent::OomKill { id, .. }
+            | PlegEvent::LimitHit { id, .. } => Some(*id),
             PlegEvent::PodSync => None,
         }
     }

@@ -11,7 +11,7 @@ use crate::{
         CgroupDriver, CgroupEntry, CgroupKind, ContainerId, ContainerRef, KubeRoots, PodCgroup,
         PodUid, Qos, Runtime, Scan,
     },
-    kernel::{BootNs, CgroupChange, Comm, Exec, Exit, KernelEvent, OomKill},
+    kernel::{BootNs, CgroupChange, Comm, Exec, Exit, KernelEvent, LimitHit, OomKill},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -176,6 +176,11 @@ impl NodeModel {
             KernelEvent::OomKill(o) => {
                 self.with_container(o.victim.cgroup_id, resolve, out, |m, id, out| {
                     m.oom(id, o, out)
+                })
+            }
+            KernelEvent::LimitHit(h) => {
+                self.with_container(h.task.cgroup_id, resolve, out, |m, id, out| {
+                    m.limit_hit(id, h, out)
                 })
             }
             KernelEvent::Lost { at, .. } => {
@@ -432,6 +437,29 @@ impl NodeModel {
         if let Some(p) = self.pods.get_mut(&pod) {
             p.last_oom = Some(boxed);
         }
+        Applied::Done
+    }
+
+    /// A charge of the container's met a memory limit: said as it came, whatever state the
+    /// container is in (a dying container's last charges are part of its story).
+    fn limit_hit(
+        &mut self,
+        id: ContainerId,
+        h: &LimitHit,
+        out: &mut Vec<PodLifecycleEvent>,
+    ) -> Applied {
+        let Some(rec) = self.containers.get(&id) else {
+            return Applied::Late;
+        };
+        out.push(event(
+            rec,
+            h.at,
+            PlegEvent::LimitHit {
+                id,
+                hit: Box::new(h.clone()),
+                cgroup: rec.cgroup_path.clone(),
+            },
+        ));
         Applied::Done
     }
 

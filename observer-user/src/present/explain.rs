@@ -35,6 +35,9 @@ pub struct Explanation {
     pub uid: String,
     /// Container instances, oldest first per container.
     pub instances: Vec<Instance>,
+    /// The warnings that a container was about to be OOM-killed, oldest first (the lead-up to
+    /// the kills below).
+    pub warnings: Vec<Warning>,
     /// The last OOM kill of each instance that had one, oldest first.
     pub kills: Vec<Kill>,
     /// What kubelet reported for the containers, or why it is not shown.
@@ -57,6 +60,24 @@ pub struct Instance {
     /// What the runtime said where the agent corrected it.
     pub runtime_reason: Option<String>,
     pub oom_kills: u32,
+}
+
+/// A `MemoryNearLimit` warning (`crate::pressure`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Warning {
+    pub container: String,
+    pub restart_count: u32,
+    pub time: String,
+    /// `container`, `pod` or `cgroup`.
+    pub scope: &'static str,
+    /// The Event's sentence.
+    pub sentence: String,
+    /// What the kernel cannot reclaim over the limit.
+    pub ratio: f64,
+    /// How long before the instance's last OOM kill it was raised (null: no kill after it).
+    pub before_kill_ms: Option<u64>,
+    /// The warning still stands (the MemoryPressure condition is True for it).
+    pub standing: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -150,7 +171,38 @@ pub fn explain(view: &PodView, container: Option<&str>, api: Result<&Pod, &str>)
         })
         .collect();
     kills.sort_by_key(|(t, _)| *t);
+    let mut warnings: Vec<(SystemTime, Warning)> = view
+        .containers
+        .iter()
+        .filter(wanted)
+        .filter_map(|c| Some((c, c.memory.as_deref()?)))
+        .flat_map(|(c, m)| {
+            let n = m.raised.len();
+            m.raised.iter().enumerate().map(move |(i, r)| {
+                let before_kill_ms = c
+                    .last_oom
+                    .as_ref()
+                    .and_then(|o| o.time.duration_since(r.time).ok())
+                    .map(|d| d.as_millis() as u64);
+                (
+                    r.time,
+                    Warning {
+                        container: c.name.clone(),
+                        restart_count: c.restart_count,
+                        time: rfc3339(r.time),
+                        scope: r.scope.label(),
+                        sentence: r.sentence(),
+                        ratio: r.ratio(),
+                        before_kill_ms,
+                        standing: m.warning && i + 1 == n,
+                    },
+                )
+            })
+        })
+        .collect();
+    warnings.sort_by_key(|(t, _)| *t);
     Explanation {
+        warnings: warnings.into_iter().map(|(_, w)| w).collect(),
         namespace: view.namespace.clone(),
         name: view.name.clone(),
         uid: view.uid.to_string(),
@@ -274,6 +326,21 @@ pub fn render_text(e: &Explanation) -> String {
         );
     }
     kubelet::render(&e.kubelet, &mut s);
+    for w in &e.warnings {
+        let _ = writeln!(
+            s,
+            "MemoryNearLimit in {} #{} at {} (scope: {}){}{}:",
+            Printable(&w.container),
+            w.restart_count,
+            w.time,
+            w.scope,
+            w.before_kill_ms
+                .map(|ms| format!(", {:.1} s before its OOM kill", ms as f64 / 1000.0))
+                .unwrap_or_default(),
+            if w.standing { ", standing" } else { "" },
+        );
+        let _ = writeln!(s, "  {}", Printable(&w.sentence));
+    }
     if e.kills.is_empty() {
         let _ = writeln!(s, "OOM kills:  none");
     }

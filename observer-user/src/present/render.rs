@@ -70,6 +70,24 @@ pub(crate) struct WatchLine<'a> {
     pub level: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_records: Option<u64>,
+    /// Limit hits: the memory cgroup at its limit (inode number in the memory hierarchy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memcg_id: Option<u64>,
+    /// Limit hits: the memory cgroup's usage and limit after reclaim, the hits summed in the
+    /// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was
+    /// asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_hits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_short: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaimed_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_bytes: Option<u64>,
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
@@ -129,6 +147,17 @@ pub(crate) fn watch_line<'a>(
         KernelEvent::Lost { records, .. } => {
             line.lost_records = Some(*records);
             None
+        }
+        KernelEvent::LimitHit(h) => {
+            task(&mut line, &h.task);
+            line.memcg_id = Some(h.memcg_id);
+            line.usage_bytes = Some(h.usage_bytes);
+            line.limit_bytes = h.limit_bytes;
+            line.limit_hits = Some(h.hits);
+            line.reclaim_short = Some(h.short);
+            line.reclaimed_bytes = Some(h.reclaimed_bytes);
+            line.requested_bytes = Some(h.requested_bytes);
+            Some(h.task.cgroup_id)
         }
     };
     if let KernelEvent::OomKill(o) = ev {
@@ -251,6 +280,21 @@ pub struct PlegLine {
     pub total_vm_kb: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom_score_adj: Option<i16>,
+    /// Limit hits: the memory cgroup's usage and limit after reclaim, the hits summed in the
+    /// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was
+    /// asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_hits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_short: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaimed_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_bytes: Option<u64>,
 }
 
 pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegLine {
@@ -286,6 +330,16 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
             line.anon_rss_kb = o.memory.anon_rss_kb;
             line.total_vm_kb = o.memory.total_vm_kb;
             line.oom_score_adj = o.oom_score_adj;
+        }
+        PlegEvent::LimitHit { hit: h, .. } => {
+            line.pid = Some(h.task.tgid);
+            line.comm = Some(h.task.comm.to_string());
+            line.usage_bytes = Some(h.usage_bytes);
+            line.limit_bytes = h.limit_bytes;
+            line.limit_hits = Some(h.hits);
+            line.reclaim_short = Some(h.short);
+            line.reclaimed_bytes = Some(h.reclaimed_bytes);
+            line.requested_bytes = Some(h.requested_bytes);
         }
     }
     line

@@ -56,7 +56,8 @@ impl KernelEvidence {
                 self.last_oom = Some(kill.clone());
             }
             PlegEvent::ContainerRemoved { .. } => self.removed = Some(ev.at),
-            PlegEvent::PodSync => return false,
+            // Memory pressure is the reconciler's own account (`reconcile::memory`).
+            PlegEvent::PodSync | PlegEvent::LimitHit { .. } => return false,
         }
         true
     }

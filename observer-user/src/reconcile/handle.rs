@@ -40,6 +40,11 @@ pub struct ReconcileStats {
     /// The runtime's init pid compared with the kernel's, and how often they disagreed.
     pub init_checks: AtomicU64,
     pub init_disagreements: AtomicU64,
+    /// Limit hits read (`pressure`), those whose memory cgroup was none of the container's and
+    /// its parents' (a write to a limit from outside), and those whose cgroup could not be read.
+    pub limit_hits_read: AtomicU64,
+    pub limit_hits_elsewhere: AtomicU64,
+    pub limit_hit_read_errors: AtomicU64,
 }
 
 impl ReconcileStats {
@@ -78,6 +83,8 @@ pub(super) struct Shared {
         super::OomKillLabels,
         prometheus_client::metrics::counter::Counter,
     >,
+    /// Limit hits and memory warnings ([`crate::pressure`]).
+    pub pressure: crate::pressure::metrics::PressureMetrics,
 }
 
 impl Shared {
@@ -95,6 +102,7 @@ impl Shared {
             dirty_notify: Notify::new(),
             detection_latency: Default::default(),
             oom_kills: Default::default(),
+            pressure: Default::default(),
         }
     }
 

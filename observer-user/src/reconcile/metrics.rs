@@ -95,6 +95,25 @@ impl ReconcileHandle {
             "Processes killed by the kernel's OOM killer, by the container they ran in and the limit that was hit (scope: container, pod, cgroup, node, unknown)",
             None,
             &self.0.oom_kills,
-        )
+        )?;
+        counter(
+            e,
+            "memory_limit_hit_records",
+            "Limit-hit records of the kernel read against their container's memory cgroups",
+            g(&r.limit_hits_read),
+        )?;
+        counter(
+            e,
+            "memory_limit_hits_elsewhere",
+            "Limit-hit records whose memory cgroup is none of the charging container's and its parents' (a limit lowered from outside)",
+            g(&r.limit_hits_elsewhere),
+        )?;
+        counter(
+            e,
+            "memory_limit_hit_read_errors",
+            "Limit-hit records whose memory cgroup could not be read (it went away, or is not visible to the agent)",
+            g(&r.limit_hit_read_errors),
+        )?;
+        self.0.pressure.encode(e)
     }
 }

@@ -21,6 +21,7 @@ mod handle;
 pub mod history;
 pub mod inits;
 mod kills;
+mod memory;
 pub mod merge;
 mod metrics;
 pub mod relist;
@@ -108,6 +109,8 @@ struct Tracked {
     unknown_since: Option<Instant>,
     /// Since when the runtime still calls running a container whose death the kernel reported.
     lagging_since: Option<Instant>,
+    /// Memory pressure: as read at every limit hit, and as the view shows it (`reconcile::memory`).
+    pressure: Option<memory::Tracked>,
 }
 
 impl Tracked {
@@ -122,6 +125,7 @@ impl Tracked {
             init_checked: false,
             unknown_since: None,
             lagging_since: None,
+            pressure: None,
         }
     }
 }
@@ -144,6 +148,8 @@ pub(crate) struct Reconciler<R: RuntimeService = ReconnectingCri> {
     relisted_once: bool,
     /// The wall clock: a death's detection latency, a held kill's grace.
     wall: SharedClock,
+    /// Where memory cgroups at their limit are read; `None`: limit hits are not judged.
+    memory: Option<crate::pressure::MemoryReader>,
 }
 
 impl<R: RuntimeService> Reconciler<R> {
@@ -200,6 +206,7 @@ impl<R: RuntimeService> Reconciler<R> {
             kmsg: None,
             relisted_once: false,
             wall: crate::model::system_clock(),
+            memory: None,
         };
         (me, ReconcileHandle(shared))
     }
@@ -207,6 +214,11 @@ impl<R: RuntimeService> Reconciler<R> {
     /// Reads the wall clock from `clock` (the agent's; a fake one in tests).
     pub(crate) fn set_wall_clock(&mut self, clock: SharedClock) {
         self.wall = clock;
+    }
+
+    /// Judges the kernel's limit hits by reading the memory cgroups there (`crate::pressure`).
+    pub(crate) fn set_memory_reader(&mut self, reader: Option<crate::pressure::MemoryReader>) {
+        self.memory = reader;
     }
 
     /// The kernel log's kills so far: read once the probes are attached (so that together they
@@ -258,7 +270,7 @@ impl<R: RuntimeService> Reconciler<R> {
                 Some(uid) = runtime_events.recv() => self.fetch(uid),
                 Some(kill) = recv_opt(&mut self.kmsg) => self.on_logged_kill(kill),
                 () = held_kills(&self.kills, &*self.wall) => self.count_held(),
-                _ = heartbeat.tick() => {}
+                _ = heartbeat.tick() => self.recheck_pressure(),
             }
             self.shared.beat();
             // Every pod asked about has been answered (a pod whose fetch waits out a back-off
@@ -294,6 +306,11 @@ impl<R: RuntimeService> Reconciler<R> {
             self.history.place(*id, |k| {
                 merge::same_kill(kill.victim.tgid, kill.marked_at, k, clock)
             });
+        }
+        if let crate::pleg::PlegEvent::LimitHit { id, hit, cgroup } = &ev.event {
+            // Judged here, not fetched: the runtime's account does not change with it.
+            self.on_limit_hit(uid, *id, hit, cgroup);
+            return;
         }
         if let Some(cid) = ev.container_id() {
             let t = self.tracked.entry(cid).or_insert_with(|| Tracked::new(uid));
@@ -412,6 +429,7 @@ impl<R: RuntimeService> Reconciler<R> {
             },
             &self.clock,
         )
+        .with_memory(t.pressure.as_ref().and_then(|p| p.shown.clone()))
     }
 
     fn on_fetched(&mut self, done: Finished<PodUid, PodFetch>) {
@@ -518,7 +536,12 @@ impl<R: RuntimeService> Reconciler<R> {
         match plan.sandbox {
             SandboxPlan::Unparsable => {}
             SandboxPlan::Gone => {
-                if self.shared.view_mut().remove(&uid).is_some() {
+                let gone = self.shared.view_mut().remove(&uid);
+                if let Some(pod) = gone {
+                    let names: Vec<String> = pod.containers.iter().map(|c| c.name.clone()).collect();
+                    self.shared
+                        .pressure
+                        .forget_pod(&pod.namespace, &pod.name, &names);
                     self.changed(uid);
                 }
             }

@@ -46,6 +46,7 @@ pub(crate) fn cv(name: &str, restart: u32, phase: ContainerPhase) -> ContainerVi
         oom_kills: 0,
         last_oom: None,
         kernel_seen: true,
+        memory: None,
     }
 }
 

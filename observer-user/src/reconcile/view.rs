@@ -150,6 +150,9 @@ pub struct ContainerView {
     pub last_oom: Option<OomEvidence>,
     /// The kernel saw this container (its cgroup, processes or death).
     pub kernel_seen: bool,
+    /// Its memory pressure, as of the last warning raised, measured or lowered (the figures of
+    /// every limit hit in between are in the metrics, not here: a view change is a status write).
+    pub memory: Option<Box<crate::pressure::Pressure>>,
 }
 
 impl ContainerView {
@@ -177,7 +180,16 @@ impl ContainerView {
             oom_kills: 0,
             last_oom: None,
             kernel_seen: false,
+            memory: None,
         }
+    }
+}
+
+impl ContainerView {
+    /// With the memory pressure the view shows.
+    pub(crate) fn with_memory(mut self, memory: Option<Box<crate::pressure::Pressure>>) -> Self {
+        self.memory = memory;
+        self
     }
 }
 

@@ -23,6 +23,12 @@
 //!   the last victim (container, process, pid, resident memory, the container's memory limit)
 //!   and whether the container survived. It is absent until the first kill and never goes back.
 //!
+//! - `<prefix>/MemoryPressure`: True while a running container is warned that it is about to be
+//!   OOM-killed (`crate::pressure`: what the kernel cannot reclaim fills its limit, or reclaim
+//!   falls short); the message says which container, which limit, what fills it and how fast it
+//!   grows. False (`MemoryRelieved`) once no running container is warned (a warning stands at
+//!   least `pressure::MIN_WARNING`, so it never flaps). Absent until the first warning.
+//!
 //! `lastTransitionTime` is kept while a condition's status is unchanged (as kubelet does for its
 //! own types), so a new victim changes the message, not the transition time.
 use std::time::SystemTime;
@@ -41,6 +47,7 @@ use crate::{
 pub struct ConditionTypes {
     pub alive: String,
     pub oom: String,
+    pub pressure: String,
 }
 
 impl ConditionTypes {
@@ -49,11 +56,12 @@ impl ConditionTypes {
         Self {
             alive: format!("{prefix}/ContainersAlive"),
             oom: format!("{prefix}/OOMKilled"),
+            pressure: format!("{prefix}/MemoryPressure"),
         }
     }
 
     pub fn owns(&self, condition_type: &str) -> bool {
-        condition_type == self.alive || condition_type == self.oom
+        condition_type == self.alive || condition_type == self.oom || condition_type == self.pressure
     }
 }
 
@@ -113,6 +121,9 @@ pub(crate) fn observer_conditions(
 ) -> Vec<PodCondition> {
     let mut out = vec![keep_transition(alive(spec, view, &types.alive), old, now)];
     if let Some(c) = oom_killed(spec, view, &types.oom) {
+        out.push(keep_transition(c, old, now));
+    }
+    if let Some(c) = memory_pressure(view, &types.pressure) {
         out.push(keep_transition(c, old, now));
     }
     out
@@ -600,6 +611,42 @@ fn oom_killed(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> Option<Pod
             .into(),
         ),
         message: Some(describe_kill(o, c, limit.as_deref())),
+        ..Default::default()
+    })
+}
+
+pub(crate) const REASON_NEAR_LIMIT: &str = "MemoryNearLimit";
+pub(crate) const REASON_RELIEVED: &str = "MemoryRelieved";
+
+fn memory_pressure(view: &PodView, type_: &str) -> Option<PodCondition> {
+    // Present once any instance was ever warned.
+    view.containers
+        .iter()
+        .any(|c| c.memory.as_ref().is_some_and(|m| m.raises > 0))
+        .then_some(())?;
+    let warned: Vec<String> = view
+        .current()
+        .filter(|c| c.phase == ContainerPhase::Running)
+        .filter_map(|c| {
+            let m = c.memory.as_ref().filter(|m| m.warning)?;
+            let r = m.raised.last()?;
+            Some(format!("container {}: {}", c.name, r.sentence()))
+        })
+        .collect();
+    let (status, reason, message) = if warned.is_empty() {
+        (
+            "False",
+            REASON_RELIEVED,
+            "no running container is near its memory limit".to_string(),
+        )
+    } else {
+        ("True", REASON_NEAR_LIMIT, warned.join("; "))
+    };
+    Some(PodCondition {
+        type_: type_.to_string(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
         ..Default::default()
     })
 }

@@ -89,6 +89,14 @@ pub(crate) enum PodEvent {
         reason: Option<String>,
     },
     Audit(Finding),
+    /// A warning that the container is about to be OOM-killed (`crate::pressure`).
+    MemoryNearLimit {
+        container: String,
+        init_container: bool,
+        reading: Box<crate::pressure::Reading>,
+        /// Warnings raised for this container instance so far (this one included).
+        nth: u32,
+    },
 }
 
 /// Counters, readable while the publisher runs.
@@ -198,6 +206,22 @@ impl PodEvent {
                     field(container, *init_container),
                 )
             }
+            PodEvent::MemoryNearLimit {
+                container,
+                init_container,
+                reading,
+                nth,
+            } => (
+                EventType::Warning,
+                "MemoryNearLimit".to_string(),
+                // Recorder's de-dup key ignores the note: one series per container and warning.
+                format!("MemoryNearLimit/{container}#{nth}"),
+                format!(
+                    "container {container} is about to be OOM-killed: {}",
+                    reading.sentence()
+                ),
+                field(container, *init_container),
+            ),
             PodEvent::Audit(f) => (
                 EventType::Warning,
                 f.kind.reason().to_string(),

@@ -159,6 +159,8 @@ struct PodState {
     gone: bool,
     deaths: HashSet<String>,
     kills: HashSet<KillKey>,
+    /// Memory warnings told: (container id, which of its warnings).
+    warnings: HashSet<(String, u32)>,
     findings: HashSet<(String, FindingKind)>,
     /// Kills whose Event waits for the kernel log's report, and until when.
     held: HashMap<KillKey, Instant>,
@@ -170,6 +172,7 @@ impl PodState {
         let ids: HashSet<&str> = view.containers.iter().map(|c| c.id.as_str()).collect();
         self.deaths.retain(|id| ids.contains(id.as_str()));
         self.kills.retain(|(id, _, _)| ids.contains(id.as_str()));
+        self.warnings.retain(|(id, _)| ids.contains(id.as_str()));
         self.findings.retain(|(id, _)| ids.contains(id.as_str()));
         self.held.retain(|(id, _, _), _| ids.contains(id.as_str()));
     }

@@ -14,6 +14,12 @@
 //!   mix N             N times: a child execs `exit 0` (a plain process), then a child that is
 //!                     pid 1 of a new pid namespace execs `exit 1` (a container init); reap both
 //!   hog               burn CPU until killed
+//!   leak KIBPS         touch anonymous memory at KIBPS KiB/s (64 KiB steps, paced on the clock)
+//!                     until killed
+//!   cache FILE MIB SECS  write a MIB MiB file (page cache charged here), then read it whole
+//!                     again and again for SECS seconds; exit 0
+//!   bursty MIB SECS   for SECS seconds: touch MIB MiB, hold it 200 ms, free it, rest 300 ms;
+//!                     exit 0
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{env, process::exit, thread, time::Duration};
 
@@ -83,6 +89,55 @@ fn alloc(mib: u64) -> ! {
         if total == mib {
             eprintln!("alloc: {mib} MiB touched, continuing");
         }
+    }
+}
+
+/// Anonymous memory at `kib_per_s`, in 64 KiB steps paced on the monotonic clock.
+fn leak(kib_per_s: u64) -> ! {
+    const STEP: usize = 64 << 10;
+    let start = std::time::Instant::now();
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let due = (start.elapsed().as_secs_f64() * kib_per_s as f64 * 1024.0) as usize;
+        while chunks.len() * STEP < due {
+            chunks.push(vec![0x5a; STEP]);
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Page cache only: a file larger than the limit read again and again.
+fn cache(path: &std::path::Path, mib: u64, secs: u64) {
+    use std::io::{Read, Write};
+    let block = vec![0x3c_u8; 1 << 20];
+    let mut f = std::fs::File::create(path).unwrap_or_else(|e| {
+        eprintln!("cache: {}: {e}", path.display());
+        exit(66)
+    });
+    for _ in 0..mib {
+        f.write_all(&block).expect("write");
+    }
+    f.sync_all().expect("fsync");
+    drop(f);
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    let mut buf = vec![0_u8; 1 << 20];
+    let mut passes = 0;
+    while std::time::Instant::now() < end {
+        let mut f = std::fs::File::open(path).expect("open");
+        while f.read(&mut buf).expect("read") > 0 {}
+        passes += 1;
+    }
+    println!("cache: {passes} passes over {mib} MiB");
+}
+
+/// Bursts well under the limit, freed each time.
+fn bursty(mib: u64, secs: u64) {
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        let burst: Vec<Vec<u8>> = (0..mib).map(|_| vec![0x77; 1 << 20]).collect();
+        thread::sleep(Duration::from_millis(200));
+        drop(std::hint::black_box(burst));
+        thread::sleep(Duration::from_millis(300));
     }
 }
 
@@ -197,6 +252,15 @@ fn main() {
                 }
             }
         }
+        "leak" => leak(arg(2)),
+        "cache" => {
+            let file = env::args().nth(2).unwrap_or_else(|| {
+                arg(usize::MAX);
+                unreachable!()
+            });
+            cache(std::path::Path::new(&file), arg(3), arg(4));
+        }
+        "bursty" => bursty(arg(2), arg(3)),
         "hog" => loop {
             std::hint::black_box(0u64);
         },

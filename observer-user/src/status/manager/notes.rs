@@ -84,6 +84,20 @@ impl StatusManager {
         st.held.retain(|k, _| shown.contains(k));
         let mut out = Vec::new();
         for c in &view.containers {
+            // Warnings before the kill: each raised once, those of this agent's time only.
+            for (i, r) in c.memory.iter().flat_map(|m| {
+                let first = m.raises - m.raised.len() as u32;
+                m.raised.iter().enumerate().map(move |(i, r)| (first + i as u32 + 1, r))
+            }) {
+                if r.time >= started && st.warnings.insert((c.id.to_string(), i)) {
+                    out.push(PodEvent::MemoryNearLimit {
+                        container: c.name.clone(),
+                        init_container: is_init(&c.name),
+                        reading: Box::new(r.clone()),
+                        nth: i,
+                    });
+                }
+            }
             if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
                 let recent = c.finished_at.is_none_or(|f| f >= started);
                 if recent && c.kernel_seen {
@@ -144,7 +158,7 @@ impl StatusManager {
                 &view.uid,
                 &view.name,
                 || match ev {
-                    PodEvent::OomKill { .. } => {
+                    PodEvent::OomKill { .. } | PodEvent::MemoryNearLimit { .. } => {
                         tracing::warn!(namespace = %view.namespace, pod = %view.name, reason = %e.reason, "{note}")
                     }
                     _ => {

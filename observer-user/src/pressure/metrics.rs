@@ -1,0 +1,111 @@
+//! The memory-pressure metrics: limit hits and warnings per container and scope, and each
+//! container's unreclaimable share of its limit at its latest reading. Series of a pod go with it.
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::{DescriptorEncoder, EncodeLabelSet},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+};
+
+use super::{Change, Reading};
+use crate::exposition::metric;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ScopedLabels {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ContainerLabels {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// Who a reading is about.
+pub struct Named<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub container: &'a str,
+}
+
+#[derive(Default)]
+pub struct PressureMetrics {
+    hits: Family<ScopedLabels, Counter>,
+    warnings: Family<ScopedLabels, Counter>,
+    ratio: Family<ContainerLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl PressureMetrics {
+    /// Counts a reading and what it changed.
+    pub fn record(&self, who: &Named<'_>, r: &Reading, change: Change) {
+        let scoped = ScopedLabels {
+            namespace: who.namespace.to_string(),
+            pod: who.pod.to_string(),
+            container: who.container.to_string(),
+            scope: r.scope.label(),
+        };
+        if r.hits > 0 {
+            self.hits.get_or_create(&scoped).inc_by(r.hits);
+        }
+        if change == Change::Raised {
+            self.warnings.get_or_create(&scoped).inc();
+        }
+        self.ratio
+            .get_or_create(&ContainerLabels {
+                namespace: scoped.namespace,
+                pod: scoped.pod,
+                container: scoped.container,
+            })
+            .set(r.ratio());
+    }
+
+    /// The pod left the node: its series go.
+    pub fn forget_pod(&self, namespace: &str, pod: &str, containers: &[String]) {
+        for container in containers {
+            let c = ContainerLabels {
+                namespace: namespace.to_string(),
+                pod: pod.to_string(),
+                container: container.clone(),
+            };
+            for scope in ["container", "pod", "cgroup"] {
+                let s = ScopedLabels {
+                    namespace: c.namespace.clone(),
+                    pod: c.pod.clone(),
+                    container: c.container.clone(),
+                    scope,
+                };
+                self.hits.remove(&s);
+                self.warnings.remove(&s);
+            }
+            self.ratio.remove(&c);
+        }
+    }
+
+    pub(crate) fn encode(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        metric(
+            e,
+            "memory_limit_hits",
+            "Charges that met a memory limit and made the kernel reclaim, by the container that charged and the limit's scope (container, pod, cgroup)",
+            None,
+            &self.hits,
+        )?;
+        metric(
+            e,
+            "memory_warnings",
+            "Warnings that a container is about to be OOM-killed (MemoryNearLimit Events), by the limit's scope",
+            None,
+            &self.warnings,
+        )?;
+        metric(
+            e,
+            "memory_unreclaimable_ratio",
+            "Memory the kernel cannot reclaim without swap (anon, shmem, unreclaimable kernel) over the limit that was hit, at the container's latest limit hit",
+            None,
+            &self.ratio,
+        )
+    }
+}

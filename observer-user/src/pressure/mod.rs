@@ -1,0 +1,322 @@
+//! Memory pressure before the kill: what a memory cgroup's limit hit means for its container.
+//!
+//! The kernel says when a charge met a limit and whether reclaim kept up (`kernel::LimitHit`,
+//! observer-ebpf/src/memcg.rs, at most ten records a second per cgroup). At each such record the
+//! cgroup at its limit is read once (`read.rs`: its `memory.stat`, which limit it is) and judged
+//! by the rules below; nothing here samples on a timer, but a warning still up is read once more
+//! after [`QUIET`] without limit hits, to lower it.
+//!
+//! The rules (README "Memory warnings"): what the kernel cannot reclaim without swap is anonymous
+//! memory, shmem/tmpfs, page cache it may not evict (mlocked, ramfs) and unreclaimable kernel
+//! memory; the page cache on the evictable file lists it reclaims on demand, which is why a
+//! container reading files sits at its limit all day without risk.
+//! - **warn** when that unreclaimable part is at least [`WARN_RATIO`] of the limit, or reclaim
+//!   came up short (freed less than asked) while it is at least [`SHORT_WARN_RATIO`];
+//! - **lower** the warning when it is below [`CLEAR_RATIO`] and reclaim kept up, and the warning
+//!   has stood for at least [`MIN_WARNING`] (no flapping at the threshold);
+//! - otherwise keep the state as it is.
+pub mod metrics;
+pub mod read;
+
+use std::time::{Duration, SystemTime};
+
+pub use read::MemoryReader;
+
+/// Unreclaimable share of the limit at which a container is warned.
+pub const WARN_RATIO: f64 = 0.90;
+/// ... or at which it is warned when reclaim did not keep up.
+pub const SHORT_WARN_RATIO: f64 = 0.75;
+/// Below this share (and reclaim keeping up) a warning may be lowered.
+pub const CLEAR_RATIO: f64 = 0.80;
+/// A warning stands at least this long.
+pub const MIN_WARNING: Duration = Duration::from_secs(30);
+/// A warning still up after this long without a limit hit is read once more (and again after as
+/// long while it stands).
+pub const QUIET: Duration = Duration::from_secs(30);
+/// Readings that raised a warning, kept per container instance (for explain).
+const RAISED_KEPT: usize = 8;
+
+/// Which limit was hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The container's own.
+    Container,
+    /// The pod's (its cgroup above the containers): every container of the pod charges it.
+    Pod,
+    /// Another cgroup above the container's (a QoS class, kubepods: the node's allocatable),
+    /// hierarchy-relative.
+    Cgroup(String),
+}
+
+impl Scope {
+    /// The metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Container => "container",
+            Self::Pod => "pod",
+            Self::Cgroup(_) => "cgroup",
+        }
+    }
+
+    /// "container limit", "pod limit", "limit of cgroup /kubepods/burstable".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Container => "container limit".to_string(),
+            Self::Pod => "pod limit".to_string(),
+            Self::Cgroup(c) => format!("limit of cgroup {c}"),
+        }
+    }
+}
+
+/// What fills a memory cgroup, in bytes, from its `memory.stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    pub anon: u64,
+    /// Page cache on the evictable file lists: what reclaim can take.
+    pub file: u64,
+    /// shmem and tmpfs (counted as file by the kernel, but reclaimable only to swap).
+    pub shmem: u64,
+    /// Page cache reclaim cannot take: mlocked, or on ramfs.
+    pub locked: u64,
+    /// Kernel memory the kernel cannot reclaim (stacks, page tables, unreclaimable slab, socket
+    /// buffers, percpu).
+    pub kernel: u64,
+}
+
+impl Breakdown {
+    /// What reclaim cannot free without swap.
+    pub fn unreclaimable(&self) -> u64 {
+        self.anon + self.shmem + self.locked + self.kernel
+    }
+}
+
+/// A process of the cgroup and its resident memory, for the warning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// Printable, bounded: a process names itself.
+    pub comm: String,
+    pub rss_bytes: u64,
+}
+
+/// One reading of the cgroup at its limit, made at a limit hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    pub time: SystemTime,
+    pub scope: Scope,
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub breakdown: Breakdown,
+    /// Limit hits summed in the kernel's record, and of them those whose reclaim came up short.
+    pub hits: u64,
+    pub short: u64,
+    /// Bytes reclaim freed and was asked for, over those hits.
+    pub reclaimed_bytes: u64,
+    pub requested_bytes: u64,
+    /// How fast the unreclaimable part grows, bytes a second, from the previous reading of this
+    /// container's episode (`None` for its first).
+    pub growth: Option<f64>,
+    /// The largest processes by resident memory, read when a warning is raised.
+    pub top: Vec<Process>,
+}
+
+impl Reading {
+    pub fn ratio(&self) -> f64 {
+        if self.limit_bytes == 0 {
+            return 0.0;
+        }
+        self.breakdown.unreclaimable() as f64 / self.limit_bytes as f64
+    }
+
+    /// Seconds until the unreclaimable part reaches the limit at the growth measured.
+    pub fn eta(&self) -> Option<f64> {
+        let g = self.growth.filter(|g| *g > 0.0)?;
+        let left = self
+            .limit_bytes
+            .saturating_sub(self.breakdown.unreclaimable());
+        Some(left as f64 / g)
+    }
+
+    /// The judgement of this reading alone.
+    pub fn verdict(&self) -> Verdict {
+        let r = self.ratio();
+        if r >= WARN_RATIO || (self.short > 0 && r >= SHORT_WARN_RATIO) {
+            Verdict::Warn
+        } else if r < CLEAR_RATIO && self.short == 0 {
+            Verdict::Calm
+        } else {
+            Verdict::Hold
+        }
+    }
+
+    /// One sentence: "61.0 MiB of the 64.0 MiB container limit cannot be reclaimed (95%: anon
+    /// 60.0 MiB, shmem 0 B, kernel 1.0 MiB; 2.0 MiB page cache), growing 8.0 MiB/s: full in
+    /// ~0.4 s".
+    pub fn sentence(&self) -> String {
+        let b = &self.breakdown;
+        let locked = if b.locked > 0 {
+            format!(", locked page cache {}", mib(b.locked))
+        } else {
+            String::new()
+        };
+        let mut s = format!(
+            "{} of the {} {} cannot be reclaimed ({:.0}%: anon {}, shmem {}{locked}, kernel {}; {} reclaimable page cache)",
+            mib(b.unreclaimable()),
+            mib(self.limit_bytes),
+            self.scope.describe(),
+            self.ratio() * 100.0,
+            mib(b.anon),
+            mib(b.shmem),
+            mib(b.kernel),
+            mib(b.file),
+        );
+        match (self.growth, self.eta()) {
+            (Some(g), Some(eta)) => s.push_str(&format!(
+                ", growing {}/s: full in ~{eta:.1} s",
+                mib(g as u64)
+            )),
+            (Some(_), None) => s.push_str(", not growing"),
+            (None, _) => {}
+        }
+        if self.short > 0 {
+            s.push_str(&format!(
+                "; reclaim fell short {} of {} times",
+                self.short, self.hits
+            ));
+        }
+        if !self.top.is_empty() {
+            let top: Vec<String> = self
+                .top
+                .iter()
+                .map(|p| format!("{} (pid {}) {}", p.comm, p.pid, mib(p.rss_bytes)))
+                .collect();
+            s.push_str(&format!("; largest: {}", top.join(", ")));
+        }
+        s
+    }
+}
+
+// Readings' rates are finite (a difference over a duration of at least 5 ms), never NaN: equality
+// is reflexive, as a view compared for changes needs.
+impl Eq for Reading {}
+impl Eq for Pressure {}
+
+/// "61.0 MiB", "512 KiB", "0 B".
+pub fn mib(bytes: u64) -> String {
+    match bytes {
+        0 => "0 B".to_string(),
+        b if b < 1 << 20 => format!("{} KiB", b >> 10),
+        b => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Warn,
+    Calm,
+    Hold,
+}
+
+/// What a reading changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A warning was raised (an Event is due).
+    Raised,
+    /// The warning was lowered.
+    Lowered,
+    /// The warning's growth was measured for the first time (the reading that raised it was
+    /// its episode's first).
+    Measured,
+    /// Nothing a reader of the status sees but the figures.
+    Same,
+}
+
+/// A container instance's memory pressure: its warning, and the readings that raised one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pressure {
+    /// Warned now (the MemoryPressure condition's True).
+    pub warning: bool,
+    /// Since when the state is what it is (`None` before the first reading).
+    pub since: Option<SystemTime>,
+    /// Limit hits the kernel reported for this instance.
+    pub hits: u64,
+    /// Warnings raised for this instance.
+    pub raises: u32,
+    /// The latest reading.
+    pub last: Option<Reading>,
+    /// The readings that raised a warning, oldest first (at most [`RAISED_KEPT`]).
+    pub raised: Vec<Reading>,
+    /// The latest reading that said Warn.
+    last_warn: Option<SystemTime>,
+}
+
+impl Pressure {
+    /// Folds in one reading; `growth` is measured here against the previous one.
+    pub fn apply(&mut self, mut r: Reading) -> Change {
+        self.hits += r.hits;
+        if let Some(prev) = &self.last {
+            let dt = r
+                .time
+                .duration_since(prev.time)
+                .unwrap_or_default()
+                .as_secs_f64();
+            // Readings closer than a few ms apart say nothing about a rate.
+            if dt >= 0.005 && prev.scope == r.scope {
+                let d = r.breakdown.unreclaimable() as f64 - prev.breakdown.unreclaimable() as f64;
+                r.growth = Some(d / dt);
+            }
+        }
+        let verdict = r.verdict();
+        let change = match verdict {
+            Verdict::Warn => {
+                self.last_warn = Some(r.time);
+                if self.warning {
+                    match self.raised.last_mut() {
+                        Some(first) if first.growth.is_none() && r.growth.is_some() => {
+                            first.growth = r.growth;
+                            Change::Measured
+                        }
+                        _ => Change::Same,
+                    }
+                } else {
+                    self.warning = true;
+                    self.since = Some(r.time);
+                    self.raises += 1;
+                    if self.raised.len() == RAISED_KEPT {
+                        self.raised.remove(0);
+                    }
+                    self.raised.push(r.clone());
+                    Change::Raised
+                }
+            }
+            Verdict::Calm if self.warning && self.stood(r.time) => {
+                self.warning = false;
+                self.since = Some(r.time);
+                Change::Lowered
+            }
+            _ => {
+                self.since.get_or_insert(r.time);
+                Change::Same
+            }
+        };
+        self.last = Some(r);
+        change
+    }
+
+    fn stood(&self, now: SystemTime) -> bool {
+        self.last_warn
+            .is_none_or(|w| now.duration_since(w).unwrap_or_default() >= MIN_WARNING)
+    }
+
+    /// A warning up and no reading since `QUIET` before `now`: read again.
+    pub fn recheck_due(&self, now: SystemTime) -> bool {
+        self.warning
+            && self
+                .last
+                .as_ref()
+                .is_some_and(|r| now.duration_since(r.time).unwrap_or_default() >= QUIET)
+    }
+}
+
+#[cfg(test)]
+mod tests;

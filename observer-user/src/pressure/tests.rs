@@ -1,0 +1,159 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{read::*, *};
+
+const MIB: u64 = 1 << 20;
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_000) + Duration::from_millis(ms)
+}
+
+fn reading(ms: u64, anon_mib: u64, file_mib: u64, short: u64) -> Reading {
+    Reading {
+        time: at(ms),
+        scope: Scope::Container,
+        usage_bytes: (anon_mib + file_mib) * MIB,
+        limit_bytes: 64 * MIB,
+        breakdown: Breakdown {
+            anon: anon_mib * MIB,
+            file: file_mib * MIB,
+            ..Breakdown::default()
+        },
+        hits: 4,
+        short,
+        reclaimed_bytes: MIB,
+        requested_bytes: MIB,
+        growth: None,
+        top: Vec::new(),
+    }
+}
+
+#[test]
+fn a_cache_loop_at_its_limit_is_never_warned() {
+    let mut p = Pressure::default();
+    // A file reader: the limit is full of page cache, hit ten times a second for a minute.
+    for i in 0..600 {
+        assert_eq!(p.apply(reading(i * 100, 2, 62, 0)), Change::Same);
+    }
+    assert!(!p.warning);
+    assert_eq!((p.raises, p.hits), (0, 2400));
+}
+
+#[test]
+fn a_leak_is_warned_once_with_its_growth_and_lowered_only_after_it_stood() {
+    let mut p = Pressure::default();
+    // Anonymous memory pushing page cache out of a 64 MiB limit at 8 MiB/s.
+    assert_eq!(p.apply(reading(0, 40, 24, 0)), Change::Same);
+    assert_eq!(p.apply(reading(1_000, 48, 16, 0)), Change::Same);
+    assert_eq!(p.apply(reading(2_000, 56, 8, 0)), Change::Same);
+    assert_eq!(p.apply(reading(2_500, 60, 4, 0)), Change::Raised);
+    let r = p.raised.last().unwrap();
+    assert_eq!(r.growth, Some(8.0 * MIB as f64));
+    // 4 MiB left at 8 MiB/s.
+    assert!((r.eta().unwrap() - 0.5).abs() < 1e-9, "{:?}", r.eta());
+    assert!(r.sentence().contains("growing 8.0 MiB/s: full in ~0.5 s"), "{}", r.sentence());
+    // Still there: no second warning.
+    assert_eq!(p.apply(reading(2_600, 61, 3, 0)), Change::Same);
+    assert_eq!(p.raises, 1);
+    // Back down (the leak freed), but within MIN_WARNING: it stands.
+    assert_eq!(p.apply(reading(10_000, 20, 44, 0)), Change::Same);
+    assert!(p.warning);
+    assert_eq!(p.apply(reading(2_600 + 30_000, 20, 44, 0)), Change::Lowered);
+    assert!(!p.warning);
+}
+
+#[test]
+fn between_the_thresholds_nothing_flaps() {
+    let mut p = Pressure::default();
+    assert_eq!(p.apply(reading(0, 58, 6, 0)), Change::Raised); // 90.6 %
+    // Around 85 %: neither warn nor calm, for minutes.
+    for i in 1..300 {
+        let anon = if i % 2 == 0 { 54 } else { 55 };
+        assert_eq!(p.apply(reading(i * 1_000, anon, 64 - anon, 0)), Change::Same);
+    }
+    assert!(p.warning);
+    assert_eq!(p.raises, 1);
+}
+
+#[test]
+fn reclaim_falling_short_warns_earlier() {
+    let r = reading(0, 52, 12, 0); // 81 %
+    assert_eq!(r.verdict(), Verdict::Hold);
+    let r = reading(0, 52, 12, 2);
+    assert_eq!(r.verdict(), Verdict::Warn);
+    // Short reclaims of a cache-heavy cgroup (dirty pages under writeback) are no warning.
+    assert_eq!(reading(0, 8, 56, 3).verdict(), Verdict::Hold);
+}
+
+#[test]
+fn shmem_and_kernel_memory_count_as_unreclaimable() {
+    let mut r = reading(0, 20, 4, 0);
+    r.breakdown.shmem = 30 * MIB;
+    r.breakdown.kernel = 8 * MIB;
+    assert_eq!(r.verdict(), Verdict::Warn, "{}", r.sentence());
+}
+
+#[test]
+fn a_quiet_warning_is_read_again() {
+    let mut p = Pressure::default();
+    p.apply(reading(0, 62, 2, 0));
+    assert!(!p.recheck_due(at(10_000)));
+    assert!(p.recheck_due(at(30_000)));
+}
+
+#[test]
+fn memory_stat_v2() {
+    // 12 MiB of file: 4 shmem, 7 on the file lists, 1 on ramfs (unevictable).
+    let stat = "anon 52428800\nfile 12582912\nkernel 3145728\nkernel_stack 65536\n\
+                pagetables 131072\nsock 0\nshmem 4194304\nactive_file 3145728\n\
+                inactive_file 4194304\nslab_reclaimable 1048576\n\
+                slab_unreclaimable 262144\nbogus line\nfile_mapped x\n";
+    let b = breakdown_v2(stat);
+    assert_eq!(
+        b,
+        Breakdown {
+            anon: 50 * MIB,
+            file: 7 * MIB,
+            shmem: 4 * MIB,
+            locked: MIB,
+            kernel: 2 * MIB
+        }
+    );
+    assert_eq!(b.unreclaimable(), 57 * MIB);
+    // Before `kernel` existed (Linux < 5.18): the parts.
+    let old = "anon 1048576\nfile 0\nkernel_stack 16384\npagetables 8192\npercpu 4096\nslab_unreclaimable 4096\n";
+    assert_eq!(breakdown_v2(old).kernel, 32768);
+}
+
+#[test]
+fn memory_stat_v1_uses_the_hierarchy_totals() {
+    let stat = "cache 0\nrss 0\nshmem 0\ntotal_cache 20971520\ntotal_rss 41943040\n\
+                total_shmem 2097152\ntotal_active_file 8388608\ntotal_inactive_file 10485760\n";
+    assert_eq!(
+        breakdown_v1(stat),
+        Breakdown {
+            anon: 40 * MIB,
+            file: 18 * MIB,
+            shmem: 2 * MIB,
+            locked: 0,
+            kernel: 0
+        }
+    );
+}
+
+#[test]
+fn sizes_read_as_people_write_them() {
+    assert_eq!(mib(0), "0 B");
+    assert_eq!(mib(512 << 10), "512 KiB");
+    assert_eq!(mib(64 * MIB), "64.0 MiB");
+}
+
+#[test]
+fn a_cgroup_and_its_parents_up_to_the_root() {
+    let up: Vec<String> = ancestry_of("/kubepods/burstable/podx/abc").collect();
+    assert_eq!(
+        up,
+        ["/kubepods/burstable/podx/abc", "/kubepods/burstable/podx", "/kubepods/burstable", "/kubepods"]
+    );
+    assert_eq!(ancestry_of("/").count(), 0);
+}
