@@ -6,7 +6,7 @@
 #   ./scripts/cluster-test.sh              the host node's whole suite (tests/tests/cluster.rs),
 #                                          then on the guest (observer-node-2): the truth table in
 #                                          conditions mode, the status diff, the two nodes'
-#                                          admission test
+#                                          admission test, the memory warnings
 #   OBSERVER_CLUSTER_GUEST=0 ...           the host node alone (outside CI only)
 #   OBSERVER_CLUSTER_GUEST_ALL=1 ...       on the guest also the audit-mode truth table and the 100
 #                                          lifecycles (about 5 minutes and, by the pace of the first
@@ -46,7 +46,7 @@ fi
 timed "waiting for the guest's build (image, containerd)" ./scripts/cluster-build.sh wait-guest
 timed "guest node boot and join" cargo xtask cluster up --nodes 2
 guest_tests=(real_cluster::truth::truth_table_conditions_mode real_cluster::status_diff
-             real_cluster::two_nodes)
+             real_cluster::two_nodes real_cluster::memory)
 if [ "${OBSERVER_CLUSTER_GUEST_ALL:-0}" = 1 ]; then
   guest_tests+=(real_cluster::truth::truth_table_audit_mode real_cluster::cycles)
 fi

@@ -9,8 +9,8 @@
 //!   cgroup or a parent, whichever has the least headroom), and a reclaim is short when it freed
 //!   less than the least memcg reclaim asks for (`SWAP_CLUSTER_MAX` pages).
 //!
-//! Either way the task is current (the charging task; a writer outside the pods is dropped by
-//! userspace), and records are bounded under a storm: one map update per reclaim (which already
+//! Either way the task is current (the charging task): only charges of tasks under the watched
+//! subtrees count (a writer outside the pods is not one), and records are bounded under a storm: one map update per reclaim (which already
 //! costs the kernel far more), one record per cgroup per interval whatever the rate of reclaims.
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_task, bpf_ktime_get_boot_ns},
@@ -25,7 +25,7 @@ use observer_common::{
 
 use crate::{
     config, count,
-    task::{current, header, read_field},
+    task::{current, header, read_field, watched},
     wake, EVENTS, MEMCG_WINDOWS,
 };
 
@@ -64,6 +64,10 @@ pub fn memcg_reclaim_end(ctx: TracePointContext) -> u32 {
 /// where the memory cgroup is not known), and sends the window when its interval has passed.
 #[inline(always)]
 fn on_reclaim(key: u64, memcg: *const u8, requested: u64, reclaimed: u64) {
+    // Charges of tasks outside the watched subtrees (kubelet's pods) are not the agent's.
+    if !watched() {
+        return;
+    }
     // SAFETY: a helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     let window = match MEMCG_WINDOWS.get_ptr_mut(key) {

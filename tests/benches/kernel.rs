@@ -9,6 +9,11 @@
 //! init), before (every record wakes the reader) and after (`Wake::Selective`: only the records
 //! something waits on do).
 //!
+//! And the limit-hit probe under a reclaim storm: a loop reading a 160 MiB file through a 64 MiB
+//! limit (the cgroup at its limit, reclaiming all the time) with and without the probes: the
+//! loop's throughput, the probe's runs and cost, and the records it sent (bounded: one per cgroup
+//! per 100 ms).
+//!
 //!     sudo cargo bench -p observer-tests --bench kernel        (or: cargo xtask bench)
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
@@ -210,6 +215,7 @@ fn main() {
         println!("\n{watch_note}");
     }
     print_classes(&classes);
+    print_limit_hits(&limit_hit_storm());
     println!(
         "\nPer-program kernel cost during the --all storm (bpf_stats: run_time_ns / run_cnt)\n"
     );
@@ -345,6 +351,113 @@ fn print_classes(rows: &[ClassRow]) {
             r.quiet,
             r.seen,
             r.drops
+        );
+    }
+}
+
+struct StormRow {
+    name: &'static str,
+    passes: u64,
+    runs: Option<(String, u64, Duration)>,
+    records: u64,
+    summed: u64,
+}
+
+/// The cache loop in a 64 MiB cgroup for [`STORM_SECS`]: without probes, then with them.
+const STORM_SECS: u64 = 5;
+
+fn limit_hit_storm() -> Vec<StormRow> {
+    let dir = std::env::current_exe()
+        .unwrap()
+        .ancestors()
+        .nth(3)
+        .unwrap()
+        .join("tmp")
+        .join(format!("kernel-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pages");
+    let run = |cg: &TestCgroup| -> u64 {
+        let out = cg
+            .spawn(
+                &workload(),
+                &["cache", file.to_str().unwrap(), "160", &STORM_SECS.to_string()],
+            )
+            .expect("spawn")
+            .wait_with_output()
+            .expect("wait");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut rows = Vec::new();
+    {
+        let mut cg = TestCgroup::new("bench-reclaim-base").unwrap();
+        cg.limit_memory(64 << 20).unwrap();
+        rows.push(StormRow {
+            name: "no probes (baseline)",
+            passes: run(&cg),
+            runs: None,
+            records: 0,
+            summed: 0,
+        });
+    }
+    {
+        let mut cg = TestCgroup::new("bench-reclaim").unwrap();
+        cg.limit_memory(64 << 20).unwrap();
+        let mut probes = Probes::load(&ProbeOptions {
+            watch: Watch::Roots(vec![cg.watch_root()]),
+            ..Default::default()
+        })
+        .unwrap();
+        probes.enable_run_time_stats().unwrap();
+        let mut reader = probes.events().unwrap();
+        let passes = run(&cg);
+        let mut records = 0;
+        while let Some(ev) = reader.try_next() {
+            if matches!(ev, observer::kernel::KernelEvent::LimitHit(_)) {
+                records += 1;
+            }
+        }
+        let runs = probes.program_stats().unwrap().into_iter().find(|s| s.name.starts_with("memcg_reclaim"));
+        rows.push(StormRow {
+            name: "probes (the agent's)",
+            passes,
+            runs: runs.map(|s| (s.name, s.run_count, s.run_time)),
+            records,
+            summed: probes.counters().unwrap().limit_hits_summed,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+fn print_limit_hits(rows: &[StormRow]) {
+    println!(
+        "\nLimit-hit probe under a reclaim storm: a loop reading a 160 MiB file through a 64 MiB limit for {STORM_SECS} s\n"
+    );
+    println!("| configuration | file passes | vs baseline | program | reclaims (runs) | ns per run | records sent | records/s | reclaims summed |");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    let base = rows[0].passes.max(1) as f64;
+    for r in rows {
+        let (prog, runs, per) = match &r.runs {
+            Some((n, c, t)) => (
+                n.clone(),
+                c.to_string(),
+                if *c == 0 { "-".into() } else { (t.as_nanos() / u128::from(*c)).to_string() },
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "| {} | {} | {:+.1}% | {prog} | {runs} | {per} | {} | {:.1} | {} |",
+            r.name,
+            r.passes,
+            (r.passes as f64 / base - 1.0) * 100.0,
+            r.records,
+            r.records as f64 / STORM_SECS as f64,
+            r.summed
         );
     }
 }

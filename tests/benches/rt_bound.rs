@@ -343,6 +343,7 @@ fn fast_status(
                 Ok(ContainerView {
                     image: "localhost/observer/busybox:latest".into(),
                     kernel_seen: true,
+                    memory: None,
                     ..ContainerView::new(id(i)?, c.clone(), ContainerPhase::Running)
                 })
             })

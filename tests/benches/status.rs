@@ -54,6 +54,7 @@ fn container(restart: u32, phase: ContainerPhase) -> ContainerView {
         oom_kills: 0,
         last_oom: None,
         kernel_seen: true,
+        memory: None,
     }
 }
 

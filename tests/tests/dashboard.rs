@@ -1,8 +1,8 @@
 //! deploy/grafana/observer.json against a real Prometheus (Debian's `prometheus`) scraping
 //! `observer run` on loopback, with the real kernel, the real containerd and the API stand-in:
-//! after an OOM kill and a container death, every query of the dashboard must parse, name only
-//! metrics the agent exports, and return data; the latency panels a number, the OOM panel the
-//! kill with its scope.
+//! after a leak warned before its OOM kill and a container death, every query of the dashboard
+//! must parse, name only metrics the agent exports, and return data; the latency panels a number,
+//! the OOM panel the kill with its scope.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 
 use std::collections::BTreeSet;
@@ -266,9 +266,12 @@ async fn every_dashboard_query_answers_from_a_real_prometheus_scrape() -> Result
     let pod = ctrd
         .run_pod(
             spec.container(
+                // A leak of 256 KiB every 20 ms: warned (MemoryNearLimit) before its kill.
                 ContainerSpec::sh(
                     "app",
-                    &format!("{wait_go}; x=$(head -c 64m /dev/zero | tr '\\0' a); echo ${{#x}}"),
+                    &format!(
+                        "{wait_go}; exec awk 'BEGIN {{ while (1) {{ s = s sprintf(\"%262144s\", \"\"); system(\"usleep 20000\") }} }}'"
+                    ),
                 )
                 .memory_limit_mib(32),
             )

@@ -64,6 +64,7 @@ fn pod(cg: &mut TestCgroup, api: &ApiStandIn, ledger: &AliveLedger, n: u64) -> R
         created_at: None,
         containers: vec![ContainerView {
             kernel_seen: true,
+            memory: None,
             ..ContainerView::new(id, String::from("app"), ContainerPhase::Running)
         }],
         last_oom: None,

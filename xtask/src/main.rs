@@ -239,6 +239,7 @@ fn main() -> Result<()> {
                 "detection",
                 "api_path",
                 "footprint",
+                "pressure",
                 // Starts the real cluster (built once) and deploys the agent.
                 "cluster",
             ];

@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
     cgroup::{cgroup_id, index::path_of_id, CgroupMode, CgroupMounts, HierarchyMount},
-    kernel::{btf::KernelBtf, kmsg, tracefs, GroupDeadSource, ProbeOptions, Probes},
+    kernel::{btf::KernelBtf, kmsg, tracefs, GroupDeadSource, LimitHitSource, ProbeOptions, Probes},
 };
 
 #[derive(Debug, clap::Args)]
@@ -289,6 +289,23 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                              ({why}): from signal->live, two threads exiting at once may both \
                              be reported as the last"
                         ),
+                    ),
+                }
+                match p.limit_hit_source() {
+                    LimitHitSource::Fexit => r.note(
+                        "  memory limit hits",
+                        "fexit/try_to_free_mem_cgroup_pages: the cgroup at its limit from the kernel",
+                    ),
+                    LimitHitSource::Tracepoint(why) => r.note(
+                        "  memory limit hits",
+                        format!(
+                            "tracepoint/vmscan/mm_vmscan_memcg_reclaim_end ({why}): the cgroup at \
+                             its limit is read from cgroupfs"
+                        ),
+                    ),
+                    LimitHitSource::Off(why) => r.note(
+                        "  memory limit hits",
+                        format!("none ({why}): no warnings before OOM kills"),
                     ),
                 }
             }

@@ -51,6 +51,12 @@ impl PipelineHealth {
                 "Kernel memory reads that failed (fields sent as zero)",
                 k.read_errors,
             )?;
+            counter(
+                e,
+                "kernel_limit_hits_summed",
+                "Memory cgroup reclaims summed into a later limit-hit record instead of sent on their own (at most one record per cgroup per 100 ms)",
+                k.limit_hits_summed,
+            )?;
             counters(
                 e,
                 "kernel_records_submitted",

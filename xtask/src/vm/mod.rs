@@ -493,6 +493,8 @@ fn build_payload() -> Result<initramfs::Payload> {
         "pleg",
         "--test",
         "oom",
+        "--test",
+        "pressure",
         "--no-run",
     ])?;
     let find = |n: &str| {
@@ -515,6 +517,7 @@ fn build_payload() -> Result<initramfs::Payload> {
             ("kernel".into(), find("kernel")?),
             ("pleg".into(), find("pleg")?),
             ("oom".into(), find("oom")?),
+            ("pressure".into(), find("pressure")?),
         ],
     })
 }

@@ -45,7 +45,7 @@ impl Mode {
     /// `memory.oom.group` kill, are cgroup v2's).
     pub(crate) fn suites(self) -> &'static [&'static str] {
         match self {
-            Mode::V2 => &["kernel", "pleg", "oom"],
+            Mode::V2 => &["kernel", "pleg", "oom", "pressure"],
             Mode::Hybrid => &["kernel", "pleg"],
             Mode::V1 => &[],
         }

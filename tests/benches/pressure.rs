@@ -1,0 +1,354 @@
+//! Memory warnings before the kill, measured: the agent (in-process, real probes, reconciler and
+//! status manager, a runtime stand-in and the API stand-in) beside what users build today, a 1 s
+//! poll of each container's usage with a 90 % threshold, in the same run on the same containers.
+//!
+//! - leaks: containers leaking anonymous memory at 1, 8 and 64 MiB/s into a 64 MiB limit (their
+//!   own, then a pod-level one), 20 at once, started at even offsets over a second so the poll's
+//!   phase is spread: lead time from the warning to the OOM kill, p50 and the minimum. The
+//!   agent's warning is timed where users see it, its `MemoryNearLimit` Event arriving at the API
+//!   stand-in; the kill at the kernel's OOM kill.
+//! - safe workloads for 60 s: a loop reading a 160 MiB file through a 64 MiB limit (page cache
+//!   at the limit all the time) and bursts of 40 MiB held 200 ms: warnings (the aim: none), and
+//!   the poll's alarms (its usage crossing 90 % upward).
+//!
+//! Root, the kernel's probes. `cargo bench -p observer-tests --bench pressure`
+//! (`OBSERVER_PRESSURE_RUNS`, default 20: containers per leak row).
+#![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use anyhow::{Context, Result};
+use observer::{
+    cgroup::{container_cgroup_path, pod_cgroup_path, CgroupDriver, CgroupMounts, Qos, Runtime},
+    model::{ContainerId, PodUid},
+};
+use observer_tests::{
+    apiserver::{pod_object, ApiStandIn},
+    kernel::{require_kernel, workload, TestCgroup},
+    stack::{AgentStack, RuntimeStandIn},
+};
+
+const NODE: &str = "bench-node";
+const LIMIT: u64 = 64 << 20;
+const POLL: Duration = Duration::from_secs(1);
+const POLL_THRESHOLD: f64 = 0.90;
+
+struct Pods {
+    cg: TestCgroup,
+    api: ApiStandIn,
+    runtime: RuntimeStandIn,
+    /// (name, uid, container id, container cgroup)
+    pods: Vec<(String, PodUid, ContainerId, String)>,
+    /// The cgroup each pod's limit is on (hierarchy-relative, in the memory hierarchy).
+    limited: Vec<String>,
+    memory_root: PathBuf,
+    v2: bool,
+}
+
+impl Pods {
+    async fn new(tag: &str, n: usize, pod_level: bool) -> Result<Self> {
+        let mut cg = TestCgroup::new(tag)?;
+        let api = ApiStandIn::start().await?;
+        let runtime = RuntimeStandIn::default();
+        let mut pods = Vec::new();
+        let mut limited = Vec::new();
+        for i in 0..n {
+            let uid = PodUid::parse(&format!("{i:08x}-0000-4000-8000-00000000be7c"))?;
+            let cid = ContainerId::parse(&format!("{:064x}", 0xbe7c_0000u64 + i as u64))?;
+            let sandbox = ContainerId::parse(&format!("{:064x}", 0x5a4d_be7c_0000u64 + i as u64))?;
+            let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
+            let pod_cg = cg.mkdir(&pod_cgroup_path(driver, qos, &uid))?;
+            let container = cg.mkdir(&container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &cid))?;
+            let name = format!("{tag}-{i}");
+            api.add_pod(pod_object(
+                &name,
+                "default",
+                &uid.to_string(),
+                NODE,
+                &[("app", (!pod_level).then_some("64Mi"))],
+                None,
+            ));
+            runtime.pod(uid, "default", &name, sandbox);
+            runtime.container(uid, "default", &name, cid, "app");
+            let target = if pod_level { pod_cg } else { container.clone() };
+            cg.limit_memory_of(&target, LIMIT)?;
+            limited.push(target);
+            pods.push((name, uid, cid, container));
+        }
+        let mounts = CgroupMounts::detect(None)?;
+        let reader = observer::pressure::MemoryReader::new(&mounts).context("no memory controller")?;
+        let v2 = reader.is_v2();
+        let memory_root = if v2 {
+            mounts.unified().context("cgroup2")?.mount_point.clone()
+        } else {
+            mounts.v1("memory").context("v1 memory")?.mount_point.clone()
+        };
+        Ok(Self {
+            cg,
+            api,
+            runtime,
+            pods,
+            limited,
+            memory_root,
+            v2,
+        })
+    }
+
+    fn usage_file(&self, i: usize) -> PathBuf {
+        let f = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        self.memory_root
+            .join(self.limited[i].trim_start_matches('/'))
+            .join(f)
+    }
+}
+
+/// What users build today: every second, each container's usage against 90 % of its limit.
+/// Returns per container the times its usage crossed the threshold upward.
+fn poll(pods: &Pods, stop: Arc<Mutex<bool>>) -> std::thread::JoinHandle<Vec<Vec<SystemTime>>> {
+    let files: Vec<PathBuf> = (0..pods.pods.len()).map(|i| pods.usage_file(i)).collect();
+    std::thread::spawn(move || {
+        let mut alarms = vec![Vec::new(); files.len()];
+        let mut above = vec![false; files.len()];
+        while !*stop.lock().unwrap() {
+            for (i, f) in files.iter().enumerate() {
+                let usage: u64 = std::fs::read_to_string(f)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                let hot = usage as f64 >= POLL_THRESHOLD * LIMIT as f64;
+                if hot && !above[i] {
+                    alarms[i].push(SystemTime::now());
+                }
+                above[i] = hot;
+            }
+            std::thread::sleep(POLL);
+        }
+        alarms
+    })
+}
+
+fn pct(v: &mut [f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[((v.len() - 1) as f64 * p).round() as usize])
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.0} ms"))
+}
+
+struct LeakRow {
+    label: String,
+    runs: usize,
+    warned: usize,
+    lead: Vec<f64>,
+    polled: usize,
+    poll_lead: Vec<f64>,
+    killed: usize,
+}
+
+async fn leak_row(mib_per_s: u64, pod_level: bool, n: usize) -> Result<LeakRow> {
+    let tag = format!("leak{mib_per_s}{}", if pod_level { "p" } else { "c" });
+    let pods = Pods::new(&tag, n, pod_level).await?;
+    let stack = AgentStack::start(&pods.cg, pods.runtime.clone(), &pods.api, NODE).await?;
+    tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
+        .await
+        .context("pods never listed")?;
+    let stop = Arc::new(Mutex::new(false));
+    let poller = poll(&pods, Arc::clone(&stop));
+    let mut children = Vec::new();
+    for (i, (_, _, cid, container)) in pods.pods.iter().enumerate() {
+        // Even offsets over one poll period: the poll's phase against each leak is spread.
+        tokio::time::sleep(POLL / n as u32).await;
+        let _ = i;
+        let rate = (mib_per_s * 1024).to_string();
+        let child = pods.cg.spawn_in(container, &workload(), &["leak", &rate])?;
+        pods.runtime.started(*cid, child.id());
+        children.push(child);
+    }
+    // Every leak ends in its OOM kill.
+    let fill = Duration::from_secs_f64(64.0 / mib_per_s as f64);
+    let deadline = tokio::time::Instant::now() + fill * 3 + Duration::from_secs(30);
+    let kills: HashMap<ContainerId, SystemTime> = loop {
+        let kills: HashMap<_, _> = pods
+            .pods
+            .iter()
+            .filter_map(|(_, uid, cid, _)| {
+                let v = stack.reconcile.pod(uid)?;
+                let c = v.containers.iter().find(|c| c.id == *cid)?;
+                Some((*cid, c.last_oom.as_ref()?.time))
+            })
+            .collect();
+        if kills.len() == n || tokio::time::Instant::now() > deadline {
+            break kills;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = stack.status.flush(Duration::from_secs(10)).await;
+    *stop.lock().unwrap() = true;
+    let alarms = poller.join().expect("poller");
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let recorded = pods.api.recorded();
+    let mut row = LeakRow {
+        label: format!(
+            "{mib_per_s} MiB/s, {} limit",
+            if pod_level { "pod" } else { "container" }
+        ),
+        runs: n,
+        warned: 0,
+        lead: Vec::new(),
+        polled: 0,
+        poll_lead: Vec::new(),
+        killed: kills.len(),
+    };
+    for (i, (name, _, cid, _)) in pods.pods.iter().enumerate() {
+        let Some(kill) = kills.get(cid) else { continue };
+        let warning = recorded.iter().find(|r| {
+            r.method == "POST"
+                && r.path().ends_with("/events")
+                && r.body["reason"] == "MemoryNearLimit"
+                && r.body["regarding"]["name"] == name.as_str()
+        });
+        if let Some(lead) = warning.and_then(|w| kill.duration_since(w.at).ok()) {
+            row.warned += 1;
+            row.lead.push(lead.as_secs_f64() * 1000.0);
+        }
+        if let Some(lead) = alarms[i].first().and_then(|a| kill.duration_since(*a).ok()) {
+            row.polled += 1;
+            row.poll_lead.push(lead.as_secs_f64() * 1000.0);
+        }
+    }
+    drop(stack);
+    Ok(row)
+}
+
+struct SafeRow {
+    label: String,
+    containers: usize,
+    hits: f64,
+    warnings: usize,
+    poll_alarms: usize,
+}
+
+async fn safe_row(label: &str, args: &[&str], n: usize) -> Result<SafeRow> {
+    let pods = Pods::new(label, n, false).await?;
+    let stack = AgentStack::start(&pods.cg, pods.runtime.clone(), &pods.api, NODE).await?;
+    tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
+        .await
+        .context("pods never listed")?;
+    let stop = Arc::new(Mutex::new(false));
+    let poller = poll(&pods, Arc::clone(&stop));
+    let dir = std::env::current_exe()?
+        .ancestors()
+        .nth(3)
+        .context("target/")?
+        .join("tmp")
+        .join(format!("pressure-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut children = Vec::new();
+    for (i, (_, _, cid, container)) in pods.pods.iter().enumerate() {
+        let file = dir.join(format!("{label}-{i}"));
+        let file = file.to_string_lossy().into_owned();
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "FILE" { file.as_str() } else { a })
+            .collect();
+        let child = pods.cg.spawn_in(container, &workload(), &args)?;
+        pods.runtime.started(*cid, child.id());
+        children.push(child);
+    }
+    for c in children {
+        tokio::task::spawn_blocking(move || c.wait_with_output()).await??;
+    }
+    let _ = stack.status.flush(Duration::from_secs(10)).await;
+    *stop.lock().unwrap() = true;
+    let alarms = poller.join().expect("poller");
+    let hits: f64 = stack
+        .metrics()?
+        .lines()
+        .filter(|l| l.starts_with("observer_memory_limit_hits_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    let warnings = pods
+        .api
+        .recorded()
+        .iter()
+        .filter(|r| r.method == "POST" && r.body["reason"] == "MemoryNearLimit")
+        .count();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(SafeRow {
+        label: label.to_string(),
+        containers: n,
+        hits,
+        warnings,
+        poll_alarms: alarms.iter().map(Vec::len).sum(),
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    if !require_kernel() {
+        return Ok(());
+    }
+    let n: usize = std::env::var("OBSERVER_PRESSURE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let mounts = CgroupMounts::detect(None)?;
+    let v2 = observer::pressure::MemoryReader::new(&mounts).is_some_and(|r| r.is_v2());
+    println!(
+        "kernel {}, memory controller on {}",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
+        if v2 { "cgroup v2" } else { "cgroup v1 (hybrid)" }
+    );
+    let mut leaks = Vec::new();
+    for pod_level in [false, true] {
+        for rate in [1, 8, 64] {
+            let row = leak_row(rate, pod_level, n).await?;
+            eprintln!("{}: done", row.label);
+            leaks.push(row);
+        }
+    }
+    let safe = vec![
+        safe_row("cache", &["cache", "FILE", "160", "60"], 4).await?,
+        safe_row("bursty", &["bursty", "40", "60"], 4).await?,
+    ];
+    println!();
+    println!("| leak into 64 MiB | killed | agent warned before the kill | agent lead p50 | agent lead min | 1 s poll ≥ 90 % alarmed before the kill | poll lead p50 | poll lead min |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &mut leaks {
+        println!(
+            "| {} | {}/{} | {}/{} | {} | {} | {}/{} | {} | {} |",
+            r.label,
+            r.killed,
+            r.runs,
+            r.warned,
+            r.killed,
+            ms(pct(&mut r.lead, 0.5)),
+            ms(pct(&mut r.lead, 0.0)),
+            r.polled,
+            r.killed,
+            ms(pct(&mut r.poll_lead, 0.5)),
+            ms(pct(&mut r.poll_lead, 0.0)),
+        );
+    }
+    println!();
+    println!("| safe workload, 60 s, 64 MiB limit | containers | limit hits the kernel reported | agent warnings | 1 s poll ≥ 90 % alarms |");
+    println!("|---|---|---|---|---|");
+    for r in &safe {
+        println!(
+            "| {} | {} | {:.0} | {} | {} |",
+            r.label, r.containers, r.hits, r.warnings, r.poll_alarms
+        );
+    }
+    Ok(())
+}
