@@ -27,8 +27,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
-    memcg::MemcgWindow, oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS,
-    RING_BUFFER_BYTES,
+    memcg::MemcgWindow, oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS,
+    MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
 };
 
 /// Filled by the loader (`EbpfLoader::override_global`). Read only through [`config`]: a plain read

@@ -4,7 +4,9 @@
 //!
 //! - leaks: containers leaking anonymous memory at 1, 8 and 64 MiB/s into a 64 MiB limit (their
 //!   own, then a pod-level one), 20 at once, started at even offsets over a second so the poll's
-//!   phase is spread: lead time from the warning to the OOM kill, p50 and the minimum. The
+//!   phase is spread; and at 1 and 8 MiB/s beside 32 MiB of page cache they wrote first (as a
+//!   container's logs and libraries are): lead time from the warning to the OOM kill, p50 and
+//!   the minimum. The
 //!   agent's warning is timed where users see it, its `MemoryNearLimit` Event arriving at the API
 //!   stand-in; the kill at the kernel's OOM kill.
 //! - safe workloads for 60 s: a loop reading a 160 MiB file through a 64 MiB limit (page cache
@@ -57,12 +59,21 @@ impl Pods {
         let mut pods = Vec::new();
         let mut limited = Vec::new();
         for i in 0..n {
-            let uid = PodUid::parse(&format!("{i:08x}-0000-4000-8000-00000000be7c"))?;
-            let cid = ContainerId::parse(&format!("{:064x}", 0xbe7c_0000u64 + i as u64))?;
-            let sandbox = ContainerId::parse(&format!("{:064x}", 0x5a4d_be7c_0000u64 + i as u64))?;
+            let uid =
+                PodUid::parse(&format!("{i:08x}-0000-4000-8000-00000000be7c")).context("uid")?;
+            let cid = ContainerId::parse(&format!("{:064x}", 0xbe7c_0000u64 + i as u64))
+                .context("cid")?;
+            let sandbox = ContainerId::parse(&format!("{:064x}", 0x5a4d_be7c_0000u64 + i as u64))
+                .context("sandbox")?;
             let (driver, qos) = (CgroupDriver::Cgroupfs, Qos::Burstable);
             let pod_cg = cg.mkdir(&pod_cgroup_path(driver, qos, &uid))?;
-            let container = cg.mkdir(&container_cgroup_path(driver, qos, &uid, Runtime::Containerd, &cid))?;
+            let container = cg.mkdir(&container_cgroup_path(
+                driver,
+                qos,
+                &uid,
+                Runtime::Containerd,
+                &cid,
+            ))?;
             let name = format!("{tag}-{i}");
             api.add_pod(pod_object(
                 &name,
@@ -80,12 +91,17 @@ impl Pods {
             pods.push((name, uid, cid, container));
         }
         let mounts = CgroupMounts::detect(None)?;
-        let reader = observer::pressure::MemoryReader::new(&mounts).context("no memory controller")?;
+        let reader =
+            observer::pressure::MemoryReader::new(&mounts).context("no memory controller")?;
         let v2 = reader.is_v2();
         let memory_root = if v2 {
             mounts.unified().context("cgroup2")?.mount_point.clone()
         } else {
-            mounts.v1("memory").context("v1 memory")?.mount_point.clone()
+            mounts
+                .v1("memory")
+                .context("v1 memory")?
+                .mount_point
+                .clone()
         };
         Ok(Self {
             cg,
@@ -99,7 +115,11 @@ impl Pods {
     }
 
     fn usage_file(&self, i: usize) -> PathBuf {
-        let f = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        let f = if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        };
         self.memory_root
             .join(self.limited[i].trim_start_matches('/'))
             .join(f)
@@ -146,6 +166,8 @@ fn ms(v: Option<f64>) -> String {
 struct LeakRow {
     label: String,
     runs: usize,
+    /// Warned at all (the agent raised it), and with the Event at the API before the kill.
+    raised: usize,
     warned: usize,
     lead: Vec<f64>,
     polled: usize,
@@ -153,8 +175,12 @@ struct LeakRow {
     killed: usize,
 }
 
-async fn leak_row(mib_per_s: u64, pod_level: bool, n: usize) -> Result<LeakRow> {
-    let tag = format!("leak{mib_per_s}{}", if pod_level { "p" } else { "c" });
+async fn leak_row(mib_per_s: u64, pod_level: bool, cache_mib: u64, n: usize) -> Result<LeakRow> {
+    let tag = format!(
+        "leak{mib_per_s}{}{cache_mib}",
+        if pod_level { "p" } else { "c" }
+    );
+    let dir = scratch()?;
     let pods = Pods::new(&tag, n, pod_level).await?;
     let stack = AgentStack::start(&pods.cg, pods.runtime.clone(), &pods.api, NODE).await?;
     tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
@@ -166,9 +192,18 @@ async fn leak_row(mib_per_s: u64, pod_level: bool, n: usize) -> Result<LeakRow> 
     for (i, (_, _, cid, container)) in pods.pods.iter().enumerate() {
         // Even offsets over one poll period: the poll's phase against each leak is spread.
         tokio::time::sleep(POLL / n as u32).await;
-        let _ = i;
         let rate = (mib_per_s * 1024).to_string();
-        let child = pods.cg.spawn_in(container, &workload(), &["leak", &rate])?;
+        let file = dir
+            .join(format!("{tag}-{i}"))
+            .to_string_lossy()
+            .into_owned();
+        let cache = cache_mib.to_string();
+        let args: Vec<&str> = if cache_mib > 0 {
+            vec!["leak", &rate, &file, &cache]
+        } else {
+            vec!["leak", &rate]
+        };
+        let child = pods.cg.spawn_in(container, &workload(), &args)?;
         pods.runtime.started(*cid, child.id());
         children.push(child);
     }
@@ -198,20 +233,33 @@ async fn leak_row(mib_per_s: u64, pod_level: bool, n: usize) -> Result<LeakRow> 
         let _ = c.wait();
     }
     let recorded = pods.api.recorded();
+    let _ = std::fs::remove_dir_all(&dir);
     let mut row = LeakRow {
         label: format!(
-            "{mib_per_s} MiB/s, {} limit",
-            if pod_level { "pod" } else { "container" }
+            "{mib_per_s} MiB/s, {} limit{}",
+            if pod_level { "pod" } else { "container" },
+            if cache_mib > 0 {
+                format!(", beside {cache_mib} MiB of page cache")
+            } else {
+                String::new()
+            }
         ),
         runs: n,
+        raised: 0,
         warned: 0,
         lead: Vec::new(),
         polled: 0,
         poll_lead: Vec::new(),
         killed: kills.len(),
     };
-    for (i, (name, _, cid, _)) in pods.pods.iter().enumerate() {
+    for (i, (name, uid, cid, _)) in pods.pods.iter().enumerate() {
         let Some(kill) = kills.get(cid) else { continue };
+        let raised = stack.reconcile.pod(uid).is_some_and(|v| {
+            v.containers
+                .iter()
+                .any(|c| c.id == *cid && c.memory.as_ref().is_some_and(|m| m.raises > 0))
+        });
+        row.raised += usize::from(raised);
         let warning = recorded.iter().find(|r| {
             r.method == "POST"
                 && r.path().ends_with("/events")
@@ -247,13 +295,7 @@ async fn safe_row(label: &str, args: &[&str], n: usize) -> Result<SafeRow> {
         .context("pods never listed")?;
     let stop = Arc::new(Mutex::new(false));
     let poller = poll(&pods, Arc::clone(&stop));
-    let dir = std::env::current_exe()?
-        .ancestors()
-        .nth(3)
-        .context("target/")?
-        .join("tmp")
-        .join(format!("pressure-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = scratch()?;
     let mut children = Vec::new();
     for (i, (_, _, cid, container)) in pods.pods.iter().enumerate() {
         let file = dir.join(format!("{label}-{i}"));
@@ -277,7 +319,7 @@ async fn safe_row(label: &str, args: &[&str], n: usize) -> Result<SafeRow> {
         .lines()
         .filter(|l| l.starts_with("observer_memory_limit_hits_total{"))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
+        .fold(0.0, |a, b| a + b);
     let warnings = pods
         .api
         .recorded()
@@ -294,6 +336,18 @@ async fn safe_row(label: &str, args: &[&str], n: usize) -> Result<SafeRow> {
     })
 }
 
+/// A directory on the disk (page cache, not tmpfs): target/tmp.
+fn scratch() -> Result<PathBuf> {
+    let dir = std::env::current_exe()?
+        .ancestors()
+        .nth(3)
+        .context("target/")?
+        .join("tmp")
+        .join(format!("pressure-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     if !require_kernel() {
@@ -308,29 +362,43 @@ async fn main() -> Result<()> {
     println!(
         "kernel {}, memory controller on {}",
         std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
-        if v2 { "cgroup v2" } else { "cgroup v1 (hybrid)" }
+        if v2 {
+            "cgroup v2"
+        } else {
+            "cgroup v1 (hybrid)"
+        }
     );
     let mut leaks = Vec::new();
-    for pod_level in [false, true] {
-        for rate in [1, 8, 64] {
-            let row = leak_row(rate, pod_level, n).await?;
-            eprintln!("{}: done", row.label);
-            leaks.push(row);
-        }
+    let rows = [
+        (1, false, 0),
+        (8, false, 0),
+        (64, false, 0),
+        (1, true, 0),
+        (8, true, 0),
+        (64, true, 0),
+        (1, false, 32),
+        (8, false, 32),
+    ];
+    for (rate, pod_level, cache) in rows {
+        let row = leak_row(rate, pod_level, cache, n).await?;
+        eprintln!("{}: done", row.label);
+        leaks.push(row);
     }
     let safe = vec![
         safe_row("cache", &["cache", "FILE", "160", "60"], 4).await?,
         safe_row("bursty", &["bursty", "40", "60"], 4).await?,
     ];
     println!();
-    println!("| leak into 64 MiB | killed | agent warned before the kill | agent lead p50 | agent lead min | 1 s poll ≥ 90 % alarmed before the kill | poll lead p50 | poll lead min |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| leak into 64 MiB | killed | agent warned | its Event before the kill | agent lead p50 | agent lead min | 1 s poll ≥ 90 % alarmed before the kill | poll lead p50 | poll lead min |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in &mut leaks {
         println!(
-            "| {} | {}/{} | {}/{} | {} | {} | {}/{} | {} | {} |",
+            "| {} | {}/{} | {}/{} | {}/{} | {} | {} | {}/{} | {} | {} |",
             r.label,
             r.killed,
             r.runs,
+            r.raised,
+            r.killed,
             r.warned,
             r.killed,
             ms(pct(&mut r.lead, 0.5)),

@@ -279,19 +279,22 @@ impl Drop for TestCgroup {
             Self::remove(dir);
         }
         Self::remove(&self.dir);
-        if let Some(v1) = &self.v1_memory {
-            Self::remove(v1);
-        }
         // Each twin and the directories made above it, up to this cgroup's own name.
         let own = Path::new(&self.rel).file_name().map(|n| n.to_os_string());
-        self.v1_twins.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.len()));
+        self.v1_twins
+            .sort_by_key(|(rel, _)| std::cmp::Reverse(rel.len()));
         for (_, twin) in &self.v1_twins {
-            for dir in twin.ancestors() {
-                Self::remove(dir);
-                if dir.file_name().map(|n| n.to_os_string()) == own {
+            Self::remove(twin);
+            // The directories made above it go once the last twin below them did.
+            for dir in twin.ancestors().skip(1) {
+                let top = dir.file_name().map(|n| n.to_os_string()) == own;
+                if fs::remove_dir(dir).is_err() || top {
                     break;
                 }
             }
+        }
+        if let Some(v1) = &self.v1_memory {
+            Self::remove(v1);
         }
     }
 }

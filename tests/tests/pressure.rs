@@ -37,7 +37,12 @@ fn condition<'a>(body: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// One pod, its container limited to [`LIMIT`] (`pod_level`: the pod's cgroup instead), and the
 /// agent on it.
-async fn pod(cg: &mut TestCgroup, name: &'static str, n: u32, pod_level: bool) -> Result<(StandInPod, AgentStack)> {
+async fn pod(
+    cg: &mut TestCgroup,
+    name: &'static str,
+    n: u32,
+    pod_level: bool,
+) -> Result<(StandInPod, AgentStack)> {
     let limit = (!pod_level).then_some("64Mi");
     let pod = StandInPod::new(cg, name, 0x3e, n, NODE, InApi { limit, gate: None }).await?;
     let limited = if pod_level {
@@ -58,12 +63,20 @@ fn limit_hits(stack: &AgentStack, pod: &str) -> Result<f64> {
     let text = stack.metrics()?;
     Ok(text
         .lines()
-        .filter(|l| l.starts_with("observer_memory_limit_hits_total{") && l.contains(&format!("pod=\"{pod}\"")))
+        .filter(|l| {
+            l.starts_with("observer_memory_limit_hits_total{")
+                && l.contains(&format!("pod=\"{pod}\""))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum())
 }
 
-async fn leak_is_warned_before_its_kill(name: &'static str, n: u32, pod_level: bool, scope: &str) -> Result<()> {
+async fn leak_is_warned_before_its_kill(
+    name: &'static str,
+    n: u32,
+    pod_level: bool,
+    scope: &str,
+) -> Result<()> {
     let mut cg = TestCgroup::new(name)?;
     let (pod, stack) = pod(&mut cg, name, n, pod_level).await?;
     // 4 MiB/s: the limit is met well before the kill (a few hits' readings apart).
@@ -72,17 +85,32 @@ async fn leak_is_warned_before_its_kill(name: &'static str, n: u32, pod_level: b
     let _child = tokio::task::spawn_blocking(move || child.wait_with_output());
     let oom = pod
         .api
-        .wait_for(WAIT, |r| is_event("OOMKilled")(r) || is_event("ProcessOOMKilled")(r))
+        .wait_for(WAIT, |r| {
+            is_event("OOMKilled")(r) || is_event("ProcessOOMKilled")(r)
+        })
         .await
         .with_context(|| format!("no OOM Event: {:#?}", pod.api.recorded()))?;
     let left = stack.status.flush(Duration::from_secs(10)).await;
-    ensure!(left.events_pending == 0, "Events left unpublished: {left:?}");
+    ensure!(
+        left.events_pending == 0,
+        "Events left unpublished: {left:?}"
+    );
     let recorded = pod.api.recorded();
-    let warnings: Vec<&Recorded> = recorded.iter().filter(|r| is_event("MemoryNearLimit")(r)).collect();
-    ensure!(warnings.len() == 1, "one MemoryNearLimit Event wanted: {:#?}", recorded);
+    let warnings: Vec<&Recorded> = recorded
+        .iter()
+        .filter(|r| is_event("MemoryNearLimit")(r))
+        .collect();
+    ensure!(
+        warnings.len() == 1,
+        "one MemoryNearLimit Event wanted: {:#?}",
+        recorded
+    );
     let w = warnings[0];
     // Told before the kill's Event: the warning's reading came from a hit before the kill.
-    ensure!(w.seq < oom.seq, "the warning came after the kill: {w:#?} {oom:#?}");
+    ensure!(
+        w.seq < oom.seq,
+        "the warning came after the kill: {w:#?} {oom:#?}"
+    );
     let note = w.body["note"].as_str().unwrap_or_default();
     eprintln!("warning: {note}");
     ensure!(
@@ -91,24 +119,36 @@ async fn leak_is_warned_before_its_kill(name: &'static str, n: u32, pod_level: b
             && note.contains("anon "),
         "{note}"
     );
-    ensure!(w.body["regarding"]["fieldPath"] == "spec.containers{app}", "{:#}", w.body);
+    ensure!(
+        w.body["regarding"]["fieldPath"] == "spec.containers{app}",
+        "{:#}",
+        w.body
+    );
     // The condition said it while the container ran.
     let said = recorded.iter().any(|r| {
         r.method == "PATCH"
-            && condition(&r.body, CONDITION).is_some_and(|c| c["status"] == "True" && c["reason"] == "MemoryNearLimit")
+            && condition(&r.body, CONDITION)
+                .is_some_and(|c| c["status"] == "True" && c["reason"] == "MemoryNearLimit")
     });
     ensure!(said, "no MemoryPressure=True written: {recorded:#?}");
     ensure!(limit_hits(&stack, name)? > 0.0, "no limit hit counted");
     let warned = stack.metric(&format!(
         "observer_memory_warnings_total{{namespace=\"default\",pod=\"{name}\",container=\"app\",scope=\"{scope}\"}}"
     ))?;
-    ensure!(warned == 1.0, "observer_memory_warnings_total = {warned}: {}", stack.metrics()?);
+    ensure!(
+        warned == 1.0,
+        "observer_memory_warnings_total = {warned}: {}",
+        stack.metrics()?
+    );
     // explain tells the warning and the kill on one page.
     let view = stack.reconcile.pod(&pod.uid).context("the pod's view")?;
     let api = stack.status.pods().of_view(&view);
     let e = observer::present::explain::explain(&view, None, api.as_deref().ok_or("no pod"));
     let text = observer::present::explain::render_text(&e);
-    ensure!(text.contains("MemoryNearLimit") && text.contains("OOM"), "{text}");
+    ensure!(
+        text.contains("MemoryNearLimit") && text.contains("OOM"),
+        "{text}"
+    );
     Ok(())
 }
 
@@ -148,14 +188,19 @@ async fn never_warned(name: &'static str, n: u32, args: &[&str], hits_wanted: bo
         eprintln!("limit hits: {hits:?}");
     }
     let left = stack.status.flush(Duration::from_secs(10)).await;
-    ensure!(left.events_pending == 0, "Events left unpublished: {left:?}");
+    ensure!(
+        left.events_pending == 0,
+        "Events left unpublished: {left:?}"
+    );
     let recorded = pod.api.recorded();
     ensure!(
         !recorded.iter().any(is_event("MemoryNearLimit")),
         "a warning: {recorded:#?}"
     );
     ensure!(
-        !recorded.iter().any(|r| condition(&r.body, CONDITION).is_some()),
+        !recorded
+            .iter()
+            .any(|r| condition(&r.body, CONDITION).is_some()),
         "a MemoryPressure condition: {recorded:#?}"
     );
     Ok(())

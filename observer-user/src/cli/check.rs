@@ -4,7 +4,9 @@ use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
     cgroup::{cgroup_id, index::path_of_id, CgroupMode, CgroupMounts, HierarchyMount},
-    kernel::{btf::KernelBtf, kmsg, tracefs, GroupDeadSource, LimitHitSource, ProbeOptions, Probes},
+    kernel::{
+        btf::KernelBtf, kmsg, tracefs, GroupDeadSource, LimitHitSource, ProbeOptions, Probes,
+    },
 };
 
 #[derive(Debug, clap::Args)]

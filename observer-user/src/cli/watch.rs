@@ -227,9 +227,16 @@ struct PodPrinter {
     /// What was printed, so that the catch-up after the first relist repeats nothing.
     died: HashSet<ContainerId>,
     killed: HashSet<(ContainerId, u32)>,
+    /// Per container at its memory limit: when its last limit-hit line was printed, and the hits
+    /// since (one line per [`LIMIT_LINE_EVERY`]: a cgroup sitting at its limit is reported ten
+    /// times a second by the kernel).
+    limit_lines: std::collections::HashMap<ContainerId, (crate::kernel::BootNs, u64)>,
     /// The first write error (stdout closed): the main task ends with it.
     failed: Option<std::io::Error>,
 }
+
+/// At most one `MemoryLimitHit` line per container this often (the hits between are summed).
+const LIMIT_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The printer, shared by the loop's thread and the main task (the catch-up).
 #[derive(Clone)]
@@ -244,6 +251,7 @@ impl SharedPrinter {
                 clock: clock.clone(),
                 died: HashSet::new(),
                 killed: HashSet::new(),
+                limit_lines: std::collections::HashMap::new(),
                 failed: None,
             })),
             Arc::new(tokio::sync::Notify::new()),
@@ -300,8 +308,32 @@ impl Hook for SharedPrinter {
             let mut p = crate::sync::lock(&self.0);
             if let Some(id) = ev.container_id() {
                 match ev.kind() {
+                    PlegEventType::LimitHit => {
+                        let hits = match &ev.event {
+                            crate::pleg::PlegEvent::LimitHit { hit, .. } => hit.hits,
+                            _ => 0,
+                        };
+                        let every = LIMIT_LINE_EVERY.as_nanos() as u64;
+                        match p.limit_lines.get_mut(&id) {
+                            Some((last, pending)) if ev.at.0.saturating_sub(last.0) < every => {
+                                *pending += hits;
+                                return;
+                            }
+                            _ => {}
+                        }
+                        let pending = p.limit_lines.insert(id, (ev.at, 0)).map_or(0, |(_, n)| n);
+                        let mut line = pleg_line(ev, p.clock.to_system_time(ev.at));
+                        line.limit_hits = Some(hits + pending);
+                        drop(p);
+                        self.write(&line, false);
+                        return;
+                    }
+                    PlegEventType::ContainerRemoved => {
+                        p.limit_lines.remove(&id);
+                    }
                     PlegEventType::ContainerDied => {
                         p.died.insert(id);
+                        p.limit_lines.remove(&id);
                     }
                     PlegEventType::OomKill => {
                         if let Some(o) = ev.oom() {

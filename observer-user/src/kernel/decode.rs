@@ -134,7 +134,9 @@ fn limit_hit(r: &LimitHitRecord) -> LimitHit {
         task: task(&r.task),
         memcg_id: r.memcg_id,
         usage_bytes: r.usage_pages.saturating_mul(page),
-        limit_bytes: (r.max_pages < unlimited).then(|| r.max_pages.saturating_mul(page)),
+        // No memory cgroup (the tracepoint's record): no counter was read.
+        limit_bytes: (r.memcg_id != 0 && r.max_pages < unlimited)
+            .then(|| r.max_pages.saturating_mul(page)),
         hits: r.hits,
         short: r.short,
         requested_bytes: r.requested_pages.saturating_mul(page),
@@ -304,6 +306,12 @@ mod tests {
             panic!()
         };
         assert_eq!((h.first_at, h.limit_bytes), (BootNs(4), None));
+        // The tracepoint's record names no memory cgroup and read no counter.
+        (r.memcg_id, r.max_pages, r.usage_pages) = (0, 0, 0);
+        let KernelEvent::LimitHit(h) = decode(&bytes(&r)).unwrap() else {
+            panic!()
+        };
+        assert_eq!((h.memcg_id, h.limit_bytes, h.usage_bytes), (0, None, 0));
         assert!(matches!(
             decode(&bytes(&r)[..100]),
             Err(DecodeError::Short { want: 128, .. })

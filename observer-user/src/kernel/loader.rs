@@ -354,9 +354,9 @@ impl Probes {
     }
 
     fn attach_limit_hits(&mut self, fexit: Result<(), String>, btf: &Btf) -> LimitHitSource {
-        let why = match fexit.and_then(|()| {
-            load_fexit(&mut self.ebpf, LIMIT_HIT_PROGRAM, LIMIT_HIT_HOOK, btf)
-        }) {
+        let why = match fexit
+            .and_then(|()| load_fexit(&mut self.ebpf, LIMIT_HIT_PROGRAM, LIMIT_HIT_HOOK, btf))
+        {
             Ok(()) => return LimitHitSource::Fexit,
             Err(e) => format!("fexit/{LIMIT_HIT_HOOK}: {e}"),
         };
@@ -461,9 +461,17 @@ impl Probes {
     }
 
     pub fn program_stats(&self) -> Result<Vec<ProgramStats>, KernelError> {
+        // The always-attached programs, then the optional hook that runs here.
+        let limit_hits = match self.limit_hits {
+            LimitHitSource::Fexit => Some(LIMIT_HIT_PROGRAM),
+            LimitHitSource::Tracepoint(_) => Some(LIMIT_HIT_TP_PROGRAM),
+            LimitHitSource::Off(_) => None,
+        };
         PROGRAMS
             .iter()
-            .map(|(name, _)| {
+            .map(|(name, _)| *name)
+            .chain(limit_hits)
+            .map(|name| {
                 let info = self
                     .ebpf
                     .program(name)
@@ -499,7 +507,12 @@ fn load_group_dead_hook(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
     Ok(())
 }
 
-fn load_tracepoint(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Result<(), String> {
+fn load_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    category: &str,
+    name: &str,
+) -> Result<(), String> {
     let p: &mut TracePoint = ebpf
         .program_mut(program)
         .ok_or("object has no program")?

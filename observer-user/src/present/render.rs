@@ -226,6 +226,12 @@ pub(crate) fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io:
             "{} records lost: ring buffer overflowed",
             line.lost_records.unwrap_or(0)
         ),
+        "limit_hit" => format!(
+            "hits={} short={} reclaimed={}",
+            line.limit_hits.unwrap_or(0),
+            line.reclaim_short.unwrap_or(0),
+            crate::pressure::mib(line.reclaimed_bytes.unwrap_or(0)),
+        ),
         _ => format!("id={}", line.cgroup_id.unwrap_or(0)),
     };
     write!(
@@ -417,6 +423,20 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
     }
     if let Some(rss) = l.anon_rss_kb {
         write!(out, " anon_rss={rss}kB")?;
+    }
+    if let Some(hits) = l.limit_hits {
+        write!(out, " hits={hits}")?;
+        if let Some(short) = l.reclaim_short.filter(|s| *s > 0) {
+            write!(out, " short={short}")?;
+        }
+        if let (Some(u), Some(lim)) = (l.usage_bytes.filter(|u| *u > 0), l.limit_bytes) {
+            write!(
+                out,
+                " usage={}/{}",
+                crate::pressure::mib(u),
+                crate::pressure::mib(lim)
+            )?;
+        }
     }
     out.write_all(b"\n")
 }

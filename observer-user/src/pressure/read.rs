@@ -253,12 +253,15 @@ impl MemoryReader {
                 let comm = read_bounded(&base.join("comm")).unwrap_or_default();
                 Some(Process {
                     pid,
-                    comm: printable(comm.trim_end_matches('\n')).chars().take(64).collect(),
+                    comm: printable(comm.trim_end_matches('\n'))
+                        .chars()
+                        .take(64)
+                        .collect(),
                     rss_bytes: rss_pages * page,
                 })
             })
             .collect();
-        procs.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes));
+        procs.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes));
         procs.truncate(TOP);
         procs
     }

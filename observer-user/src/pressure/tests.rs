@@ -51,7 +51,11 @@ fn a_leak_is_warned_once_with_its_growth_and_lowered_only_after_it_stood() {
     assert_eq!(r.growth, Some(8.0 * MIB as f64));
     // 4 MiB left at 8 MiB/s.
     assert!((r.eta().unwrap() - 0.5).abs() < 1e-9, "{:?}", r.eta());
-    assert!(r.sentence().contains("growing 8.0 MiB/s: full in ~0.5 s"), "{}", r.sentence());
+    assert!(
+        r.sentence().contains("growing 8.0 MiB/s: full in ~0.5 s"),
+        "{}",
+        r.sentence()
+    );
     // Still there: no second warning.
     assert_eq!(p.apply(reading(2_600, 61, 3, 0)), Change::Same);
     assert_eq!(p.raises, 1);
@@ -66,10 +70,13 @@ fn a_leak_is_warned_once_with_its_growth_and_lowered_only_after_it_stood() {
 fn between_the_thresholds_nothing_flaps() {
     let mut p = Pressure::default();
     assert_eq!(p.apply(reading(0, 58, 6, 0)), Change::Raised); // 90.6 %
-    // Around 85 %: neither warn nor calm, for minutes.
+                                                               // Around 85 %: neither warn nor calm, for minutes.
     for i in 1..300 {
         let anon = if i % 2 == 0 { 54 } else { 55 };
-        assert_eq!(p.apply(reading(i * 1_000, anon, 64 - anon, 0)), Change::Same);
+        assert_eq!(
+            p.apply(reading(i * 1_000, anon, 64 - anon, 0)),
+            Change::Same
+        );
     }
     assert!(p.warning);
     assert_eq!(p.raises, 1);
@@ -153,7 +160,12 @@ fn a_cgroup_and_its_parents_up_to_the_root() {
     let up: Vec<String> = ancestry_of("/kubepods/burstable/podx/abc").collect();
     assert_eq!(
         up,
-        ["/kubepods/burstable/podx/abc", "/kubepods/burstable/podx", "/kubepods/burstable", "/kubepods"]
+        [
+            "/kubepods/burstable/podx/abc",
+            "/kubepods/burstable/podx",
+            "/kubepods/burstable",
+            "/kubepods"
+        ]
     );
     assert_eq!(ancestry_of("/").count(), 0);
 }

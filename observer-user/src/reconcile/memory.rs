@@ -23,7 +23,13 @@ pub(super) struct Tracked {
 }
 
 impl<R: RuntimeService> Reconciler<R> {
-    pub(super) fn on_limit_hit(&mut self, uid: PodUid, id: ContainerId, hit: &LimitHit, cgroup: &str) {
+    pub(super) fn on_limit_hit(
+        &mut self,
+        uid: PodUid,
+        id: ContainerId,
+        hit: &LimitHit,
+        cgroup: &str,
+    ) {
         let Some(reader) = &self.memory else {
             return;
         };

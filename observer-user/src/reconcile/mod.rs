@@ -538,7 +538,8 @@ impl<R: RuntimeService> Reconciler<R> {
             SandboxPlan::Gone => {
                 let gone = self.shared.view_mut().remove(&uid);
                 if let Some(pod) = gone {
-                    let names: Vec<String> = pod.containers.iter().map(|c| c.name.clone()).collect();
+                    let names: Vec<String> =
+                        pod.containers.iter().map(|c| c.name.clone()).collect();
                     self.shared
                         .pressure
                         .forget_pod(&pod.namespace, &pod.name, &names);

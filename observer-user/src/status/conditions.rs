@@ -61,7 +61,9 @@ impl ConditionTypes {
     }
 
     pub fn owns(&self, condition_type: &str) -> bool {
-        condition_type == self.alive || condition_type == self.oom || condition_type == self.pressure
+        condition_type == self.alive
+            || condition_type == self.oom
+            || condition_type == self.pressure
     }
 }
 
@@ -671,6 +673,86 @@ mod tests {
         assert_eq!(t.oom, "example.com/OOMKilled");
         assert!(t.owns("example.com/OOMKilled"));
         assert!(!t.owns("Ready"));
+    }
+
+    fn warned(mut c: ContainerView, at: u64, anon_mib: u64, standing: bool) -> ContainerView {
+        use crate::pressure::{Breakdown, Pressure, Reading, Scope};
+        let mut p = Pressure::default();
+        let r = Reading {
+            time: t(at),
+            scope: Scope::Container,
+            usage_bytes: 64 << 20,
+            limit_bytes: 64 << 20,
+            breakdown: Breakdown {
+                anon: anon_mib << 20,
+                file: (64 - anon_mib) << 20,
+                ..Breakdown::default()
+            },
+            hits: 3,
+            short: 0,
+            reclaimed_bytes: 0,
+            requested_bytes: 0,
+            growth: None,
+            top: Vec::new(),
+        };
+        p.apply(r);
+        if !standing {
+            p.warning = false;
+        }
+        c.memory = Some(Box::new(p));
+        c
+    }
+
+    #[test]
+    fn memory_pressure_is_absent_until_a_warning_true_while_it_stands_false_after() {
+        let s = spec("Always", vec![], vec![container("app")]);
+        let calm = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        let cs = observer_conditions(Some(&s), &calm, &[], &types(), t(100));
+        assert!(
+            find(&cs, &types().pressure).is_none(),
+            "absent until a warning"
+        );
+
+        let hot = view(vec![warned(
+            cv("app", 0, ContainerPhase::Running),
+            101,
+            62,
+            true,
+        )]);
+        let cs = observer_conditions(Some(&s), &hot, &cs, &types(), t(101));
+        let p = find(&cs, &types().pressure).unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_deref()),
+            ("True", Some(REASON_NEAR_LIMIT))
+        );
+        assert!(
+            p.message.as_deref().unwrap().starts_with(
+                "container app: 62.0 MiB of the 64.0 MiB container limit cannot be reclaimed (97%"
+            ),
+            "{p:?}"
+        );
+        // Killed and restarted: the new instance runs calm, the condition goes False and stays.
+        let after = view(vec![
+            warned(exited("app", 0, 137, "OOMKilled"), 101, 62, true),
+            cv("app", 1, ContainerPhase::Running),
+        ]);
+        let cs = observer_conditions(Some(&s), &after, &cs, &types(), t(110));
+        let p = find(&cs, &types().pressure).unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_deref()),
+            ("False", Some(REASON_RELIEVED))
+        );
+        assert_eq!(p.last_transition_time, Some(to_time(t(110))));
+        // Lowered while it runs: False too.
+        let lowered = view(vec![warned(
+            cv("app", 0, ContainerPhase::Running),
+            101,
+            62,
+            false,
+        )]);
+        let cs = observer_conditions(Some(&s), &lowered, &[], &types(), t(200));
+        assert_eq!(find(&cs, &types().pressure).unwrap().status, "False");
+        assert!(types().owns("observer.dev/MemoryPressure"));
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //!   mix N             N times: a child execs `exit 0` (a plain process), then a child that is
 //!                     pid 1 of a new pid namespace execs `exit 1` (a container init); reap both
 //!   hog               burn CPU until killed
-//!   leak KIBPS         touch anonymous memory at KIBPS KiB/s (64 KiB steps, paced on the clock)
-//!                     until killed
+//!   leak KIBPS [FILE MIB]  touch anonymous memory at KIBPS KiB/s (64 KiB steps, paced on the
+//!                     clock) until killed; with FILE, first write MIB MiB there (page cache
+//!                     charged here, as a container's logs and libraries are)
 //!   cache FILE MIB SECS  write a MIB MiB file (page cache charged here), then read it whole
 //!                     again and again for SECS seconds; exit 0
 //!   bursty MIB SECS   for SECS seconds: touch MIB MiB, hold it 200 ms, free it, rest 300 ms;
@@ -106,19 +107,24 @@ fn leak(kib_per_s: u64) -> ! {
     }
 }
 
-/// Page cache only: a file larger than the limit read again and again.
-fn cache(path: &std::path::Path, mib: u64, secs: u64) {
-    use std::io::{Read, Write};
+/// `mib` MiB written to `path` and synced: clean page cache charged to this process's cgroup.
+fn write_file(path: &std::path::Path, mib: u64) {
+    use std::io::Write;
     let block = vec![0x3c_u8; 1 << 20];
     let mut f = std::fs::File::create(path).unwrap_or_else(|e| {
-        eprintln!("cache: {}: {e}", path.display());
+        eprintln!("{}: {e}", path.display());
         exit(66)
     });
     for _ in 0..mib {
         f.write_all(&block).expect("write");
     }
     f.sync_all().expect("fsync");
-    drop(f);
+}
+
+/// Page cache only: a file larger than the limit read again and again.
+fn cache(path: &std::path::Path, mib: u64, secs: u64) {
+    use std::io::Read;
+    write_file(path, mib);
     let end = std::time::Instant::now() + Duration::from_secs(secs);
     let mut buf = vec![0_u8; 1 << 20];
     let mut passes = 0;
@@ -252,7 +258,12 @@ fn main() {
                 }
             }
         }
-        "leak" => leak(arg(2)),
+        "leak" => {
+            if let Some(file) = env::args().nth(3) {
+                write_file(std::path::Path::new(&file), arg(4));
+            }
+            leak(arg(2))
+        }
         "cache" => {
             let file = env::args().nth(2).unwrap_or_else(|| {
                 arg(usize::MAX);

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use observer_tests::cluster::{
-    agent_metrics, agent_shared, apply, condition, get_json, require_cluster, test_node,
-    wait_pod, Cluster, Namespace, TestPod, Watch,
+    agent_metrics, agent_shared, apply, condition, get_json, require_cluster, test_node, wait_pod,
+    Cluster, Namespace, TestPod, Watch,
 };
 
 /// A guest node under emulation is slow to start pods and to fill memory.
@@ -15,7 +15,8 @@ const WAIT: Duration = Duration::from_secs(600);
 const CONDITION: &str = "observer.dev/MemoryPressure";
 
 /// 256 KiB of anonymous memory every 20 ms (busybox awk), as the container's init.
-const LEAK: &str = r#"exec awk 'BEGIN { while (1) { s = s sprintf("%262144s", ""); system("usleep 20000") } }'"#;
+const LEAK: &str =
+    r#"exec awk 'BEGIN { while (1) { s = s sprintf("%262144s", ""); system("usleep 20000") } }'"#;
 /// 160 MiB written to the container's own filesystem (the node's disk), then read for 40 s.
 const CACHE: &str = "dd if=/dev/zero of=/tmp/f bs=1M count=160 2>/dev/null && \
      end=$(( $(date +%s) + 40 )); while [ $(date +%s) -lt $end ]; do cat /tmp/f >/dev/null; done";
@@ -23,7 +24,14 @@ const CACHE: &str = "dd if=/dev/zero of=/tmp/f bs=1M count=160 2>/dev/null && \
 fn events(c: &Cluster, ns: &str, pod: &str) -> Vec<serde_json::Value> {
     get_json(
         c,
-        &["get", "events", "-n", ns, "--field-selector", &format!("involvedObject.name={pod}")],
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+        ],
     )
     .map(|v| v["items"].as_array().cloned().unwrap_or_default())
     .unwrap_or_default()
@@ -64,22 +72,31 @@ fn a_leak_is_warned_before_its_oom_kill_and_a_cache_loop_never() {
         .unwrap_or_default()
         .to_string();
     // The warning, then the kill, in the pod's Events.
-    let evs = observer_tests::wait::poll_every(Duration::from_secs(1), Duration::from_secs(60), || {
-        let evs = events(c, &ns.name, "leak");
-        evs.iter()
-            .any(|e| e["reason"] == "OOMKilled" || e["reason"] == "ProcessOOMKilled")
-            .then_some(evs)
-    })
-    .expect("no OOM Event from the agent");
+    let evs =
+        observer_tests::wait::poll_every(Duration::from_secs(1), Duration::from_secs(60), || {
+            let evs = events(c, &ns.name, "leak");
+            evs.iter()
+                .any(|e| e["reason"] == "OOMKilled" || e["reason"] == "ProcessOOMKilled")
+                .then_some(evs)
+        })
+        .expect("no OOM Event from the agent");
     let reasons: Vec<(String, String)> = evs
         .iter()
-        .map(|e| (event_time(e), e["reason"].as_str().unwrap_or_default().to_string()))
+        .map(|e| {
+            (
+                event_time(e),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
         .collect();
     let warning = evs
         .iter()
         .find(|e| e["reason"] == "MemoryNearLimit")
         .unwrap_or_else(|| panic!("no MemoryNearLimit Event: {reasons:?}"));
-    let note = warning["note"].as_str().or(warning["message"].as_str()).unwrap_or_default();
+    let note = warning["note"]
+        .as_str()
+        .or(warning["message"].as_str())
+        .unwrap_or_default();
     eprintln!("warning: {note}");
     assert!(
         note.starts_with("container main is about to be OOM-killed: ")
@@ -97,14 +114,20 @@ fn a_leak_is_warned_before_its_oom_kill_and_a_cache_loop_never() {
     );
     // The condition was True on the pod while the container ran, beside kubelet's status.
     let said = watch.seen().iter().any(|(_, p)| {
-        condition(p, CONDITION).is_some_and(|c| c["status"] == "True" && c["reason"] == "MemoryNearLimit")
+        condition(p, CONDITION)
+            .is_some_and(|c| c["status"] == "True" && c["reason"] == "MemoryNearLimit")
             && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
     });
-    assert!(said, "MemoryPressure=True never seen while the container ran (kubelet: finished {kubelet_done})");
+    assert!(
+        said,
+        "MemoryPressure=True never seen while the container ran (kubelet: finished {kubelet_done})"
+    );
 
     // The cache loop: at its limit for 40 s, never warned.
-    let cache = wait_pod(c, &ns.name, "cache", WAIT, |p| p["status"]["phase"] != "Pending" && p["status"]["phase"] != "Running")
-        .unwrap_or_else(|e| panic!("the cache loop did not end: {e}"));
+    let cache = wait_pod(c, &ns.name, "cache", WAIT, |p| {
+        p["status"]["phase"] != "Pending" && p["status"]["phase"] != "Running"
+    })
+    .unwrap_or_else(|e| panic!("the cache loop did not end: {e}"));
     assert_eq!(cache["status"]["phase"], "Succeeded", "{cache:#}");
     let hits: f64 = agent_metrics(c)
         .unwrap()
@@ -116,7 +139,10 @@ fn a_leak_is_warned_before_its_oom_kill_and_a_cache_loop_never() {
         })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
-    assert!(hits > 0.0, "the cache loop never met its limit: the test proves nothing");
+    assert!(
+        hits > 0.0,
+        "the cache loop never met its limit: the test proves nothing"
+    );
     eprintln!("cache loop: {hits} limit hits");
     let evs = events(c, &ns.name, "cache");
     assert!(

@@ -87,7 +87,10 @@ impl StatusManager {
             // Warnings before the kill: each raised once, those of this agent's time only.
             for (i, r) in c.memory.iter().flat_map(|m| {
                 let first = m.raises - m.raised.len() as u32;
-                m.raised.iter().enumerate().map(move |(i, r)| (first + i as u32 + 1, r))
+                m.raised
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, r)| (first + i as u32 + 1, r))
             }) {
                 if r.time >= started && st.warnings.insert((c.id.to_string(), i)) {
                     out.push(PodEvent::MemoryNearLimit {
