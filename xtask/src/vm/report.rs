@@ -511,6 +511,12 @@ test a_group_kill_is_told_with_the_processes_killed_together ... ok
 
 test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 40.00s
 @@OBSERVER-VM END oom rc=0
+@@OBSERVER-VM BEGIN pressure
+test a_leak_is_warned_before_its_kill ... ok
+test a_leak_under_a_pod_level_limit_is_warned_before_its_kill ... ok
+test bursts_under_the_limit_are_never_warned ... ok
+test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out; finished in 50.00s
+@@OBSERVER-VM END pressure rc=0
 @@OBSERVER-VM DONE
 ";
 
@@ -525,7 +531,10 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
             .unwrap()
             .ends_with("Debian 6.1.192-3"));
         let names: Vec<_> = run.steps.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["cgroups", "check", "kernel", "pleg", "oom"]);
+        assert_eq!(
+            names,
+            ["cgroups", "check", "kernel", "pleg", "oom", "pressure"]
+        );
         assert!(run.steps.iter().all(|s| s.rc == Some(0)));
         assert_eq!(run.step("check").unwrap().lines.len(), 7);
         assert_eq!(
@@ -567,7 +576,7 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         let run = feed_all(V2_PASS);
         assert_eq!(
             judge(Mode::V2, &Ended::Exited, &run, None),
-            Verdict::Pass { tests: 7 }
+            Verdict::Pass { tests: 10 }
         );
         // The OOM suite is cgroup v2's: a v2 guest without it fails, a hybrid one does not
         // run it.
