@@ -270,7 +270,7 @@ async fn every_dashboard_query_answers_from_a_real_prometheus_scrape() -> Result
                 ContainerSpec::sh(
                     "app",
                     &format!(
-                        "{wait_go}; exec awk 'BEGIN {{ while (1) {{ s = s sprintf(\"%262144s\", \"\"); system(\"usleep 20000\") }} }}'"
+                        "{wait_go}; exec awk 'BEGIN {{ while (1) {{ a[n++] = sprintf(\"%262144s\", \"\"); system(\"usleep 20000\") }} }}'"
                     ),
                 )
                 .memory_limit_mib(32),
