@@ -114,6 +114,15 @@ impl Pods {
         })
     }
 
+    /// The agent on these pods, once its status manager listed them.
+    async fn agent(&self) -> Result<AgentStack> {
+        let stack = AgentStack::start(&self.cg, self.runtime.clone(), &self.api, NODE).await?;
+        tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
+            .await
+            .context("pods never listed")?;
+        Ok(stack)
+    }
+
     fn usage_file(&self, i: usize) -> PathBuf {
         let f = if self.v2 {
             "memory.current"
@@ -182,10 +191,7 @@ async fn leak_row(mib_per_s: u64, pod_level: bool, cache_mib: u64, n: usize) -> 
     );
     let dir = scratch()?;
     let pods = Pods::new(&tag, n, pod_level).await?;
-    let stack = AgentStack::start(&pods.cg, pods.runtime.clone(), &pods.api, NODE).await?;
-    tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
-        .await
-        .context("pods never listed")?;
+    let stack = pods.agent().await?;
     let stop = Arc::new(Mutex::new(false));
     let poller = poll(&pods, Arc::clone(&stop));
     let mut children = Vec::new();
@@ -289,10 +295,7 @@ struct SafeRow {
 
 async fn safe_row(label: &str, args: &[&str], n: usize) -> Result<SafeRow> {
     let pods = Pods::new(label, n, false).await?;
-    let stack = AgentStack::start(&pods.cg, pods.runtime.clone(), &pods.api, NODE).await?;
-    tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
-        .await
-        .context("pods never listed")?;
+    let stack = pods.agent().await?;
     let stop = Arc::new(Mutex::new(false));
     let poller = poll(&pods, Arc::clone(&stop));
     let dir = scratch()?;

@@ -150,20 +150,7 @@ impl TestCgroup {
             fs::write(self.dir.join("memory.max"), bytes.to_string()).context("memory.max")?;
             return Ok(());
         }
-        let mounts = CgroupMounts::detect(None)?;
-        let mem = mounts
-            .v1("memory")
-            .ok_or_else(|| anyhow!("no memory controller on cgroup2 nor on a v1 hierarchy"))?;
-        let dir = mem
-            .to_absolute(&self.rel)
-            .ok_or_else(|| anyhow!("v1 memory mount does not show {}", self.rel))?;
-        fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
-            .context("memory.limit_in_bytes")?;
-        // No swap on these hosts, but if there is, keep the limit a hard one.
-        let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
-        let _ = fs::write(dir.join("memory.swappiness"), "0");
-        self.v1_memory = Some(dir);
+        self.v1_memory = Some(v1_twin(&self.rel, bytes)?);
         Ok(())
     }
 
@@ -189,18 +176,7 @@ impl TestCgroup {
             fs::write(target.join("memory.max"), bytes.to_string()).context("memory.max")?;
             return Ok(());
         }
-        let mounts = CgroupMounts::detect(None)?;
-        let mem = mounts
-            .v1("memory")
-            .ok_or_else(|| anyhow!("no memory controller on cgroup2 nor on a v1 hierarchy"))?;
-        let dir = mem
-            .to_absolute(rel)
-            .ok_or_else(|| anyhow!("v1 memory mount does not show {rel}"))?;
-        fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
-            .context("memory.limit_in_bytes")?;
-        let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
-        let _ = fs::write(dir.join("memory.swappiness"), "0");
+        let dir = v1_twin(rel, bytes)?;
         self.v1_twins.push((rel.to_string(), dir));
         Ok(())
     }
@@ -297,6 +273,24 @@ impl Drop for TestCgroup {
             Self::remove(v1);
         }
     }
+}
+
+/// `rel`'s twin on the v1 memory hierarchy (made with its parents), limited to `bytes`.
+fn v1_twin(rel: &str, bytes: u64) -> anyhow::Result<PathBuf> {
+    let mounts = CgroupMounts::detect(None)?;
+    let mem = mounts
+        .v1("memory")
+        .ok_or_else(|| anyhow!("no memory controller on cgroup2 nor on a v1 hierarchy"))?;
+    let dir = mem
+        .to_absolute(rel)
+        .ok_or_else(|| anyhow!("v1 memory mount does not show {rel}"))?;
+    fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
+        .context("memory.limit_in_bytes")?;
+    // No swap on these hosts, but if there is, keep the limit a hard one.
+    let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+    let _ = fs::write(dir.join("memory.swappiness"), "0");
+    Ok(dir)
 }
 
 /// The process is a zombie or gone.

@@ -323,7 +323,9 @@ impl Hook for SharedPrinter {
                         }
                         let pending = p.limit_lines.insert(id, (ev.at, 0)).map_or(0, |(_, n)| n);
                         let mut line = pleg_line(ev, p.clock.to_system_time(ev.at));
-                        line.limit_hits = Some(hits + pending);
+                        if let Some(l) = &mut line.limit {
+                            l.limit_hits = hits + pending;
+                        }
                         drop(p);
                         self.write(&line, false);
                         return;

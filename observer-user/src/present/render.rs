@@ -73,21 +73,36 @@ pub(crate) struct WatchLine<'a> {
     /// Limit hits: the memory cgroup at its limit (inode number in the memory hierarchy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memcg_id: Option<u64>,
-    /// Limit hits: the memory cgroup's usage and limit after reclaim, the hits summed in the
-    /// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was
-    /// asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage_bytes: Option<u64>,
+    /// Limit hits: what the kernel's record says (absent on other lines).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitLine>,
+}
+
+/// A limit hit's figures on a watch line: the memory cgroup's usage and limit after reclaim
+/// (usage 0 and no limit where only the tracepoint was attached), the hits summed in the
+/// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was asked.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LimitLine {
+    pub usage_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_hits: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaim_short: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaimed_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requested_bytes: Option<u64>,
+    pub limit_hits: u64,
+    pub reclaim_short: u64,
+    pub reclaimed_bytes: u64,
+    pub requested_bytes: u64,
+}
+
+impl LimitLine {
+    fn of(h: &crate::kernel::LimitHit) -> Self {
+        Self {
+            usage_bytes: h.usage_bytes,
+            limit_bytes: h.limit_bytes,
+            limit_hits: h.hits,
+            reclaim_short: h.short,
+            reclaimed_bytes: h.reclaimed_bytes,
+            requested_bytes: h.requested_bytes,
+        }
+    }
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
@@ -151,12 +166,7 @@ pub(crate) fn watch_line<'a>(
         KernelEvent::LimitHit(h) => {
             task(&mut line, &h.task);
             line.memcg_id = Some(h.memcg_id);
-            line.usage_bytes = Some(h.usage_bytes);
-            line.limit_bytes = h.limit_bytes;
-            line.limit_hits = Some(h.hits);
-            line.reclaim_short = Some(h.short);
-            line.reclaimed_bytes = Some(h.reclaimed_bytes);
-            line.requested_bytes = Some(h.requested_bytes);
+            line.limit = Some(LimitLine::of(h));
             Some(h.task.cgroup_id)
         }
     };
@@ -226,12 +236,15 @@ pub(crate) fn write_text(out: &mut impl Write, line: &WatchLine<'_>) -> std::io:
             "{} records lost: ring buffer overflowed",
             line.lost_records.unwrap_or(0)
         ),
-        "limit_hit" => format!(
-            "hits={} short={} reclaimed={}",
-            line.limit_hits.unwrap_or(0),
-            line.reclaim_short.unwrap_or(0),
-            crate::pressure::mib(line.reclaimed_bytes.unwrap_or(0)),
-        ),
+        "limit_hit" => {
+            let l = line.limit.clone().unwrap_or_default();
+            format!(
+                "hits={} short={} reclaimed={}",
+                l.limit_hits,
+                l.reclaim_short,
+                crate::pressure::mib(l.reclaimed_bytes),
+            )
+        }
         _ => format!("id={}", line.cgroup_id.unwrap_or(0)),
     };
     write!(
@@ -286,21 +299,9 @@ pub struct PlegLine {
     pub total_vm_kb: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom_score_adj: Option<i16>,
-    /// Limit hits: the memory cgroup's usage and limit after reclaim, the hits summed in the
-    /// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was
-    /// asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_hits: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaim_short: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reclaimed_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requested_bytes: Option<u64>,
+    /// Limit hits: what the kernel's record says (absent on other lines).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitLine>,
 }
 
 pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegLine {
@@ -340,12 +341,7 @@ pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegL
         PlegEvent::LimitHit { hit: h, .. } => {
             line.pid = Some(h.task.tgid);
             line.comm = Some(h.task.comm.to_string());
-            line.usage_bytes = Some(h.usage_bytes);
-            line.limit_bytes = h.limit_bytes;
-            line.limit_hits = Some(h.hits);
-            line.reclaim_short = Some(h.short);
-            line.reclaimed_bytes = Some(h.reclaimed_bytes);
-            line.requested_bytes = Some(h.requested_bytes);
+            line.limit = Some(LimitLine::of(h));
         }
     }
     line
@@ -424,18 +420,14 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
     if let Some(rss) = l.anon_rss_kb {
         write!(out, " anon_rss={rss}kB")?;
     }
-    if let Some(hits) = l.limit_hits {
-        write!(out, " hits={hits}")?;
-        if let Some(short) = l.reclaim_short.filter(|s| *s > 0) {
-            write!(out, " short={short}")?;
+    if let Some(h) = &l.limit {
+        write!(out, " hits={}", h.limit_hits)?;
+        if h.reclaim_short > 0 {
+            write!(out, " short={}", h.reclaim_short)?;
         }
-        if let (Some(u), Some(lim)) = (l.usage_bytes.filter(|u| *u > 0), l.limit_bytes) {
-            write!(
-                out,
-                " usage={}/{}",
-                crate::pressure::mib(u),
-                crate::pressure::mib(lim)
-            )?;
+        if let Some(lim) = h.limit_bytes {
+            let usage = crate::pressure::mib(h.usage_bytes);
+            write!(out, " usage={usage}/{}", crate::pressure::mib(lim))?;
         }
     }
     out.write_all(b"\n")

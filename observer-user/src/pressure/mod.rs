@@ -81,12 +81,16 @@ pub struct Breakdown {
     /// Kernel memory the kernel cannot reclaim (stacks, page tables, unreclaimable slab, socket
     /// buffers, percpu).
     pub kernel: u64,
+    /// Memory the kernel could not reclaim at the limit hit (reclaim freed nothing) that was gone
+    /// when `memory.stat` was read: the OOM killer acted in between (fexit records only, which
+    /// carry the usage at the hit).
+    pub freed_since: u64,
 }
 
 impl Breakdown {
     /// What reclaim cannot free without swap.
     pub fn unreclaimable(&self) -> u64 {
-        self.anon + self.shmem + self.locked + self.kernel
+        self.anon + self.shmem + self.locked + self.kernel + self.freed_since
     }
 }
 
@@ -154,11 +158,17 @@ impl Reading {
     /// ~0.4 s".
     pub fn sentence(&self) -> String {
         let b = &self.breakdown;
-        let locked = if b.locked > 0 {
+        let mut locked = if b.locked > 0 {
             format!(", locked page cache {}", mib(b.locked))
         } else {
             String::new()
         };
+        if b.freed_since > 0 {
+            locked.push_str(&format!(
+                ", {} more the kernel could not reclaim at the hit, freed before it was read",
+                mib(b.freed_since)
+            ));
+        }
         let mut s = format!(
             "{} of the {} {} cannot be reclaimed ({:.0}%: anon {}, shmem {}{locked}, kernel {}; {} reclaimable page cache)",
             mib(b.unreclaimable()),

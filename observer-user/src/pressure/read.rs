@@ -90,6 +90,14 @@ impl MemoryReader {
             if let Some(l) = hit.limit_bytes {
                 r.limit_bytes = l;
             }
+            // Reclaim freed nothing at the limit: everything charged then was unreclaimable, the
+            // kernel's own word. When the cgroup has since lost most of it (the OOM killer acted
+            // before this read), that word stands for the reading.
+            let nothing_freed = hit.hits > 0 && hit.short == hit.hits && hit.reclaimed_bytes == 0;
+            if nothing_freed && self.usage(&rel).unwrap_or(0) < hit.usage_bytes / 2 {
+                r.breakdown.freed_since =
+                    hit.usage_bytes.saturating_sub(r.breakdown.unreclaimable());
+            }
             r
         };
         r.hits = hit.hits;

@@ -123,7 +123,8 @@ fn memory_stat_v2() {
             file: 7 * MIB,
             shmem: 4 * MIB,
             locked: MIB,
-            kernel: 2 * MIB
+            kernel: 2 * MIB,
+            freed_since: 0,
         }
     );
     assert_eq!(b.unreclaimable(), 57 * MIB);
@@ -143,7 +144,8 @@ fn memory_stat_v1_uses_the_hierarchy_totals() {
             file: 18 * MIB,
             shmem: 2 * MIB,
             locked: 0,
-            kernel: 0
+            kernel: 0,
+            freed_since: 0,
         }
     );
 }
@@ -168,4 +170,18 @@ fn a_cgroup_and_its_parents_up_to_the_root() {
         ]
     );
     assert_eq!(ancestry_of("/").count(), 0);
+}
+
+#[test]
+fn what_the_kernel_could_not_reclaim_counts_when_it_was_gone_before_the_read() {
+    // Reclaim freed nothing at the hit (63 MiB charged); the read came after the kill.
+    let mut r = reading(0, 1, 1, 4);
+    r.breakdown.freed_since = 61 * MIB;
+    assert_eq!(r.verdict(), Verdict::Warn);
+    assert!(
+        r.sentence()
+            .contains("61.0 MiB more the kernel could not reclaim at the hit"),
+        "{}",
+        r.sentence()
+    );
 }

@@ -55,7 +55,13 @@ fn a_leak_is_warned_before_its_oom_kill_and_a_cache_loop_never() {
     // A list watch: it starts before the pod exists.
     let watch = Watch::start(
         c,
-        &["pods", "-n", &ns.name, "--field-selector", "metadata.name=leak"],
+        &[
+            "pods",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "metadata.name=leak",
+        ],
     )
     .unwrap();
     for (name, script) in [("leak", LEAK), ("cache", CACHE)] {
