@@ -266,11 +266,12 @@ async fn every_dashboard_query_answers_from_a_real_prometheus_scrape() -> Result
     let pod = ctrd
         .run_pod(
             spec.container(
-                // A leak of 256 KiB every 20 ms: warned (MemoryNearLimit) before its kill.
+                // 12 MiB of page cache, then a leak of 256 KiB every 20 ms: the limit is met while the
+                // cache gives way, and the leak is warned (MemoryNearLimit) well before its kill.
                 ContainerSpec::sh(
                     "app",
                     &format!(
-                        "{wait_go}; exec awk 'BEGIN {{ while (1) {{ a[n++] = sprintf(\"%262144s\", \"\"); system(\"usleep 20000\") }} }}'"
+                        "{wait_go}; dd if=/dev/zero of=/tmp/f bs=1M count=12 2>/dev/null; exec awk 'BEGIN {{ while (1) {{ a[n++] = sprintf(\"%262144s\", \"\"); system(\"usleep 20000\") }} }}'"
                     ),
                 )
                 .memory_limit_mib(32),
