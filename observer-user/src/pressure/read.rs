@@ -194,6 +194,9 @@ impl MemoryReader {
         let dir = self.dir(rel)?;
         let stat = read_bounded(&dir.join("memory.stat"))?;
         let limit = self.number(rel, self.limit_file())?.unwrap_or(0);
+        // Only the pod's own processes are named: an ancestor's cgroup (a QoS class, kubepods)
+        // holds other pods', which this pod's Event must not show.
+        let own = matches!(scope, Scope::Container | Scope::Pod);
         let breakdown = if self.v2 {
             breakdown_v2(&stat)
         } else {
@@ -210,7 +213,11 @@ impl MemoryReader {
             reclaimed_bytes: 0,
             requested_bytes: 0,
             growth: None,
-            top: if top { self.largest(&dir) } else { Vec::new() },
+            top: if top && own {
+                self.largest(&dir)
+            } else {
+                Vec::new()
+            },
         })
     }
 
