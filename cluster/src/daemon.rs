@@ -217,6 +217,12 @@ fn wait_for(c: &Cluster, what: &str, mut ok: impl FnMut() -> bool) -> Result<()>
     Ok(())
 }
 
+/// Forgets a component that exited (its pid file), so that `first_dead` does not take it for a
+/// crash while a fault test holds it down.
+pub(crate) fn forget(c: &Cluster, name: &str) {
+    let _ = fs::remove_file(pid_file(c.dir(), name));
+}
+
 /// Stops every component, newest first.
 pub(crate) fn stop_all(c: &Cluster) {
     for name in COMPONENTS.iter().rev() {

@@ -37,9 +37,12 @@ pub(crate) fn write(c: &Cluster) -> Result<Files> {
     })
 }
 
-/// Who wrote each pod status and Event: what the suites count requests by writer from. Status
-/// writes at the Request level (their bodies: which condition types each writer touched), Events
-/// at the Metadata level (user, verb, object, code).
+/// Who wrote each pod status and Event, and what the nodes' kubelets and the agent ask of the
+/// API server: what the suites count requests by writer from. Status writes at the Request level
+/// (their bodies: which condition types each writer touched), Events at the Metadata level (user,
+/// verb, object, code); every other request of a kubelet (group `system:nodes`) or of the agent's
+/// service account at the Metadata level, lists of pods at the Response level (a list's size is
+/// what a relist costs). Watches are logged when they start and when they end.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -56,6 +59,14 @@ rules:
         resources: ["events"]
       - group: ""
         resources: ["events"]
+  - level: RequestResponse
+    verbs: ["list"]
+    userGroups: ["system:nodes", "system:serviceaccounts:observer-system"]
+    resources:
+      - group: ""
+        resources: ["pods"]
+  - level: Metadata
+    userGroups: ["system:nodes", "system:serviceaccounts:observer-system"]
   - level: None
 "#;
 

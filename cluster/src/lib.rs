@@ -18,10 +18,12 @@
 //! `up_nodes(2)` (`cargo xtask cluster up --nodes 2`).
 pub mod build;
 mod daemon;
+mod faults;
 mod files;
 pub mod guest;
 pub mod host;
 
+pub use faults::Component;
 pub use files::{containerd_toml, ContainerdPaths};
 pub mod pki;
 
@@ -111,7 +113,8 @@ impl Cluster {
         self.dir.join("admin.kubeconfig")
     }
 
-    /// The API server's audit log: every write to pods/status and events, with its user.
+    /// The API server's audit log: every write to pods/status and events, with its user, and
+    /// every request of the nodes' kubelets and of the agent (what each costs the API server).
     pub fn audit_log(&self) -> PathBuf {
         self.state().join("audit.log")
     }

@@ -37,6 +37,7 @@ pub mod events;
 pub mod image;
 pub mod kernel;
 pub mod kubelet;
+pub mod large_node;
 pub mod manifests;
 pub mod pod;
 pub mod prereq;

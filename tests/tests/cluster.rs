@@ -13,6 +13,7 @@
 mod real_cluster {
     mod cycles;
     mod helm;
+    mod large_node;
     mod memory;
     mod plugin;
     mod status_diff;

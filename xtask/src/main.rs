@@ -242,6 +242,8 @@ fn main() -> Result<()> {
                 "pressure",
                 // Starts the real cluster (built once) and deploys the agent.
                 "cluster",
+                // 250 pods on the same cluster, under churn and faults (about 45 minutes).
+                "large_node",
             ];
             for b in benches
                 .iter()

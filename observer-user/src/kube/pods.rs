@@ -112,6 +112,35 @@ pub(crate) fn is_pod_of(pod: &Pod, uid: &str) -> bool {
             .is_some_and(|m| m == uid)
 }
 
+/// The reflector's back-off between failed lists or watches: 500 ms doubling to 8 s, jittered,
+/// reset by any success. kube's default grows to 30 s: after an API server restart the agent's
+/// copy of its pods stayed up to half a minute behind the API (one node's pods are one small
+/// list, and the API server's flow control guards it against many nodes at once).
+struct WatchBackoff(crate::runner::Backoff);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self(crate::runner::Backoff::new(
+            std::time::Duration::from_millis(500),
+            std::time::Duration::from_secs(8),
+        ))
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.0.next_delay())
+    }
+}
+
+impl ::kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
 /// The field selector of this node's pods.
 pub(crate) fn node_selector(node: &str) -> String {
     format!("spec.nodeName={node}")
@@ -125,7 +154,7 @@ pub fn watch(client: Client, node: &str, url: &str) -> (NodePods, BoxStream<'sta
     let (reader, writer) = reflector::store();
     let events = watcher(api, cfg)
         .modify(|p: &mut Pod| p.managed_fields_mut().clear())
-        .default_backoff();
+        .backoff(WatchBackoff::default());
     let mut errors = 0u64;
     let sync = Arc::new(ListState::default());
     let state = Arc::clone(&sync);

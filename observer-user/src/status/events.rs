@@ -22,7 +22,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::{Duration, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use ::kube::{
@@ -55,6 +55,10 @@ pub struct EventConfig {
     pub max_pods: usize,
     /// Per publish (create or patch).
     pub timeout: Duration,
+    /// How long an Event is sent again while the API is away before it is dropped (counted in
+    /// `observer_events_failed_total`): an outage longer than this loses its Events, told in
+    /// the node's log meanwhile.
+    pub max_age: Duration,
 }
 
 impl Default for EventConfig {
@@ -65,6 +69,7 @@ impl Default for EventConfig {
             refill: Duration::from_secs(15),
             max_pods: 4096,
             timeout: Duration::from_secs(10),
+            max_age: Duration::from_secs(600),
         }
     }
 }
@@ -87,6 +92,9 @@ pub(crate) enum PodEvent {
         exit_code: Option<i32>,
         signal: Option<u8>,
         reason: Option<String>,
+        /// Told late, from the runtime's record: the agent was not running when the container
+        /// died (its `ContainersAlive` had stood True since this time).
+        late: Option<SystemTime>,
     },
     Audit(Finding),
     /// A warning that the container is about to be OOM-killed (`crate::pressure`).
@@ -99,12 +107,30 @@ pub(crate) enum PodEvent {
     },
 }
 
+/// The first wait before an Event is sent again, and the longest.
+const RETRY_INITIAL: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Whether sending again can help: the API server away (transport errors), overloaded (5xx) or
+/// throttling (429). A refusal of the Event itself (400, 403, 404, 422) is final.
+fn retryable(e: &::kube::Error) -> bool {
+    match e {
+        ::kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        ::kube::Error::HyperError(_) | ::kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 /// Counters, readable while the publisher runs.
 #[derive(Debug, Default)]
 pub(crate) struct EventStats {
     pub queued: AtomicU64,
     pub published: AtomicU64,
     pub failed: AtomicU64,
+    /// Attempts that failed (each retry of an Event counts).
+    pub failures: AtomicU64,
+    /// Events sent again after a failure that could pass (the API away, 5xx, 429).
+    pub retried: AtomicU64,
     /// Over the pod's rate limit.
     pub rate_limited: AtomicU64,
     /// The queue was full.
@@ -118,11 +144,12 @@ fn get(c: &AtomicU64) -> u64 {
 }
 
 impl EventStats {
-    pub(crate) fn snapshot(&self) -> [u64; 6] {
+    pub(crate) fn snapshot(&self) -> [u64; 7] {
         [
             get(&self.queued),
             get(&self.published),
             get(&self.failed),
+            get(&self.retried),
             get(&self.rate_limited),
             get(&self.overflow),
             get(&self.pending),
@@ -176,6 +203,7 @@ impl PodEvent {
                 exit_code,
                 signal,
                 reason,
+                late,
             } => {
                 let reason = reason.clone().unwrap_or_else(|| "Unknown".into());
                 let (action, how) = match (signal, exit_code) {
@@ -202,7 +230,15 @@ impl PodEvent {
                         format!("ContainerDied{reason}")
                     },
                     action,
-                    format!("container {container} {how}: {reason} (seen by the kernel)"),
+                    match late {
+                        None => {
+                            format!("container {container} {how}: {reason} (seen by the kernel)")
+                        }
+                        Some(since) => format!(
+                            "container {container} {how}: {reason} (told late, from the runtime's record: the agent was not running when it died; ContainersAlive had stood True since {}; an earlier death in the same gap, if any, is no longer in the runtime's record)",
+                            crate::status::compute::rfc3339(*since)
+                        ),
+                    },
                     field(container, *init_container),
                 )
             }
@@ -299,24 +335,47 @@ impl EventPublisher {
         let worker_stats = Arc::clone(&stats);
         let recorder = Recorder::new(client, reporter);
         let timeout = cfg.timeout;
+        let max_age = cfg.max_age;
         let worker = async move {
             while let Some((reference, event)) = rx.recv().await {
-                let r = tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await;
-                match r {
-                    Ok(Ok(())) => {
-                        worker_stats.published.fetch_add(1, Ordering::Relaxed);
-                    }
-                    failed => {
-                        let n = worker_stats.failed.fetch_add(1, Ordering::Relaxed);
-                        // One line per power of two: an API outage does not flood the log.
-                        if n.is_power_of_two() || n == 0 {
-                            let why = match failed {
-                                Ok(Err(e)) => crate::kube::describe_api_error(&e, &url),
-                                _ => format!("no answer within {timeout:?}"),
-                            };
-                            tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}");
+                // An API server that is away, overloaded or throttling: the Event waits (in
+                // order: the ones behind it would fail the same way) and is sent again, with
+                // back-off, until it is `max_age` old. A series update is a PATCH of its count,
+                // the same when sent again; a create whose answer was lost (a timeout) can be
+                // created twice.
+                let queued = tokio::time::Instant::now();
+                let mut delay = RETRY_INITIAL;
+                loop {
+                    let r =
+                        tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await;
+                    let failed = match r {
+                        Ok(Ok(())) => {
+                            worker_stats.published.fetch_add(1, Ordering::Relaxed);
+                            break;
                         }
+                        failed => failed,
+                    };
+                    let retry = match &failed {
+                        Ok(Err(e)) => retryable(e),
+                        _ => true,
+                    };
+                    let n = worker_stats.failures.fetch_add(1, Ordering::Relaxed);
+                    // One line per power of two: an API outage does not flood the log.
+                    if n.is_power_of_two() || n == 0 {
+                        let why = match failed {
+                            Ok(Err(e)) => crate::kube::describe_api_error(&e, &url),
+                            _ => format!("no answer within {timeout:?}"),
+                        };
+                        let then = if retry { "retrying" } else { "dropped" };
+                        tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}; {then}");
                     }
+                    if !retry || queued.elapsed() + delay > max_age {
+                        worker_stats.failed.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    worker_stats.retried.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX);
                 }
                 worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
             }
@@ -416,8 +475,15 @@ mod tests {
     }
 
     fn publisher(cfg: EventConfig) -> (EventPublisher, Arc<std::sync::Mutex<Vec<Seen>>>) {
+        publisher_answering(cfg, vec![])
+    }
+
+    fn publisher_answering(
+        cfg: EventConfig,
+        replies: Vec<Reply>,
+    ) -> (EventPublisher, Arc<std::sync::Mutex<Vec<Seen>>>) {
         let (client, handle) = client();
-        let seen = serve(handle, vec![]);
+        let seen = serve(handle, replies);
         let reporter = Reporter {
             controller: "observer".into(),
             instance: Some("node-1".into()),
@@ -425,6 +491,49 @@ mod tests {
         let (p, worker) = EventPublisher::new(client, reporter, cfg, "");
         tokio::spawn(worker);
         (p, seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_waits_out_an_api_outage_and_is_published_once() {
+        let (mut p, seen) = publisher_answering(
+            EventConfig::default(),
+            vec![
+                status(503, "ServiceUnavailable"),
+                status(429, "TooManyRequests"),
+                status(500, "InternalError"),
+            ],
+        );
+        assert!(p.publish(&pod_ref(), &kill(4100, "hog")));
+        let s = wait_for(&seen, 4, Duration::from_secs(30)).await;
+        assert_eq!(s.len(), 4, "three failures, then the Event");
+        let st = p.stats();
+        wait_until(|| st.pending.load(Ordering::Relaxed) == 0).await;
+        assert_eq!(
+            st.snapshot()[..4],
+            [1, 1, 0, 3],
+            "queued, published, failed, retried"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_the_api_refuses_is_dropped_not_retried() {
+        let (mut p, seen) =
+            publisher_answering(EventConfig::default(), vec![status(422, "Invalid")]);
+        assert!(p.publish(&pod_ref(), &kill(4100, "hog")));
+        let st = p.stats();
+        wait_until(|| st.pending.load(Ordering::Relaxed) == 0).await;
+        assert_eq!(st.snapshot()[..4], [1, 0, 1, 0]);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    async fn wait_until(mut ok: impl FnMut() -> bool) {
+        for _ in 0..3000 {
+            if ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("not within 60 s");
     }
 
     #[tokio::test(start_paused = true)]
@@ -483,6 +592,7 @@ mod tests {
             exit_code: Some(1),
             signal: None,
             reason: Some("Error".into()),
+            late: None,
         };
         assert!(p.publish(&pod_ref(), &died));
         wait_for(&seen, 1, Duration::from_secs(5)).await;

@@ -206,6 +206,9 @@ pub struct StatusManager {
     listing: listing::Listing,
     /// Shared with the fast path (`conditions` mode): who writes ContainersAlive's False.
     ledger: Option<Arc<super::ledger::AliveLedger>>,
+    /// A write failed for want of the API server (transport error, no answer): the first write
+    /// that succeeds again ends every pod's back-off.
+    api_away: bool,
 }
 
 impl StatusManager {
@@ -258,6 +261,7 @@ impl StatusManager {
             held: HashMap::new(),
             listing: Default::default(),
             ledger: None,
+            api_away: false,
         };
         (me.with_clock(crate::model::system_clock()), handle)
     }
@@ -382,6 +386,10 @@ impl StatusManager {
     }
 
     fn pod_change(&mut self, change: PodChange) {
+        // The watch answers again: the API server is back, the writes waiting for it go now.
+        if !matches!(change, PodChange::Error(_)) && std::mem::take(&mut self.api_away) {
+            self.writer.expedite();
+        }
         match change {
             PodChange::Applied { uid } => {
                 // A mirror pod changed: its static pod is known by the UID in its annotation.

@@ -142,7 +142,9 @@ impl StatusConfig {
             request_timeout: Duration::from_secs(5),
             max_concurrent_writes: 8,
             backoff_initial: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(30),
+            // One node's pods: retries every few seconds cost the API server little, and an
+            // outage's deaths are written seconds, not half a minute, after it ends.
+            backoff_max: Duration::from_secs(5),
             backoff_seed: None,
             events: EventConfig::default(),
             pod_logs: Rate {

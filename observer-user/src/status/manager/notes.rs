@@ -70,6 +70,10 @@ impl StatusManager {
                 .is_some_and(|ic| ic.iter().any(|c| c.name == name))
         };
         let started = self.epoch.wall;
+        let writes_alive = matches!(
+            self.cfg.mode,
+            crate::status::StatusMode::Conditions | crate::status::StatusMode::Full
+        );
         let Some(st) = self.state.get_mut(&view.uid) else {
             return;
         };
@@ -101,15 +105,25 @@ impl StatusManager {
                     });
                 }
             }
-            if c.phase == ContainerPhase::Exited && st.deaths.insert(c.id.to_string()) {
+            if c.phase == ContainerPhase::Exited && !st.deaths.contains(c.id.as_str()) {
                 let recent = c.finished_at.is_none_or(|f| f >= started);
-                if recent && c.kernel_seen {
+                let late = if recent {
+                    None
+                } else if pod.is_none() && writes_alive {
+                    // Whether an earlier agent told it is read from the API's pod: wait for it.
+                    continue;
+                } else {
+                    untold_since(pod, &self.types.alive, c.finished_at)
+                };
+                st.deaths.insert(c.id.to_string());
+                if (recent && c.kernel_seen) || late.is_some() {
                     out.push(PodEvent::ContainerDied {
                         container: c.name.clone(),
                         init_container: is_init(&c.name),
                         exit_code: c.exit_code,
                         signal: c.signal,
                         reason: Some(crate::status::compute::terminated_reason(c)),
+                        late,
                     });
                 }
             }
@@ -254,4 +268,32 @@ fn still_running_due(
         .min()
         // Just past the grace, so that the audit then finds it late.
         .map(|d| d + Duration::from_millis(10))
+}
+
+/// A death before this agent started that no earlier agent told: the API's `ContainersAlive`
+/// (`alive`) has stood True since before the container finished. An agent that was running
+/// would have written False at the death, moving the condition's transition past it. Returns
+/// since when the condition stood True. A death in the same second as that True is not told
+/// (the API's times are whole seconds: it cannot be told from a death the True followed).
+fn untold_since(
+    pod: Option<&Pod>,
+    alive: &str,
+    finished: Option<SystemTime>,
+) -> Option<SystemTime> {
+    let finished = finished?;
+    let c = pod?
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == alive)?;
+    if c.status != "True" {
+        return None;
+    }
+    let since = SystemTime::from(c.last_transition_time.as_ref()?.0);
+    // The API keeps whole seconds: a death and the restart's True in the same second look
+    // alike to a death after the True. Told only when the True is from an earlier second.
+    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    (secs(since) < secs(finished)).then_some(since)
 }

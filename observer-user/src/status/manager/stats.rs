@@ -136,7 +136,7 @@ impl super::StatusHandle {
                 .map(|k| (k.reason(), g(&s.audit_findings[k.index()]))),
         )?;
         let ev = self.event_stats();
-        let [queued, published, failed, limited, overflow, _pending] = ev.snapshot();
+        let [queued, published, failed, retried, limited, overflow, _pending] = ev.snapshot();
         counter(e, "events_queued", "Kubernetes Events queued", queued)?;
         counter(
             e,
@@ -147,8 +147,14 @@ impl super::StatusHandle {
         counter(
             e,
             "events_failed",
-            "Kubernetes Events the API refused or never took",
+            "Kubernetes Events the API refused, or never took within their max age",
             failed,
+        )?;
+        counter(
+            e,
+            "events_retried",
+            "Kubernetes Events sent again after the API was away, overloaded or throttling",
+            retried,
         )?;
         counter(
             e,

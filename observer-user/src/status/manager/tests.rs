@@ -467,6 +467,92 @@ async fn history_from_before_the_start_is_not_published_again() {
     );
 }
 
+/// The app pod as an earlier agent left it: its ContainersAlive True since `since`.
+fn alive_since(since: SystemTime) -> Pod {
+    let mut p = app_pod();
+    p.status = Some(PodStatus {
+        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: "observer.dev/ContainersAlive".into(),
+            status: "True".into(),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                since.try_into().unwrap(),
+            )),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
+    // The container died (2023, before this manager's start) after the condition went True: no
+    // agent was running to write False. Its record is still in the runtime.
+    let dead = exited("app", 0, 137, "Error");
+    let since = dead.finished_at.unwrap() - Duration::from_secs(60);
+    let (h, log) = start(StatusMode::Conditions, vec![alive_since(since)], vec![]).await;
+    h.observe(&view(vec![dead.clone(), cv("app", 1, Running)]));
+    settle().await;
+    h.observe(&view(vec![dead, cv("app", 1, Running)]));
+    settle().await;
+    let events = server::events(&log);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].body["reason"], "ContainerDiedError");
+    assert_eq!(events[0].body["action"], "Signal/9");
+    let note = events[0].body["note"].as_str().unwrap();
+    assert!(
+        note.contains("told late") && note.contains("not running when it died"),
+        "{note}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_an_earlier_agent_told_is_not_told_again() {
+    // The condition moved after the death (False at it, True again at the restart): told. The
+    // API's whole seconds: a restart within the death's second has the death's second.
+    let died = exited("app", 0, 137, "Error").finished_at.unwrap();
+    for (finished, since) in [
+        (died, died + Duration::from_secs(2)),
+        (died + Duration::from_millis(400), died),
+    ] {
+        let mut dead = exited("app", 0, 137, "Error");
+        dead.finished_at = Some(finished);
+        let (h, log) = start(StatusMode::Conditions, vec![alive_since(since)], vec![]).await;
+        h.observe(&view(vec![dead, cv("app", 1, Running)]));
+        settle().await;
+        assert!(server::events(&log).is_empty(), "{finished:?} {since:?}");
+    }
+}
+
+/// The reflector's copy can lag behind what the agent wrote (here it never changes: the
+/// stand-in's pods are fixed, as a watch that broke while the API server was away leaves them).
+/// A death's False written since must not read as "the API already says True" when the
+/// container runs again.
+#[tokio::test(start_paused = true)]
+async fn a_stale_reflector_copy_does_not_hide_the_way_back_to_true() {
+    let since = SystemTime::now() - Duration::from_secs(600);
+    let (h, log) = start(StatusMode::Conditions, vec![alive_since(since)], vec![]).await;
+    h.observe(&view(vec![cv("app", 0, Running)]));
+    settle().await;
+    // The condition's reason and message as the agent words them, at most.
+    let first = server::patches(&log).len();
+    assert!(first <= 1);
+    h.observe(&view(vec![died_now("app", 0, 137, "Error")]));
+    settle().await;
+    h.observe(&view(vec![
+        died_now("app", 0, 137, "Error"),
+        cv("app", 1, Running),
+    ]));
+    settle().await;
+    let p = server::patches(&log);
+    let alive: Vec<&Value> = p[first..]
+        .iter()
+        .filter_map(|s| condition(&s.body, "observer.dev/ContainersAlive"))
+        .map(|c| &c["status"])
+        .collect();
+    assert_eq!(alive, ["False", "True"], "{p:#?}");
+}
+
 /// The manager's times come from the injected wall clock (read once) and tokio's monotonic
 /// clock: a fake clock and paused time make them exact, and decide what is history.
 #[tokio::test(start_paused = true)]

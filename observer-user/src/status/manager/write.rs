@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::{podlog::pod_log, stats::bump, StatusManager};
 use crate::{
+    kube::KubeError,
     reconcile::PodView,
     status::{
         compute::{compute_status, StatusInputs},
@@ -29,6 +30,15 @@ impl StatusManager {
         match outcome {
             WriteOutcome::Written { sent_at } => {
                 bump(&stats.writes);
+                // The API server is back: the pods waiting out a back-off from its absence are
+                // written now, not up to `backoff_max` later.
+                if std::mem::take(&mut self.api_away) {
+                    tracing::info!(
+                        pending = self.writer.pending(),
+                        "the API server answers status writes again; the pods waiting are written now"
+                    );
+                    self.writer.expedite();
+                }
                 let latency = sent_at.saturating_duration_since(job.observed_at);
                 stats.write_latency.observe(latency);
                 if let Some(st) = st {
@@ -64,8 +74,11 @@ impl StatusManager {
             }
             WriteOutcome::Failed(e) => {
                 bump(&stats.write_errors);
-                // A crash-looping pod or an API outage would log every retry: powers of two.
-                if done.failures.is_power_of_two() {
+                // The API server away: one line for the outage, not one per pod.
+                let away = matches!(e, KubeError::Client(_) | KubeError::Timeout(_));
+                let first = away && !std::mem::replace(&mut self.api_away, true);
+                // A crash-looping pod would log every retry: powers of two.
+                if first || (!away && done.failures.is_power_of_two()) {
                     let why = crate::kube::describe(&e, &self.cfg.api_url);
                     pod_log(&mut self.logs, stats, &job.uid, &job.name, || {
                         tracing::warn!(pod = %job.name, failures = done.failures, "status write failed: {why}; retrying");
@@ -122,17 +135,22 @@ impl StatusManager {
             );
             let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
             let normal = serde_json::to_value(&desired).map_err(crate::kube::KubeError::from);
-            // What the fast path wrote and the API accepted is what the API has, even before the
-            // reflector shows it: not sent again.
-            let base: Vec<PodCondition> = match fast.as_ref().filter(|_| confirmed) {
-                Some(f) => api_conditions
-                    .iter()
-                    .filter(|c| c.type_ != f.type_)
-                    .cloned()
-                    .chain(std::iter::once(f.clone()))
-                    .collect(),
-                None => api_conditions.to_vec(),
-            };
+            // What the API has: the reflector's copy, but this manager's conditions as it last
+            // submitted them (each is retried until written or superseded) and the fast path's
+            // False once the API accepted it. The reflector's copy can be older than either (a
+            // watch that lags, or broke while the API server was away): a death's False written
+            // since must not read as "the API already says True", and what was written is not
+            // sent again.
+            let mut base: Vec<PodCondition> = api_conditions.to_vec();
+            let ours = st.submitted.is_some().then_some(&st.conditions);
+            for c in ours
+                .into_iter()
+                .flatten()
+                .chain(fast.iter().filter(|_| confirmed))
+            {
+                base.retain(|b| b.type_ != c.type_);
+                base.push(c.clone());
+            }
             let patch = conditions_patch(&api_uid, &base, &desired);
             if let (Some(l), Some(a)) = (
                 &self.ledger,

@@ -1,0 +1,142 @@
+//! The large node's CI version: 60 pods of four shapes (half gated on the agent's condition), a
+//! churn of one container death a second and a pod replaced every 15 s, the agent SIGKILLed once
+//! and the API server stopped for 20 s once in the middle of it. Every death the churn caused
+//! (its own SIGKILLs: the ground truth) must reach the API, in the pod's status or in an Event,
+//! with no duplicate Event and no pod left with a stale `ContainersAlive=True`.
+//! `cargo bench -p observer-tests --bench large_node` is the full run (250 pods, every fault).
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use observer_cluster::Component;
+use observer_tests::cluster::{
+    agent_exclusive, require_cluster, set_agent_mode, Namespace, AGENT_USER,
+};
+use observer_tests::large_node::*;
+use observer_tests::wait::poll_every;
+
+/// Lets the churn run: a span of load, not a wait for a state.
+fn churn_for(d: Duration) {
+    std::thread::sleep(d);
+}
+
+#[test]
+fn sixty_pods_lose_no_death_through_an_agent_kill_and_an_api_server_restart() {
+    let Some(c) = require_cluster() else { return };
+    let _agent = agent_exclusive();
+    set_agent_mode(c, None).unwrap();
+    let ns = Namespace::new(c, "t-large").unwrap();
+    let since = SystemTime::now();
+    let fleet = Fleet::start(c, &ns.name, 60, 20, Duration::from_secs(600)).unwrap();
+    let churn = Churn::start(
+        c,
+        &fleet,
+        ChurnConfig {
+            deaths_per_sec: 1.0,
+            replace_every: Some(Duration::from_secs(15)),
+        },
+    );
+    let mut faults = Vec::new();
+    churn_for(Duration::from_secs(20));
+
+    let start = SystemTime::now();
+    let (_, ready_after) = kill_agent(c, Duration::from_secs(180)).unwrap();
+    faults.push(Span {
+        start,
+        end: SystemTime::now(),
+    });
+    eprintln!("agent SIGKILLed: the new one was ready {ready_after:?} after its start");
+    churn_for(Duration::from_secs(20));
+
+    let start = SystemTime::now();
+    c.stop_component(Component::ApiServer);
+    churn_for(Duration::from_secs(20));
+    c.start_component(Component::ApiServer).unwrap();
+    let back = SystemTime::now();
+    faults.push(Span { start, end: back });
+    churn_for(Duration::from_secs(30));
+
+    churn.pause();
+    let log = churn.log();
+    let stale = settle(c, &ns.name, &log.pods, Duration::from_secs(240)).unwrap();
+    let excluded: HashSet<String> = log.replaced.iter().cloned().collect();
+    let counted = log
+        .deaths
+        .iter()
+        .filter(|d| !excluded.contains(&d.pod))
+        .count() as u64;
+    // Events are published at the publisher's pace: wait until they cover the deaths or stop
+    // changing for 15 s.
+    let mut last = (u64::MAX, std::time::Instant::now());
+    let events = poll_every(Duration::from_secs(1), Duration::from_secs(120), || {
+        let (told, late) = agent_death_events(c, &ns.name).ok()?;
+        let n: u64 = told
+            .iter()
+            .filter(|((p, _), _)| !excluded.contains(p))
+            .map(|(_, n)| n)
+            .sum();
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        }
+        (n >= counted || last.1.elapsed() > Duration::from_secs(15)).then_some((told, late))
+    })
+    .unwrap();
+    let log = churn.stop();
+    let audit = audit_events(c, since).unwrap();
+    let writes = agent_writes(&audit, &ns.name);
+    let mut a = account(
+        &log.deaths,
+        &excluded,
+        &writes,
+        &HashMap::new(),
+        &events.0,
+        events.1,
+        &faults,
+    );
+    a.stale = stale;
+    let minute = back + Duration::from_secs(60);
+    let agent = cost(&audit, AGENT_USER, back, minute);
+    let kubelet = cost(&audit, KUBELET_USER, back, minute);
+    eprintln!(
+        "{} deaths ({} during a fault, {} pods replaced); told in status {}, by an Event {} ({} late); lost {}, Events missing {}, duplicate Events {}, duplicate writes {}; death → False p50 {:.0} ms p99 {:.0} ms (slowest {:?}); after a fault's end max {:.0} ms; stale {:?}",
+        a.deaths,
+        a.during_fault,
+        log.replaced.len(),
+        a.told_in_status,
+        a.told_by_event,
+        a.told_late,
+        a.lost,
+        a.events_missing,
+        a.duplicate_events,
+        a.duplicate_writes,
+        pct(&a.delays_ms, 50.0),
+        pct(&a.delays_ms, 99.0),
+        a.slowest,
+        a.after_fault_ms.last().copied().unwrap_or(0.0),
+        a.stale,
+    );
+    eprintln!(
+        "first minute after the API server returned: agent {} requests ({}), {} B of pod lists; kubelet {} ({}), {} B of pod lists",
+        agent.requests(),
+        agent.verbs(),
+        agent.list_bytes,
+        kubelet.requests(),
+        kubelet.verbs(),
+        kubelet.list_bytes
+    );
+    assert!(a.deaths >= 40, "only {} deaths counted", a.deaths);
+    assert!(a.during_fault > 0, "no death fell inside a fault");
+    assert_eq!(a.lost, 0, "deaths told neither in status nor by an Event");
+    assert_eq!(a.duplicate_events, 0, "a death told by more than one Event");
+    assert!(
+        a.stale.is_empty(),
+        "pods left with a stale {ALIVE}=True: {:?}",
+        a.stale
+    );
+    assert_eq!(a.duplicate_writes, 0, "status writes that changed nothing");
+    // No relist storm: a re-watch from its resourceVersion, or one list of this node's pods.
+    let lists = agent.by_verb.get("list").copied().unwrap_or(0);
+    assert!(
+        lists <= 2,
+        "the agent listed {lists} times in the minute after the API server returned"
+    );
+}
