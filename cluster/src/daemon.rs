@@ -129,7 +129,9 @@ pub(crate) fn start_apiserver(c: &Cluster, f: &Files) -> Result<()> {
     .arg("--allow-privileged=true")
     .arg(format!("--audit-policy-file={}", f.audit_policy.display()))
     .arg(format!("--audit-log-path={}", c.audit_log().display()))
-    .arg("--audit-log-maxsize=0")
+    // Never rotated while a cluster lives (0 would mean lumberjack's 100 MB, which a large
+    // node's run passes): readers take every file anyway (`Cluster::audit_logs`).
+    .arg("--audit-log-maxsize=100000")
     .arg("--profiling=false");
     spawn(c, "kube-apiserver", cmd)
 }

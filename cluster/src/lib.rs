@@ -119,6 +119,24 @@ impl Cluster {
         self.state().join("audit.log")
     }
 
+    /// The audit log's files, oldest first: rotated ones (`audit-<time>.log`), then the current.
+    pub fn audit_logs(&self) -> Vec<PathBuf> {
+        let mut rotated: Vec<PathBuf> = std::fs::read_dir(self.state())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+            })
+            .collect();
+        rotated.sort();
+        rotated.push(self.audit_log());
+        rotated
+    }
+
     /// The built kubectl, or another component's binary.
     pub fn bin(&self, name: &str) -> PathBuf {
         self.dir.join("bin").join(name)

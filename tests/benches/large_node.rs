@@ -99,7 +99,10 @@ fn main() -> Result<()> {
     drop(watch);
     settle(c, &ns.name, &fleet.pods, Duration::from_secs(300))?;
 
-    // Churn with no fault.
+    // Churn with no fault. The Events so far (the latencies' deaths) are not the churn's.
+    let (seen, late) = agent_death_events(c, &ns.name)?;
+    EVENTS_SEEN.with(|e| *e.borrow_mut() = seen);
+    LATE_SEEN.with(|l| l.set(late));
     let churn = Churn::start(
         c,
         &fleet,
@@ -132,6 +135,7 @@ fn main() -> Result<()> {
         let mut spans = Vec::new();
         let throttled_before = throttled_by_server(c).unwrap_or(0);
         let agent_throttled = agent_metric(c, "observer_status_throttled_total").unwrap_or(0.0);
+        let fast_refused = agent_metric(c, "observer_fast_path_write_errors_total").unwrap_or(0.0);
         for _ in 0..repeats {
             churn_for(Duration::from_secs(15));
             let start = SystemTime::now();
@@ -147,9 +151,10 @@ fn main() -> Result<()> {
         }
         let extra = (fault == Fault::Throttle).then(|| {
             format!(
-                "{} requests rejected by the API server (429), the agent retried {} status writes after a 429",
+                "{} requests rejected by the API server (429); the status manager retried {} writes after a 429; {} fast-path writes not accepted (handed to the status manager)",
                 throttled_by_server(c).unwrap_or(0).saturating_sub(throttled_before),
-                agent_metric(c, "observer_status_throttled_total").unwrap_or(0.0) - agent_throttled
+                agent_metric(c, "observer_status_throttled_total").unwrap_or(0.0) - agent_throttled,
+                agent_metric(c, "observer_fast_path_write_errors_total").unwrap_or(0.0) - fast_refused
             )
         });
         rows.push(stock(

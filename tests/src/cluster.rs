@@ -617,6 +617,12 @@ pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
         "-p",
         &patch,
     ])?;
+    restart_agents(c, &format!("statusMode {mode}"))
+}
+
+/// `kubectl rollout restart` of the agents' DaemonSet, waited for until the agent is Ready
+/// (`why`: what the error names).
+pub fn restart_agents(c: &Cluster, why: &str) -> Result<()> {
     c.kubectl_ok(&[
         "-n",
         AGENT_NAMESPACE,
@@ -624,7 +630,7 @@ pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
         "restart",
         "daemonset/observer",
     ])?;
-    wait_agent_ready(c, &format!("statusMode {mode}"))
+    wait_agent_ready(c, why)
 }
 
 /// The rollout done and the agent Ready (after `what`).
@@ -741,8 +747,10 @@ pub fn status_writes(
             time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
         })
     };
-    let text = std::fs::read_to_string(c.audit_log())
-        .with_context(|| format!("{}", c.audit_log().display()))?;
+    let mut text = String::new();
+    for f in c.audit_logs() {
+        text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?);
+    }
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -459,8 +459,10 @@ pub struct Write {
 
 /// The audit log's events at or after `since`, parsed.
 pub fn audit_events(c: &Cluster, since: SystemTime) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(c.audit_log())
-        .with_context(|| format!("{}", c.audit_log().display()))?;
+    let mut text = String::new();
+    for f in c.audit_logs() {
+        text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?);
+    }
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -608,6 +610,29 @@ pub struct Account {
     /// Pods left with ContainersAlive True while kubelet says a container is not running, once
     /// both settled (see [`settle`]).
     pub stale: Vec<String>,
+}
+
+impl Account {
+    /// The account in one line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} deaths ({} during a fault); told in status {}, by an Event {} ({} late); lost {}, Events missing {}, duplicate Events {}, duplicate writes {}; death → False p50 {:.0} ms p99 {:.0} ms (slowest {:?}); after a fault's end max {:.0} ms; stale {:?}",
+            self.deaths,
+            self.during_fault,
+            self.told_in_status,
+            self.told_by_event,
+            self.told_late,
+            self.lost,
+            self.events_missing,
+            self.duplicate_events,
+            self.duplicate_writes,
+            pct(&self.delays_ms, 50.0),
+            pct(&self.delays_ms, 99.0),
+            self.slowest,
+            self.after_fault_ms.last().copied().unwrap_or(0.0),
+            self.stale,
+        )
+    }
 }
 
 /// Accounts for `deaths` (those at or after `since`) with the agent's writes since then and the
@@ -909,16 +934,9 @@ pub fn process_start(pid: u32) -> Option<SystemTime> {
     SystemTime::now().checked_sub(Duration::from_secs_f64(ago))
 }
 
-/// The agent's rollout (`kubectl rollout restart`), waited for.
+/// The agent's rollout (`kubectl rollout restart`), waited for until it answers /readyz.
 pub fn roll_out_agent(c: &Cluster) -> Result<()> {
-    c.kubectl_ok(&[
-        "-n",
-        AGENT_NAMESPACE,
-        "rollout",
-        "restart",
-        "daemonset/observer",
-    ])?;
-    c.wait_rollout()?;
+    crate::cluster::restart_agents(c, "a rollout")?;
     poll_every(POLL, Duration::from_secs(120), || {
         agent_ready().then_some(())
     })

@@ -96,24 +96,7 @@ fn sixty_pods_lose_no_death_through_an_agent_kill_and_an_api_server_restart() {
     let minute = back + Duration::from_secs(60);
     let agent = cost(&audit, AGENT_USER, back, minute);
     let kubelet = cost(&audit, KUBELET_USER, back, minute);
-    eprintln!(
-        "{} deaths ({} during a fault, {} pods replaced); told in status {}, by an Event {} ({} late); lost {}, Events missing {}, duplicate Events {}, duplicate writes {}; death → False p50 {:.0} ms p99 {:.0} ms (slowest {:?}); after a fault's end max {:.0} ms; stale {:?}",
-        a.deaths,
-        a.during_fault,
-        log.replaced.len(),
-        a.told_in_status,
-        a.told_by_event,
-        a.told_late,
-        a.lost,
-        a.events_missing,
-        a.duplicate_events,
-        a.duplicate_writes,
-        pct(&a.delays_ms, 50.0),
-        pct(&a.delays_ms, 99.0),
-        a.slowest,
-        a.after_fault_ms.last().copied().unwrap_or(0.0),
-        a.stale,
-    );
+    eprintln!("{}; {} pods replaced", a.summary(), log.replaced.len());
     eprintln!(
         "first minute after the API server returned: agent {} requests ({}), {} B of pod lists; kubelet {} ({}), {} B of pod lists",
         agent.requests(),
