@@ -668,10 +668,17 @@ pub fn account(
             // The next write that sets the condition after the death: False tells it; True
             // means the container ran again before a False reached the API (the API away, or
             // the agent down) and the status never showed this death.
+            // A write after the pod's next death belongs to that one.
+            let next = deaths
+                .iter()
+                .filter(|n| n.pod == d.pod && n.at > d.at)
+                .map(|n| n.at)
+                .min();
             pod_writes
                 .iter()
                 .find(|w| w.received >= d.at && w.alive.is_some())
                 .filter(|w| w.alive.as_deref() == Some("False"))
+                .filter(|w| next.is_none_or(|n| w.received < n))
                 .map(|w| w.completed)
         };
         let pair = per_pair
