@@ -733,33 +733,40 @@ impl Drop for Watch {
     }
 }
 
-/// The API server's audit log (one JSON event per line), the events about `namespace`'s pods'
-/// status writes that completed, received at or after `since` (a namespace of the same name from
-/// an earlier run is in the log too).
+/// The API server's audit log, every file of it (one JSON event per line), the events received
+/// at or after `since`, parsed.
+pub fn audit_events(c: &Cluster, since: std::time::SystemTime) -> Result<Vec<Value>> {
+    let mut text = String::new();
+    for f in c.audit_logs() {
+        text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?);
+    }
+    let since = time::OffsetDateTime::from(since);
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["requestReceivedTimestamp"].as_str().is_some_and(|t| {
+                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                    .is_ok_and(|t| t >= since)
+            })
+        })
+        .collect())
+}
+
+/// The audit log's events about `namespace`'s pods' status writes that completed, received at or
+/// after `since` (a namespace of the same name from an earlier run is in the log too).
 pub fn status_writes(
     c: &Cluster,
     namespace: &str,
     since: std::time::SystemTime,
 ) -> Result<Vec<Value>> {
-    let since = time::OffsetDateTime::from(since);
-    let received = |e: &Value| {
-        e["requestReceivedTimestamp"].as_str().and_then(|t| {
-            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-        })
-    };
-    let mut text = String::new();
-    for f in c.audit_logs() {
-        text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?);
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    Ok(audit_events(c, since)?
+        .into_iter()
         .filter(|e| {
             e["stage"] == "ResponseComplete"
                 && e["objectRef"]["resource"] == "pods"
                 && e["objectRef"]["subresource"] == "status"
                 && e["objectRef"]["namespace"] == namespace
-                && received(e).is_some_and(|t| t >= since)
         })
         .collect())
 }

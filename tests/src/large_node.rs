@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 
+pub use crate::cluster::audit_events;
 use crate::cluster::{
     condition, container_pid, Cluster, TestPod, AGENT_ADDR, AGENT_NAMESPACE, AGENT_USER, NODE_NAME,
     POLL,
@@ -455,24 +456,6 @@ pub struct Write {
     /// The observer conditions the patch sets, whole (transition times included), sorted: a
     /// write equal to the previous one changes nothing.
     pub signature: String,
-}
-
-/// The audit log's events at or after `since`, parsed.
-pub fn audit_events(c: &Cluster, since: SystemTime) -> Result<Vec<Value>> {
-    let mut text = String::new();
-    for f in c.audit_logs() {
-        text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?);
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["requestReceivedTimestamp"]
-                .as_str()
-                .and_then(parse_time)
-                .is_some_and(|t| t >= since)
-        })
-        .collect())
 }
 
 /// The agent's completed status writes to `ns`'s pods, per pod, in order.
