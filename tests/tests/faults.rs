@@ -46,8 +46,8 @@ const NODE: &str = "node-1";
 const ALIVE: &str = "observer.dev/ContainersAlive";
 /// How long each outage lasts.
 const OUTAGE: Duration = Duration::from_secs(30);
-/// The writer's back-off tops out at 30 s (jittered): the first retry after an outage comes
-/// within that.
+/// The writer's back-off tops out at 5 s (jittered): the first retry after an outage comes
+/// within that; a generous deadline for a loaded machine.
 const RECOVERY: Duration = Duration::from_secs(75);
 
 fn alive_status(r: &Recorded) -> Option<&str> {
@@ -386,10 +386,11 @@ async fn api_failing_for_30s_then_every_final_status_is_written() -> Result<()> 
         .with_context(|| format!("{}: the death was never tried", p.name))?;
     }
     hold_outage(agent, down).await;
-    // Retried with a growing back-off, not hammered: 200 ms doubling to 30 s is 8 tries in 30 s.
+    // Retried with a growing back-off, not hammered: 200 ms doubling to 5 s, each delay drawn
+    // from its upper half, is 9 to 17 tries in 30 s (the fast path's one besides).
     let tries = patches(api, &first.name, before).len();
     assert!(
-        (2..=12).contains(&tries),
+        (2..=20).contains(&tries),
         "{tries} tries of first's death in 30 s"
     );
     api.fail_writes(None);
