@@ -32,6 +32,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use nix::{sys::signal::Signal, unistd::Pid};
+use observer_tests::bench::pct;
 use observer_tests::kernel::Hogs;
 use observer_tests::{
     apiserver::{ApiStandIn, Recorded},
@@ -433,12 +434,6 @@ impl Shared {
 fn delay_us(from: SystemTime, to: SystemTime) -> f64 {
     to.duration_since(from)
         .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn fmt_pct(sorted: &[f64], p: f64) -> String {

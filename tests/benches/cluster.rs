@@ -29,6 +29,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
+use observer_tests::bench::pct;
 use observer_tests::cluster::{
     agent_exclusive, apply, condition, container_init, emulated, get_json, require_cluster,
     set_agent_mode, test_guest, test_node, Cluster, Namespace, TestPod, Watch, POLL,
@@ -266,12 +267,6 @@ fn one_death(
         })
     });
     seen.ok_or_else(|| anyhow!("{name}: not all of (a), (b), (c) seen within {:?}", wait()))
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {

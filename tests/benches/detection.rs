@@ -40,6 +40,7 @@ use observer::{
     },
     pleg::{self, PlegEventType, PlegStats},
 };
+use observer_tests::bench::pct;
 use observer_tests::kernel::Hogs;
 use observer_tests::{
     kernel::require_kernel, relist::relist_exited, require_containerd, ContainerSpec, Containerd,
@@ -694,12 +695,6 @@ fn delay_us(from: SystemTime, to: SystemTime) -> f64 {
         Ok(d) => d.as_secs_f64() * 1e6,
         Err(e) => -e.duration().as_secs_f64() * 1e6,
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn fmt_us(us: f64) -> String {

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{anyhow, Result};
 use observer_cluster::Component;
+use observer_tests::bench::env_count;
 use observer_tests::cluster::{
     agent_exclusive, agent_metric, condition, container_pid, emulated, require_cluster,
     set_agent_mode, Cluster, Namespace, Watch, AGENT_USER,
@@ -39,13 +40,6 @@ use observer_tests::kernel::Hogs;
 use observer_tests::large_node::*;
 use observer_tests::wait::poll_every;
 use serde_json::Value;
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Lets the churn run: a span of load, not a wait for a state.
 fn churn_for(d: Duration) {
@@ -60,10 +54,15 @@ fn main() -> Result<()> {
         println!("large_node: the host's node only (OBSERVER_CLUSTER_NODE names a guest)");
         return Ok(());
     }
-    let pods: usize = env("OBSERVER_BENCH_PODS", 250);
-    let rate: f64 = env("OBSERVER_BENCH_RATE", 2.0);
-    let deaths: usize = env("OBSERVER_BENCH_DEATHS", 20);
-    let repeats: usize = env("OBSERVER_BENCH_REPEATS", 3);
+    let pods = env_count("OBSERVER_BENCH_PODS", 250)?;
+    let rate = match std::env::var("OBSERVER_BENCH_RATE") {
+        Ok(v) => v
+            .parse::<f64>()
+            .map_err(|e| anyhow!("OBSERVER_BENCH_RATE={v}: {e}"))?,
+        Err(_) => 2.0,
+    };
+    let deaths = env_count("OBSERVER_BENCH_DEATHS", 20)?;
+    let repeats = env_count("OBSERVER_BENCH_REPEATS", 3)?;
     let _agent = agent_exclusive();
     set_agent_mode(c, None)?;
     let ns = Namespace::new(c, "bench-large")?;

@@ -19,3 +19,12 @@ pub fn env_count(name: &str, default: usize) -> anyhow::Result<usize> {
         Err(_) => Ok(default),
     }
 }
+
+/// Nearest-rank percentile of sorted values (0 for none).
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 
+pub use crate::bench::pct;
 pub use crate::cluster::audit_events;
 use crate::cluster::{
     condition, container_pid, Cluster, TestPod, AGENT_ADDR, AGENT_NAMESPACE, AGENT_USER, NODE_NAME,
@@ -1030,13 +1031,4 @@ impl Drop for MemoryHog {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Nearest-rank percentile of sorted values (0 for none).
-pub fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
