@@ -344,7 +344,7 @@ async fn handle(
 }
 
 /// Keeps the conditions of a status patch in the served pod, merged by `type` as the strategic
-/// merge patch of a map list does (`$patch: delete` removes one). Nothing else of the status is
+/// merge patch of a map list does: fields of one element merged, `$patch: delete` removes one. Nothing else of the status is
 /// kept: the stand-in records, it does not implement the API.
 fn remember_conditions(pod: &mut Value, patch: &Value) {
     let Some(new) = patch["status"]["conditions"].as_array() else {
@@ -355,9 +355,21 @@ fn remember_conditions(pod: &mut Value, patch: &Value) {
         .cloned()
         .unwrap_or_default();
     for c in new {
-        kept.retain(|k| k["type"] != c["type"]);
-        if c["$patch"] != "delete" {
-            kept.push(c.clone());
+        let at = kept.iter().position(|k| k["type"] == c["type"]);
+        match (at, c.as_object()) {
+            (Some(i), _) if c["$patch"] == "delete" => {
+                kept.remove(i);
+            }
+            // An element of the same type takes the patch's fields and keeps its others (a
+            // patch leaves out a `lastTransitionTime` the API already has).
+            (Some(i), Some(fields)) => {
+                if let Some(k) = kept[i].as_object_mut() {
+                    k.extend(fields.clone());
+                }
+            }
+            (None, _) if c["$patch"] == "delete" => {}
+            (None, _) => kept.push(c.clone()),
+            (Some(i), None) => kept[i] = c.clone(),
         }
     }
     pod["status"]["conditions"] = Value::Array(kept);
@@ -559,4 +571,34 @@ pub fn pod_object(
         "spec": spec,
         "status": {"phase": "Running"}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_patch_merges_into_the_served_element_as_the_api_does() {
+        let mut pod = json!({"metadata": {"resourceVersion": "4"}, "status": {"conditions": [
+            {"type": "A", "status": "False", "reason": "Down", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "B", "status": "True"},
+        ]}});
+        // Same second as the False: the patch leaves the transition time out.
+        remember_conditions(
+            &mut pod,
+            &json!({"status": {"conditions": [
+                {"type": "A", "status": "True", "reason": "Up"},
+                {"type": "B", "$patch": "delete"},
+                {"type": "C", "status": "True"},
+            ]}}),
+        );
+        assert_eq!(
+            pod["status"]["conditions"],
+            json!([
+                {"type": "A", "status": "True", "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "C", "status": "True"},
+            ])
+        );
+        assert_eq!(pod["metadata"]["resourceVersion"], "5");
+    }
 }

@@ -23,6 +23,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use observer::cri::api;
 use observer_image::agent::{self, AgentImage};
+use observer_tests::apiserver::Recorded;
 use observer_tests::containerd::read_container_log;
 use observer_tests::endpoint::{free_listen, http_get};
 use observer_tests::kubelet::{self, quantity_milli, KubeletPod, Node};
@@ -1701,25 +1702,26 @@ async fn the_agent_runs_as_the_daemonset_says() {
         .await
         .unwrap();
     std::fs::write(format!("/proc/{pid}/root/tmp/go"), "").unwrap();
-    let patched = api
-        .wait_for(CHECK_TIMEOUT, |r| {
+    // The fast path writes ContainersAlive=False alone; the manager's patch then carries only what
+    // the fast path did not (OOMKilled): each must reach the API, in whichever patch.
+    let victim_sets = |ty: &'static str, status: &'static str| {
+        move |r: &Recorded| {
             r.method == "PATCH"
                 && r.path().ends_with("/namespaces/default/pods/victim/status")
-                && r.body["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == alive && c["status"] == "False")
-                        && cs
-                            .iter()
-                            .any(|c| c["type"] == "observer.dev/OOMKilled" && c["status"] == "True")
-                })
-        })
-        .await;
-    assert!(
-        patched.is_some(),
-        "no death patch for the victim: {:#?}\n{}",
-        api.recorded(),
-        log()
-    );
+                && r.body["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == ty && c["status"] == status))
+        }
+    };
+    for (ty, status) in [(alive, "False"), ("observer.dev/OOMKilled", "True")] {
+        let patched = api.wait_for(CHECK_TIMEOUT, victim_sets(ty, status)).await;
+        assert!(
+            patched.is_some(),
+            "no patch set {ty}={status} for the victim: {:#?}\n{}",
+            api.recorded(),
+            log()
+        );
+    }
     let event = api
         .wait_for(CHECK_TIMEOUT, |r| {
             r.method == "POST"

@@ -284,8 +284,10 @@ async fn killed_mid_change_the_agent_converges_without_stale_writes() -> Result<
     );
     assert!(
         patches(api, &steady.name, before).is_empty(),
-        "steady written again: {:#?}",
-        patches(api, &steady.name, before)
+        "steady written again: {:#?}\nall requests: {:#?}\n{}",
+        patches(api, &steady.name, before),
+        api.recorded(),
+        agent.stderr()
     );
     // Never stale: after the restart, `dies` is only ever called dead.
     for r in patches(api, &dies.name, before) {
