@@ -23,10 +23,11 @@
 //!
 //! `OBSERVER_BENCH_PODS` (250), `OBSERVER_BENCH_RATE` (deaths per second, 2),
 //! `OBSERVER_BENCH_DEATHS` (latency deaths per kind and load, 20), `OBSERVER_BENCH_REPEATS`
-//! (each fault, 3). The host's node only: a guest under software emulation does not start 250
+//! (each fault, 3); `OBSERVER_BENCH_ONLY=burst` brings the pods up and measures the burst alone.
+//! The host's node only: a guest under software emulation does not start 250
 //! pods in useful time.
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{anyhow, Result};
@@ -73,6 +74,19 @@ fn main() -> Result<()> {
         "\n{pods} pods Ready in {:.0?} (25 applied at a time)",
         t.elapsed()
     );
+    match std::env::var("OBSERVER_BENCH_ONLY").as_deref() {
+        Err(_) => {}
+        Ok("burst") => {
+            settle(c, &ns.name, &fleet.pods, Duration::from_secs(300))?;
+            report_burst(&burst(c, &ns.name)?);
+            return Ok(());
+        }
+        Ok(other) => {
+            return Err(anyhow!(
+                "OBSERVER_BENCH_ONLY={other}: only `burst` is known"
+            ))
+        }
+    }
 
     // Start-up on the full node: the agent killed, restarted by its DaemonSet.
     let (agent, startup) = kill_agent(c, Duration::from_secs(300))?;
@@ -573,40 +587,70 @@ fn kill_many(c: &Cluster, ns: &str, n: usize) -> Result<Vec<(String, bool, Syste
 struct Burst {
     killed: usize,
     spread_ms: f64,
-    /// ms from each pod's kill to the agent's False in the API (audit log), gated and plain.
-    gated_ms: Vec<f64>,
-    plain_ms: Vec<f64>,
+    /// ms from each pod's kill to the agent's `ContainersAlive=False` and to kubelet's
+    /// `ContainersReady=False` as the API server completed them (audit log), gated and plain.
+    agent: [Vec<f64>; 2],
+    kubelet: [Vec<f64>; 2],
     /// The agent's status writes per second, at the busiest second.
     peak_writes_per_sec: usize,
     /// From the first kill to the last pod's False.
     all_written_ms: f64,
+    /// Of the first N Falses the agent wrote (N: the gated pods killed), how many were gated
+    /// pods': N when a gated pod's first death never waits behind another's.
+    gated_first: usize,
+    /// The agent's counters over the burst: how its deaths were written.
+    counters: Vec<(&'static str, f64)>,
 }
 
+/// The agent's counters the burst reports, as differences over it.
+const BURST_COUNTERS: [&str; 7] = [
+    "observer_fast_path_deaths_total",
+    "observer_fast_path_skipped_total",
+    "observer_fast_path_dropped_total",
+    "observer_fast_path_writes_total",
+    "observer_fast_path_write_errors_total",
+    "observer_status_writes_total",
+    "observer_status_throttled_total",
+];
+
+/// A killed pod: gated?, when the agent's False and kubelet's were completed.
+type Told = (bool, Option<SystemTime>, Option<SystemTime>);
+
 fn burst(c: &Cluster, ns: &str) -> Result<Burst> {
+    let before: Vec<f64> = BURST_COUNTERS
+        .iter()
+        .map(|n| agent_metric(c, n).unwrap_or(0.0))
+        .collect();
     let from = SystemTime::now();
     let kills = kill_many(c, ns, 0)?;
     let first = kills.iter().map(|k| k.2).min().unwrap_or(from);
     let last = kills.iter().map(|k| k.2).max().unwrap_or(from);
-    // Every killed pod's False in the audit log, or 120 s.
-    let mut got = Vec::new();
+    // Each killed pod's False from the agent and from kubelet (its own condition), or 120 s.
+    let first_false = |writes: &BTreeMap<String, Vec<Write>>, pod: &str, at: SystemTime| {
+        writes
+            .get(pod)?
+            .iter()
+            .find(|w| w.received >= at && w.alive.as_deref() == Some("False"))
+            .map(|w| w.completed)
+    };
+    let mut got: Vec<Told> = Vec::new();
     poll_every(Duration::from_secs(2), Duration::from_secs(120), || {
         let audit = audit_events(c, from).ok()?;
-        let writes = agent_writes(&audit, ns);
+        let agent = agent_writes(&audit, ns);
+        let kubelet = status_writes_by(&audit, ns, KUBELET_USER, "ContainersReady");
         got = kills
             .iter()
-            .filter_map(|(pod, gated, at)| {
-                let w = writes
-                    .get(pod)?
-                    .iter()
-                    .find(|w| w.received >= *at && w.alive.as_deref() == Some("False"))?;
-                Some((
+            .map(|(pod, gated, at)| {
+                (
                     *gated,
-                    w.completed.duration_since(*at).unwrap_or_default(),
-                    w.completed,
-                ))
+                    first_false(&agent, pod, *at),
+                    first_false(&kubelet, pod, *at),
+                )
             })
             .collect();
-        (got.len() == kills.len()).then_some(())
+        got.iter()
+            .all(|g| g.1.is_some() && g.2.is_some())
+            .then_some(())
     });
     let audit = audit_events(c, from)?;
     let mut per_sec: HashMap<u64, usize> = HashMap::new();
@@ -618,24 +662,78 @@ fn burst(c: &Cluster, ns: &str) -> Result<Burst> {
             .as_secs();
         *per_sec.entry(s).or_default() += 1;
     }
-    let sorted = |gated: bool| {
-        let mut v: Vec<f64> = got
-            .iter()
-            .filter(|g| g.0 == gated)
-            .map(|g| g.1.as_secs_f64() * 1e3)
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v
+    let ms = |gated: bool, which: fn(&Told) -> Option<SystemTime>| {
+        sorted(
+            got.iter()
+                .zip(&kills)
+                .filter(|(g, _)| g.0 == gated)
+                .filter_map(|(g, k)| which(g)?.duration_since(k.2).ok())
+                .map(|d| d.as_secs_f64() * 1e3),
+        )
     };
-    let all = got.iter().map(|g| g.2).max().unwrap_or(first);
+    let all = got.iter().filter_map(|g| g.1).max().unwrap_or(first);
+    let mut order: Vec<(SystemTime, bool)> = got.iter().filter_map(|g| Some((g.1?, g.0))).collect();
+    order.sort();
+    let gated_killed = kills.iter().filter(|k| k.1).count();
+    let gated_first = order.iter().take(gated_killed).filter(|o| o.1).count();
+    let counters = BURST_COUNTERS
+        .iter()
+        .zip(before)
+        .map(|(n, b)| (*n, agent_metric(c, n).unwrap_or(0.0) - b))
+        .collect();
     Ok(Burst {
         killed: kills.len(),
         spread_ms: last.duration_since(first).unwrap_or_default().as_secs_f64() * 1e3,
-        gated_ms: sorted(true),
-        plain_ms: sorted(false),
+        agent: [ms(true, |g| g.1), ms(false, |g| g.1)],
+        kubelet: [ms(true, |g| g.2), ms(false, |g| g.2)],
         peak_writes_per_sec: per_sec.values().copied().max().unwrap_or(0),
         all_written_ms: all.duration_since(first).unwrap_or_default().as_secs_f64() * 1e3,
+        gated_first,
+        counters,
     })
+}
+
+fn report_burst(b: &Burst) {
+    println!(
+        "\n5. Burst: {} main containers SIGKILLed within {:.0} ms; ms from each kill to the condition's False in the API (audit log: the request completed)\n",
+        b.killed, b.spread_ms
+    );
+    println!("| pods | the agent's {ALIVE}=False: written | p50 | p99 | max | kubelet's ContainersReady=False: p50 | p99 | max |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, label) in ["gated", "plain"].iter().enumerate() {
+        let (a, k) = (&b.agent[i], &b.kubelet[i]);
+        println!(
+            "| {label} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            a.len(),
+            pct(a, 50.0),
+            pct(a, 99.0),
+            pct(a, 100.0),
+            pct(k, 50.0),
+            pct(k, 99.0),
+            pct(k, 100.0)
+        );
+    }
+    println!(
+        "\nall written {:.0} ms after the first kill; the agent's busiest second: {} status writes; of the first {} Falses written, {} were gated pods'",
+        b.all_written_ms,
+        b.peak_writes_per_sec,
+        b.agent[0].len(),
+        b.gated_first
+    );
+    let counters: Vec<String> = b
+        .counters
+        .iter()
+        .map(|(n, v)| {
+            format!(
+                "{} {v:.0}",
+                n.trim_start_matches("observer_").trim_end_matches("_total")
+            )
+        })
+        .collect();
+    println!(
+        "the agent's counters over the burst: {}",
+        counters.join(", ")
+    );
 }
 
 struct Report<'a> {
@@ -803,24 +901,5 @@ fn report(r: &Report<'_>) {
         r.log.no_victim
     );
 
-    let b = r.burst;
-    println!(
-        "\n5. Burst: {} main containers SIGKILLed within {:.0} ms; the agent's False in the API (audit log), ms from each kill\n",
-        b.killed, b.spread_ms
-    );
-    println!("| pods | written | p50 | p99 | max |");
-    println!("|---|---|---|---|---|");
-    for (label, v) in [("gated", &b.gated_ms), ("plain", &b.plain_ms)] {
-        println!(
-            "| {label} | {} | {:.0} | {:.0} | {:.0} |",
-            v.len(),
-            pct(v, 50.0),
-            pct(v, 99.0),
-            pct(v, 100.0)
-        );
-    }
-    println!(
-        "\nall written {:.0} ms after the first kill; the agent's busiest second: {} status writes",
-        b.all_written_ms, b.peak_writes_per_sec
-    );
+    report_burst(r.burst);
 }

@@ -447,24 +447,36 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
         .map(SystemTime::from)
 }
 
-/// One status write of the agent's that the API server completed.
+/// One status write the API server completed.
 #[derive(Clone, Debug)]
 pub struct Write {
     pub received: SystemTime,
     pub completed: SystemTime,
-    /// ContainersAlive's status in the patch, if it has the condition.
+    /// The status the patch gives the condition looked for (the agent's: ContainersAlive), if
+    /// the patch has it.
     pub alive: Option<String>,
-    /// The observer conditions the patch sets, whole (transition times included), sorted: a
-    /// write equal to the previous one changes nothing.
+    /// The conditions the patch sets, whole (transition times included), sorted: a write equal
+    /// to the previous one changes nothing.
     pub signature: String,
 }
 
 /// The agent's completed status writes to `ns`'s pods, per pod, in order.
 pub fn agent_writes(audit: &[Value], ns: &str) -> BTreeMap<String, Vec<Write>> {
+    status_writes_by(audit, ns, AGENT_USER, ALIVE)
+}
+
+/// `user`'s completed status writes to `ns`'s pods, per pod, in order; [`Write::alive`] is the
+/// status each gives condition `ty`.
+pub fn status_writes_by(
+    audit: &[Value],
+    ns: &str,
+    user: &str,
+    ty: &str,
+) -> BTreeMap<String, Vec<Write>> {
     let mut out: BTreeMap<String, Vec<Write>> = BTreeMap::new();
     for e in audit {
         let ok = e["stage"] == "ResponseComplete"
-            && e["user"]["username"] == AGENT_USER
+            && e["user"]["username"] == user
             && e["objectRef"]["resource"] == "pods"
             && e["objectRef"]["subresource"] == "status"
             && e["objectRef"]["namespace"] == ns
@@ -486,7 +498,7 @@ pub fn agent_writes(audit: &[Value], ns: &str) -> BTreeMap<String, Vec<Write>> {
             .unwrap_or_default();
         let alive = conds
             .iter()
-            .find(|c| c["type"] == ALIVE)
+            .find(|c| c["type"] == ty)
             .and_then(|c| c["status"].as_str().map(String::from));
         let mut sig: Vec<String> = conds.iter().map(Value::to_string).collect();
         sig.sort();

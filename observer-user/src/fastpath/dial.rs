@@ -29,9 +29,10 @@ use super::{
 use crate::kube::transport::api_message;
 use crate::sync::{Bell, BellWaiter};
 
-/// Connections the reader holds: a death goes out on the one with the fewest requests in flight
-/// (a burst is answered by the API server on both at once), and one lost leaves the other.
-pub(crate) const CONNECTIONS: usize = 2;
+/// Connections the reader holds: a death goes out on the one with the fewest requests in flight,
+/// and one lost leaves the others. The API server works on one request of an HTTP/1.1
+/// connection at a time: in a burst, the connections are how many it serves at once.
+pub(crate) const CONNECTIONS: usize = 4;
 /// How often an unreachable API server is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often the configuration is read again and the credentials taken again from kube's layers:
@@ -91,6 +92,15 @@ pub struct Dialer {
     tx: mpsc::Sender<Handed>,
     shared: Arc<Shared>,
     wanted: BellWaiter,
+}
+
+#[cfg(test)]
+impl Dialer {
+    /// Hands a connection over as if dialed (tests: a loopback server, no kube configuration).
+    pub(crate) fn hand(&self, conn: Conn<Tag>, template: Template) {
+        self.shared.held.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(Handed::Conn(conn, Arc::new(template)));
+    }
 }
 
 /// The dialer and the reader's end of what it opens. Fails only when the process is out of file

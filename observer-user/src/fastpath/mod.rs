@@ -52,8 +52,16 @@ use crate::{
     sync::{Bell, BellWaiter},
 };
 
-/// Requests in flight at once; beyond, deaths are left to the status manager.
+/// Deaths in flight or waiting for a connection at once; beyond, they are left to the status
+/// manager.
 pub(crate) const MAX_IN_FLIGHT: usize = 1024;
+
+/// Requests pipelined on one connection. The API server answers a connection's requests one
+/// after another, so a death written behind a hundred others waits for all of them; one more
+/// than the request being served saves the round trip between them. Past this depth deaths
+/// wait on the thread, a gated pod's first, and go out as answers come back. With
+/// [`dial::CONNECTIONS`] it bounds what the fast path asks of the API server at once.
+pub(crate) const DEPTH: usize = 2;
 
 /// How often an idle connection is used (`GET /version`), so that neither the server nor
 /// anything on the way closes it.
@@ -68,6 +76,8 @@ pub struct FastStats {
     /// Deaths left to the normal path: the pod or container not known yet, not a transition,
     /// the view already had it.
     pub skipped: AtomicU64,
+    /// Deaths that waited on the thread for a connection's free slot (a burst).
+    pub waited: AtomicU64,
     /// Patches accepted by the API, and those that were not (the normal path writes them).
     pub written: AtomicU64,
     pub failed: AtomicU64,
@@ -88,8 +98,9 @@ impl FastStats {
         let g = Self::get;
         for (name, help, v) in [
             ("fast_path_deaths", "Deaths the fast path saw", g(&self.deaths)),
-            ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight, or no connection of the fast path was open", g(&self.dropped)),
+            ("fast_path_dropped", "Deaths left to the status manager because 1024 fast requests were in flight or waiting, or no connection of the fast path was open", g(&self.dropped)),
             ("fast_path_skipped", "Deaths the fast path left to the status manager (no transition, its client not up, or the pod or container not computed by the manager yet)", g(&self.skipped)),
+            ("fast_path_waited", "Deaths that waited for one of the fast path's request slots (a burst: gated pods' first)", g(&self.waited)),
             ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&self.written)),
             ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&self.failed)),
         ] {
@@ -297,6 +308,9 @@ pub struct FastDeaths {
     cfg: WriterConfig,
     dialed: dial::Dialed,
     conns: Vec<wire::Conn<Tag>>,
+    /// Deaths claimed while every connection was [`DEPTH`] deep: gated pods', then the others,
+    /// each in the order they died.
+    waiting: [std::collections::VecDeque<FastJob>; 2],
     template: Option<Arc<wire::Template>>,
     /// `?fieldManager=…`, as kube encodes it.
     query: String,
@@ -323,6 +337,7 @@ impl FastDeaths {
             cfg,
             dialed,
             conns: Vec::new(),
+            waiting: Default::default(),
             template: None,
             query,
         }
@@ -360,7 +375,51 @@ impl FastDeaths {
     }
 
     fn in_flight(&self) -> usize {
-        self.conns.iter().map(wire::Conn::in_flight).sum()
+        self.conns.iter().map(wire::Conn::in_flight).sum::<usize>() + self.waiting()
+    }
+
+    fn waiting(&self) -> usize {
+        self.waiting
+            .iter()
+            .map(std::collections::VecDeque::len)
+            .sum()
+    }
+
+    /// Writes the death now if a connection has room, else keeps it for [`Self::pump`].
+    fn send_or_wait(&mut self, job: FastJob) {
+        if self.waiting() == 0 && self.free_conn().is_some() {
+            self.write(job);
+            return;
+        }
+        bump(&self.decider.stats.waited);
+        let class = usize::from(!job.patch.basis.gated);
+        self.waiting[class].push_back(job);
+        self.pump();
+    }
+
+    /// The waiting deaths, gated pods' first, onto the connections' free slots; with no
+    /// connection left, to the status manager.
+    fn pump(&mut self) {
+        loop {
+            if !self.conns.is_empty() && self.free_conn().is_none() {
+                return;
+            }
+            let Some(job) = self.waiting.iter_mut().find_map(|q| q.pop_front()) else {
+                return;
+            };
+            self.write(job);
+        }
+    }
+
+    /// The open connection with the fewest requests in flight, if one is below [`DEPTH`].
+    fn free_conn(&self) -> Option<usize> {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.open_for_requests())
+            .min_by_key(|(_, c)| c.in_flight())
+            .filter(|(_, c)| c.in_flight() < DEPTH)
+            .map(|(i, _)| i)
     }
 
     /// Takes what the dialer opened since the last call.
@@ -377,19 +436,15 @@ impl FastDeaths {
         }
         if self.conns.len() != before {
             self.decider.ledger.writer_running(!self.conns.is_empty());
+            self.pump();
         }
     }
 
-    /// Writes the patch on the connection with the fewest requests in flight.
+    /// Writes the patch on the connection with the fewest requests in flight; with none open,
+    /// the death is the status manager's.
     fn write(&mut self, job: FastJob) {
         let FastJob { death, patch } = job;
-        let i = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.open_for_requests())
-            .min_by_key(|(_, c)| c.in_flight())
-            .map(|(i, _)| i);
+        let i = self.free_conn();
         let (Some(i), Some(t)) = (i, self.template.as_deref()) else {
             patch.record_in_ledger(&self.decider, &death);
             self.decider.ledger.fail(&death.pod, death.container);
@@ -503,7 +558,7 @@ impl Hook for FastDeaths {
     fn event(&mut self, ev: &PodLifecycleEvent, _sent: SystemTime) {
         self.take_handed();
         if let Some(job) = self.claim(ev) {
-            self.write(job);
+            self.send_or_wait(job);
         }
     }
 
@@ -569,6 +624,8 @@ impl Hook for FastDeaths {
             }
             i += 1;
         }
+        // Answers freed slots, or the last connection went: the waiting deaths go now.
+        self.pump();
         self.cfg.answers.flush();
     }
 }
@@ -684,6 +741,8 @@ fn decide_in_full(
 }
 
 #[cfg(test)]
+mod burst;
+#[cfg(test)]
 mod with_manager;
 
 #[cfg(test)]
@@ -779,6 +838,7 @@ mod tests {
                                     view: b.view.clone(),
                                     pod: Arc::clone(&b.pod),
                                     prepared: Vec::new(),
+                                    gated: b.gated,
                                 },
                             );
                         }

@@ -3,6 +3,8 @@
 //! - the latest state of a key wins: states scheduled while a job for the key runs or waits are
 //!   folded into one, the newest;
 //! - at most one job per key is in flight; jobs of different keys run concurrently, up to a bound;
+//!   when more are ready than the bound takes, the higher [`Priority`] starts first (in the order
+//!   they became ready within one), so a burst of routine work never holds back what matters;
 //! - a failed job is retried with the newest state after the key's jittered exponential back-off
 //!   (or the delay the other side asked for); a new state does not bring a retry forward, so a
 //!   failing peer is not hammered by a busy key;
@@ -25,6 +27,20 @@ use std::{
 pub(crate) use backoff::Backoff;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::time::{delay_queue, DelayQueue};
+
+/// Which ready keys start first once the concurrency bound is reached. A key keeps the highest
+/// priority of the states folded into it, and its retries keep it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    /// Ahead of everything (a gated pod's first death).
+    High = 0,
+    /// Ahead of routine work (another pod's first death).
+    Raised = 1,
+    #[default]
+    Normal = 2,
+}
+
+const PRIORITIES: usize = 3;
 
 /// What a job returns: its output and what the runner does next for the key.
 pub struct Step<R> {
@@ -115,6 +131,9 @@ struct Slot<V> {
     pending: Option<V>,
     /// The state the running job took, kept so that a failure retries it when nothing newer came.
     running: Option<V>,
+    /// The highest priority of the pending states, and of the running one.
+    priority: Priority,
+    running_priority: Priority,
     in_flight: bool,
     queued: bool,
     delayed: Option<delay_queue::Key>,
@@ -128,7 +147,9 @@ pub(crate) struct Runner<K, V, R> {
     job: Job<K, V, R>,
     cfg: RunnerConfig,
     slots: HashMap<K, Slot<V>>,
-    ready: VecDeque<K>,
+    /// Keys ready to start, by priority. A key raised while queued is queued again higher up; its
+    /// older entry is skipped when reached (`Slot::queued` is false by then).
+    ready: [VecDeque<K>; PRIORITIES],
     delays: DelayQueue<K>,
     running: JoinSet<Step<R>>,
     tasks: HashMap<Id, K>,
@@ -155,7 +176,7 @@ where
                 ..cfg
             },
             slots: HashMap::new(),
-            ready: VecDeque::new(),
+            ready: Default::default(),
             delays: DelayQueue::new(),
             running: JoinSet::new(),
             tasks: HashMap::new(),
@@ -167,20 +188,27 @@ where
     /// Sets the key's newest state. It runs as soon as the key has no job in flight, is not
     /// waiting out a back-off, and a concurrency slot is free.
     pub(crate) fn schedule(&mut self, key: K, state: V) {
-        self.schedule_after(key, state, None);
+        self.schedule_after(key, state, None, Priority::Normal);
+    }
+
+    /// [`Self::schedule`] at `priority`.
+    pub(crate) fn schedule_at(&mut self, key: K, state: V, priority: Priority) {
+        self.schedule_after(key, state, None, priority);
     }
 
     /// [`Self::schedule`], but not before `delay` (a requeue: "ask again shortly"). A key that is
     /// already busy keeps its own timing.
     pub(crate) fn schedule_in(&mut self, key: K, state: V, delay: Duration) {
-        self.schedule_after(key, state, Some(delay));
+        self.schedule_after(key, state, Some(delay), Priority::Normal);
     }
 
-    fn schedule_after(&mut self, key: K, state: V, delay: Option<Duration>) {
+    fn schedule_after(&mut self, key: K, state: V, delay: Option<Duration>, priority: Priority) {
         let backoff = self.new_backoff();
         let slot = self.slots.entry(key.clone()).or_insert_with(|| Slot {
             pending: None,
             running: None,
+            priority,
+            running_priority: Priority::Normal,
             in_flight: false,
             queued: false,
             delayed: None,
@@ -190,6 +218,13 @@ where
         });
         if slot.pending.replace(state).is_some() {
             self.stats.superseded += 1;
+            let raised = priority < slot.priority;
+            slot.priority = slot.priority.min(priority);
+            if raised && slot.queued {
+                self.ready[priority as usize].push_back(key.clone());
+            }
+        } else {
+            slot.priority = priority;
         }
         slot.forget = false;
         if !slot.in_flight && !slot.queued && slot.delayed.is_none() {
@@ -197,7 +232,7 @@ where
                 Some(d) => slot.delayed = Some(self.delays.insert(key, d)),
                 None => {
                     slot.queued = true;
-                    self.ready.push_back(key);
+                    self.ready[slot.priority as usize].push_back(key);
                 }
             }
         }
@@ -237,8 +272,8 @@ where
         for k in keys {
             if let Some(s) = self.slots.get_mut(&k) {
                 s.queued = true;
+                self.ready[s.priority as usize].push_back(k);
             }
-            self.ready.push_back(k);
         }
         self.start_ready();
     }
@@ -259,7 +294,7 @@ where
                         slot.delayed = None;
                         if slot.pending.is_some() && !slot.in_flight && !slot.queued {
                             slot.queued = true;
-                            self.ready.push_back(key);
+                            self.ready[slot.priority as usize].push_back(key);
                         }
                     }
                 }
@@ -286,7 +321,7 @@ where
     /// Jobs running or ready to run now (not waiting out a delay).
     #[cfg(test)]
     pub(crate) fn active(&self) -> usize {
-        self.running.len() + self.ready.len()
+        self.running.len() + self.slots.values().filter(|s| s.queued).count()
     }
 
     /// Keys with work pending, in flight or waiting to retry.
@@ -312,17 +347,22 @@ where
 
     fn start_ready(&mut self) {
         while self.running.len() < self.cfg.max_concurrent {
-            let Some(key) = self.ready.pop_front() else {
+            let Some(key) = self.ready.iter_mut().find_map(VecDeque::pop_front) else {
                 return;
             };
             let Some(slot) = self.slots.get_mut(&key) else {
                 continue;
             };
+            // An entry left behind when the key was raised, or the key started already.
+            if !slot.queued || slot.in_flight {
+                continue;
+            }
             slot.queued = false;
             let Some(state) = slot.pending.take() else {
                 continue;
             };
             slot.running = Some(state.clone());
+            slot.running_priority = std::mem::take(&mut slot.priority);
             slot.in_flight = true;
             self.stats.started += 1;
             let handle = self.running.spawn((self.job)(key.clone(), state));
@@ -367,7 +407,7 @@ where
             slot.backoff.reset();
             if slot.pending.is_some() {
                 slot.queued = true;
-                self.ready.push_back(key.clone());
+                self.ready[slot.priority as usize].push_back(key.clone());
             } else {
                 self.slots.remove(&key);
             }
@@ -377,6 +417,9 @@ where
             slot.failures += 1;
             if slot.pending.is_none() {
                 slot.pending = ran;
+                slot.priority = slot.running_priority;
+            } else {
+                slot.priority = slot.priority.min(slot.running_priority);
             }
             let mut delay = slot.backoff.next_delay();
             if let Then::RetryAfter(asked) = then {

@@ -139,6 +139,70 @@ async fn concurrency_is_bounded_and_every_key_runs() {
     assert_eq!(starts, (0..10).collect::<Vec<_>>());
 }
 
+/// Past the bound, the higher priority starts first, in order within one; a key raised while it
+/// waits moves up (and runs once), and a failed high-priority job retries at its priority.
+#[tokio::test(start_paused = true)]
+async fn higher_priorities_start_first_past_the_bound() {
+    let s = script(&[(9, &[Act::Fail])]);
+    let mut r = runner(cfg(1), &s);
+    r.schedule(0, 0); // takes the one slot
+    for k in 1..=4 {
+        r.schedule(k, k);
+    }
+    r.schedule_at(8, 8, Priority::Raised);
+    r.schedule_at(9, 9, Priority::High);
+    // Key 3 waits at Normal; a newer state of it is a first death: it moves up.
+    r.schedule_at(3, 33, Priority::Raised);
+    let done = drain(&mut r).await;
+    let starts: Vec<(u32, u32)> = s
+        .lock()
+        .unwrap()
+        .starts
+        .iter()
+        .map(|x| (x.0, x.1))
+        .collect();
+    // 9 fails and retries after its back-off; while it waits, the others go on.
+    assert_eq!(
+        starts,
+        [
+            (0, 0),
+            (9, 9),
+            (8, 8),
+            (3, 33),
+            (1, 1),
+            (2, 2),
+            (4, 4),
+            (9, 9)
+        ]
+    );
+    assert_eq!(done.len(), 8);
+    assert_eq!(s.lock().unwrap().max_running_per_key, 1);
+
+    // A retry keeps its priority: ahead of Normal work that was ready before it came due.
+    {
+        let mut sc = s.lock().unwrap();
+        sc.acts.insert(5, [Act::Fail].into());
+        for k in 10..13 {
+            sc.acts.insert(k, [Act::Ok(200)].into());
+        }
+    }
+    r.schedule_at(5, 5, Priority::High);
+    for k in 10..13 {
+        r.schedule(k, k);
+    }
+    drain(&mut r).await;
+    let starts: Vec<u32> = s
+        .lock()
+        .unwrap()
+        .starts
+        .iter()
+        .skip(8)
+        .map(|x| x.0)
+        .collect();
+    // 5 fails at once; 10 takes the slot for 200 ms, during which 5's back-off (≤ 100 ms) ends.
+    assert_eq!(starts, [5, 10, 5, 11, 12]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn failures_back_off_with_jitter_and_a_success_resets() {
     let fails = [Act::Fail, Act::Fail, Act::Fail, Act::Fail, Act::Ok(0)];

@@ -65,6 +65,16 @@ pub struct ManagerSnapshot {
     pub view: PodView,
     pub pod: Arc<Pod>,
     pub prepared: Vec<Prepared>,
+    /// The pod's readiness is gated on `ContainersAlive`: its first death goes first in a burst.
+    pub gated: bool,
+}
+
+/// Whether the pod's readiness waits for condition `ty` (a readiness gate).
+pub(crate) fn gated_on(pod: &Pod, ty: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .is_some_and(|g| g.iter().any(|g| g.condition_type == ty))
 }
 
 /// The last `ContainersAlive` submitted per pod, the fast path's claims, and each pod's
@@ -172,6 +182,7 @@ impl AliveLedger {
             view: view.clone(),
             pod: Arc::clone(api),
             prepared,
+            gated: gated_on(api, &types.alive),
         });
         crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(basis);
     }

@@ -6,6 +6,9 @@
 //! - 404 (the pod is gone) and 409 (its UID precondition failed: the name now belongs to a new
 //!   pod) drop the pod's work. 400 and 422 (the server refuses the patch itself) are dropped and
 //!   logged: sending it again cannot help.
+//! - At most `max_concurrent_writes` requests at once (what the agent asks of the API server in a
+//!   burst is bounded); past that, a gated pod's first death goes first, then other pods' first
+//!   deaths, then the rest (restarts, details), each in the order they came.
 //! - 429 waits at least its `Retry-After`; 5xx, transport errors and a server that does not
 //!   answer within the per-request timeout are retried after the pod's jittered back-off.
 use std::{sync::Arc, time::Duration};
@@ -26,7 +29,7 @@ use crate::kube::{
 };
 use crate::{
     model::PodUid,
-    runner::{Finished, Runner, RunnerConfig, Step, Then},
+    runner::{Finished, Priority, Runner, RunnerConfig, Step, Then},
 };
 
 /// One status patch for one pod.
@@ -41,6 +44,8 @@ pub struct WriteJob {
     pub desired: Arc<Value>,
     /// When the agent observed the change that led to this write (latency from there).
     pub observed_at: Instant,
+    /// Where it goes among the writes waiting for a slot: a gated pod's first death first.
+    pub priority: Priority,
 }
 
 /// How a write ended.
@@ -110,10 +115,11 @@ impl StatusWriter {
         Self { runner }
     }
 
-    /// The pod's newest patch: it runs as soon as the pod has no request in flight and is not
-    /// waiting out a back-off.
+    /// The pod's newest patch: it runs as soon as the pod has no request in flight, is not
+    /// waiting out a back-off, and no write of a higher priority waits for a slot.
     pub(crate) fn submit(&mut self, job: WriteJob) {
-        self.runner.schedule(job.uid, job);
+        let priority = job.priority;
+        self.runner.schedule_at(job.uid, job, priority);
     }
 
     /// Drops the pod's pending work and back-off (a request in flight still finishes).

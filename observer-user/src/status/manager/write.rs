@@ -9,10 +9,11 @@ use super::{podlog::pod_log, stats::bump, StatusManager};
 use crate::{
     kube::KubeError,
     reconcile::PodView,
+    runner::Priority,
     status::{
         compute::{compute_status, StatusInputs},
         conditions::observer_conditions,
-        ledger::{caught_up, ManagerTurn},
+        ledger::{caught_up, gated_on, ManagerTurn},
         patch::{conditions_patch, normalize, status_patch},
         writer::{WriteDone, WriteJob, WriteOutcome},
         StatusMode,
@@ -106,6 +107,7 @@ impl StatusManager {
             .unwrap_or_else(|| view.uid.to_string());
         let api = pod.status.clone().unwrap_or_default();
         let api_conditions = api.conditions.as_deref().unwrap_or(&[]);
+        let mut priority = Priority::Normal;
         let result = if self.cfg.mode == StatusMode::Conditions {
             // The fast path's claim on ContainersAlive: wait for the view to show the death it
             // wrote (writing now would say True again), then keep its transition time.
@@ -152,6 +154,13 @@ impl StatusManager {
                 base.push(c.clone());
             }
             let patch = conditions_patch(&api_uid, &base, &desired);
+            priority = if !turns_false(&base, &desired, &self.types.alive) {
+                Priority::Normal
+            } else if gated_on(pod, &self.types.alive) {
+                Priority::High
+            } else {
+                Priority::Raised
+            };
             if let (Some(l), Some(a)) = (
                 &self.ledger,
                 desired.iter().find(|c| c.type_ == self.types.alive),
@@ -171,6 +180,10 @@ impl StatusManager {
             });
             let normal = normalize(&computed.status);
             let patch = status_patch(&api_uid, &api, &computed.status);
+            let now_ready = computed.status.conditions.as_deref().unwrap_or(&[]);
+            if turns_false(api_conditions, now_ready, "ContainersReady") {
+                priority = Priority::High;
+            }
             st.status = Some(computed.status);
             normal.and_then(|n| patch.map(|p| (n, p)))
         };
@@ -207,6 +220,43 @@ impl StatusManager {
             body: Arc::new(body),
             desired: normal,
             observed_at,
+            priority,
         });
+    }
+}
+
+/// Whether condition `ty` goes to False from anything else (a pod's first death, not a
+/// restart's): what a burst of writes must not hold back.
+fn turns_false(base: &[PodCondition], desired: &[PodCondition], ty: &str) -> bool {
+    let status = |cs: &[PodCondition]| {
+        cs.iter()
+            .find(|c| c.type_ == ty)
+            .map(|c| c.status == "False")
+    };
+    status(desired) == Some(true) && status(base) != Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(status: &str) -> PodCondition {
+        PodCondition {
+            type_: "A".into(),
+            status: status.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_change_to_false_is_a_first_death() {
+        assert!(turns_false(&[c("True")], &[c("False")], "A"));
+        assert!(turns_false(&[], &[c("False")], "A"));
+        assert!(
+            !turns_false(&[c("False")], &[c("False")], "A"),
+            "a restart's"
+        );
+        assert!(!turns_false(&[c("False")], &[c("True")], "A"));
+        assert!(!turns_false(&[c("True")], &[c("False")], "B"));
     }
 }

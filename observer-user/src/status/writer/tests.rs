@@ -28,6 +28,7 @@ fn job(n: u32) -> WriteJob {
         body: Arc::new(body.clone()),
         desired: Arc::new(body),
         observed_at: Instant::now(),
+        priority: crate::runner::Priority::Normal,
     }
 }
 
