@@ -519,6 +519,60 @@ pub fn status_writes_by(
     out
 }
 
+/// The agent's death Events about `pod`'s `container`, a line each (when, reason, series count,
+/// the note's start): what a duplicate is made of.
+pub fn agent_death_events_of(
+    c: &Cluster,
+    ns: &str,
+    pod: &str,
+    container: &str,
+) -> Result<Vec<String>> {
+    let out = c.kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("regarding.name={pod}"),
+        "-o",
+        "json",
+        "--request-timeout=60s",
+    ])?;
+    let v: Value = serde_json::from_str(&out)?;
+    let mut lines: Vec<String> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reportingController"] == "observer"
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("ContainerDied"))
+                && e["regarding"]["fieldPath"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(&format!("{{{container}}}")))
+        })
+        .map(|e| {
+            let note: String = e["note"]
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .take(120)
+                .collect();
+            format!(
+                "{} {} (instance {}) count {} last {}: {note}",
+                e["eventTime"].as_str().unwrap_or_default(),
+                e["reason"].as_str().unwrap_or_default(),
+                e["reportingInstance"].as_str().unwrap_or_default(),
+                e["series"]["count"].as_u64().unwrap_or(1),
+                e["series"]["lastObservedTime"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    lines.sort();
+    Ok(lines)
+}
+
 /// Deaths told by Events, per (pod, container).
 pub type EventCounts = HashMap<(String, String), u64>;
 
@@ -595,6 +649,8 @@ pub struct Account {
     pub events_missing: u64,
     /// Events beyond the deaths of their container.
     pub duplicate_events: u64,
+    /// Where they were: (pod, container, the churn's deaths there, deaths the Events told).
+    pub duplicated: Vec<(String, String, u64, u64)>,
     /// Status writes that changed none of the agent's conditions.
     pub duplicate_writes: usize,
     /// Delays from the death to its False in the API, in ms (0: already False), sorted.
@@ -708,6 +764,10 @@ pub fn account(
         a.told_by_event += told.min(*deaths);
         a.events_missing += deaths.saturating_sub(told);
         a.duplicate_events += told.saturating_sub(*deaths);
+        if told > *deaths {
+            a.duplicated
+                .push((pod.clone(), container.clone(), *deaths, told));
+        }
         a.lost += deaths.saturating_sub(told).min(*untold);
     }
     for (pod, ws) in writes {

@@ -159,18 +159,30 @@ pub fn watch(client: Client, node: &str, url: &str) -> (NodePods, BoxStream<'sta
     let sync = Arc::new(ListState::default());
     let state = Arc::clone(&sync);
     let url = url.to_string();
+    // The first list's size and time, said once: a start-up's part in the agent's readiness.
+    let (started, mut initial) = (std::time::Instant::now(), 0usize);
     let stream = reflector::reflector(writer, events)
         .filter_map(move |ev| {
             let change = match ev {
                 Ok(Event::Apply(p) | Event::InitApply(p)) => {
                     errors = 0;
+                    initial += 1;
                     p.metadata.uid.map(|uid| PodChange::Applied { uid })
                 }
                 Ok(Event::Delete(p)) => p.metadata.uid.map(|uid| PodChange::Deleted { uid }),
-                Ok(Event::Init) => None,
+                Ok(Event::Init) => {
+                    initial = 0;
+                    None
+                }
                 Ok(Event::InitDone) => {
                     errors = 0;
-                    state.listed.store(true, Ordering::Relaxed);
+                    if !state.listed.swap(true, Ordering::Relaxed) {
+                        tracing::info!(
+                            pods = initial,
+                            elapsed = ?started.elapsed(),
+                            "the API's first list of this node's pods is done"
+                        );
+                    }
                     Some(PodChange::Resynced)
                 }
                 Err(e) => {

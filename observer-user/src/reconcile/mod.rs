@@ -146,6 +146,8 @@ pub(crate) struct Reconciler<R: RuntimeService = ReconnectingCri> {
     /// Kills the kernel logs from now on (the OOM-ing cgroup, its limit).
     kmsg: Option<mpsc::Receiver<LoggedOomKill>>,
     relisted_once: bool,
+    /// When the reconciler was made: the first sync's duration is said from here.
+    started: tokio::time::Instant,
     /// The wall clock: a death's detection latency, a held kill's grace.
     wall: SharedClock,
     /// Where memory cgroups at their limit are read; `None`: limit hits are not judged.
@@ -205,6 +207,7 @@ impl<R: RuntimeService> Reconciler<R> {
             history,
             kmsg: None,
             relisted_once: false,
+            started: tokio::time::Instant::now(),
             wall: crate::model::system_clock(),
             memory: None,
         };
@@ -277,7 +280,11 @@ impl<R: RuntimeService> Reconciler<R> {
             // is not answered yet).
             // Once: the first sync stays done while later requests are in flight.
             if self.relisted_once && self.fetches.is_idle() && !*self.shared.settled.borrow() {
-                tracing::debug!(pods = self.shared.view().len(), "settled");
+                tracing::info!(
+                    pods = self.shared.view().len(),
+                    elapsed = ?self.started.elapsed(),
+                    "the first sync with the runtime is done"
+                );
                 self.shared.settled.send_replace(true);
             }
         }
