@@ -7,9 +7,7 @@ use std::{
 
 use super::*;
 use crate::{
-    kernel::WaitStatus,
     kube::testkit::{container, pod, spec, with_gate},
-    pleg::{ContainerExit, ExitReason},
     reconcile::{testkit::cv, testkit::view, ContainerPhase::Running},
 };
 
@@ -50,23 +48,6 @@ fn answer_each(expected: usize) -> (std::net::SocketAddr, std::thread::JoinHandl
         lines
     });
     (addr, t)
-}
-
-fn died(uid: crate::model::PodUid, id: ContainerId) -> PodLifecycleEvent {
-    PodLifecycleEvent {
-        pod_uid: uid,
-        runtime: None,
-        at: crate::model::BootClock::now(),
-        event: PlegEvent::ContainerDied {
-            id,
-            exit: ContainerExit {
-                status: Some(WaitStatus::exited(1)),
-                reason: ExitReason::Error,
-                pid: Some(4242),
-                comm: None,
-            },
-        },
-    }
 }
 
 /// Eight pods die at once, the gated one last: [`DEPTH`] requests go on the one connection,
@@ -123,7 +104,7 @@ fn in_a_burst_a_gated_pods_first_death_goes_before_the_waiting_others() {
 
     // All in one batch of the reader: nothing is answered in between.
     for (uid, id) in &pods {
-        hook.event(&died(*uid, *id), SystemTime::now());
+        hook.event(&exited_1(*uid, *id), SystemTime::now());
     }
     assert_eq!(hook.conns.len(), 1, "the connection handed over");
     assert_eq!(hook.conns[0].in_flight(), DEPTH, "no deeper than DEPTH");

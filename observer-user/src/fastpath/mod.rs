@@ -745,6 +745,29 @@ mod burst;
 #[cfg(test)]
 mod with_manager;
 
+/// A container's init exiting with code 1 now, as the PLEG tells it.
+#[cfg(test)]
+fn exited_1(pod: PodUid, id: ContainerId) -> PodLifecycleEvent {
+    use crate::{
+        kernel::WaitStatus,
+        pleg::{ContainerExit, ExitReason},
+    };
+    PodLifecycleEvent {
+        pod_uid: pod,
+        runtime: None,
+        at: BootClock::now(),
+        event: PlegEvent::ContainerDied {
+            id,
+            exit: ContainerExit {
+                status: Some(WaitStatus::exited(1)),
+                reason: ExitReason::Error,
+                pid: Some(4242),
+                comm: None,
+            },
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,10 +15,6 @@ use crate::{
 /// fast path's.
 #[tokio::test(start_paused = true)]
 async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
-    use crate::{
-        kernel::WaitStatus,
-        pleg::{ContainerExit, ExitReason},
-    };
     let (client, handle) = api::client();
     let log = server::serve(handle, vec![app_pod()], vec![]);
     let mut cfg = StatusConfig::new("node-1", StatusMode::Conditions);
@@ -62,20 +58,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     // stand-in's and the cluster's tests').
     let (_dialer, dialed) = crate::fastpath::dial::pair(None, Duration::from_secs(5)).unwrap();
     let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer, dialed);
-    let death = PodLifecycleEvent {
-        pod_uid: uid,
-        runtime: None,
-        at: crate::model::BootClock::now(),
-        event: PlegEvent::ContainerDied {
-            id,
-            exit: ContainerExit {
-                status: Some(WaitStatus::exited(1)),
-                reason: ExitReason::Error,
-                pid: Some(4242),
-                comm: None,
-            },
-        },
-    };
+    let death = super::exited_1(uid, id);
     assert!(
         hook.claim(&death).is_none(),
         "no client yet: left to the manager"
