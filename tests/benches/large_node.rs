@@ -160,7 +160,7 @@ fn main() -> Result<()> {
         for _ in 0..repeats {
             churn_for(Duration::from_secs(15));
             let start = SystemTime::now();
-            if let Some(s) = fault.inject(c)? {
+            if let Some(s) = fault.inject(c, &churn)? {
                 startups.push(s);
             }
             let end = SystemTime::now();
@@ -410,7 +410,7 @@ impl Fault {
     }
 
     /// Injects the fault and returns once it is over; for the agent's kill, its start-up.
-    fn inject(self, c: &Cluster) -> Result<Option<Duration>> {
+    fn inject(self, c: &Cluster, churn: &Churn) -> Result<Option<Duration>> {
         match self {
             Fault::AgentKill => return Ok(Some(kill_agent(c, Duration::from_secs(300))?.1)),
             Fault::AgentRollout => roll_out_agent(c)?,
@@ -437,7 +437,8 @@ impl Fault {
             Fault::Throttle => {
                 throttle_agent(c, true)?;
                 churn_for(Duration::from_secs(10));
-                kill_many(c, "bench-large", 20)?;
+                // Deaths of the ground truth too: the account expects their Events.
+                churn.record(kill_many(c, "bench-large", 20)?);
                 churn_for(Duration::from_secs(20));
                 throttle_agent(c, false)?;
             }
@@ -563,8 +564,8 @@ fn pids_by_id(ids: &HashSet<String>) -> HashMap<String, u32> {
 }
 
 /// SIGKILLs the main container of up to `n` running pods at once (`n` = 0: every pod); returns
-/// (pod, gated?, when) for each kill.
-fn kill_many(c: &Cluster, ns: &str, n: usize) -> Result<Vec<(String, bool, SystemTime)>> {
+/// each death.
+fn kill_many(c: &Cluster, ns: &str, n: usize) -> Result<Vec<Death>> {
     let list = list_pods(c, ns)?;
     let mut targets: HashMap<String, (String, bool)> = HashMap::new();
     for p in &list {
@@ -603,7 +604,13 @@ fn kill_many(c: &Cluster, ns: &str, n: usize) -> Result<Vec<(String, bool, Syste
         .is_ok()
         {
             let (pod, gated) = targets[&id].clone();
-            out.push((pod, gated, at));
+            out.push(Death {
+                pod,
+                container: "main".into(),
+                container_id: id,
+                at,
+                gated,
+            });
         }
     }
     Ok(out)
@@ -649,8 +656,8 @@ fn burst(c: &Cluster, ns: &str) -> Result<Burst> {
         .collect();
     let from = SystemTime::now();
     let kills = kill_many(c, ns, 0)?;
-    let first = kills.iter().map(|k| k.2).min().unwrap_or(from);
-    let last = kills.iter().map(|k| k.2).max().unwrap_or(from);
+    let first = kills.iter().map(|k| k.at).min().unwrap_or(from);
+    let last = kills.iter().map(|k| k.at).max().unwrap_or(from);
     // Each killed pod's False from the agent and from kubelet (its own condition), or 120 s.
     let first_false = |writes: &BTreeMap<String, Vec<Write>>, pod: &str, at: SystemTime| {
         writes
@@ -666,11 +673,11 @@ fn burst(c: &Cluster, ns: &str) -> Result<Burst> {
         let kubelet = status_writes_by(&audit, ns, KUBELET_USER, "ContainersReady");
         got = kills
             .iter()
-            .map(|(pod, gated, at)| {
+            .map(|k| {
                 (
-                    *gated,
-                    first_false(&agent, pod, *at),
-                    first_false(&kubelet, pod, *at),
+                    k.gated,
+                    first_false(&agent, &k.pod, k.at),
+                    first_false(&kubelet, &k.pod, k.at),
                 )
             })
             .collect();
@@ -693,14 +700,14 @@ fn burst(c: &Cluster, ns: &str) -> Result<Burst> {
             got.iter()
                 .zip(&kills)
                 .filter(|(g, _)| g.0 == gated)
-                .filter_map(|(g, k)| which(g)?.duration_since(k.2).ok())
+                .filter_map(|(g, k)| which(g)?.duration_since(k.at).ok())
                 .map(|d| d.as_secs_f64() * 1e3),
         )
     };
     let all = got.iter().filter_map(|g| g.1).max().unwrap_or(first);
     let mut order: Vec<(SystemTime, bool)> = got.iter().filter_map(|g| Some((g.1?, g.0))).collect();
     order.sort();
-    let gated_killed = kills.iter().filter(|k| k.1).count();
+    let gated_killed = kills.iter().filter(|k| k.gated).count();
     let gated_first = order.iter().take(gated_killed).filter(|o| o.1).count();
     let counters = BURST_COUNTERS
         .iter()

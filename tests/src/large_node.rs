@@ -263,6 +263,11 @@ impl Churn {
         lock(&self.state).paused = false;
     }
 
+    /// Deaths caused beside the churn (a fault's burst of kills): part of the ground truth.
+    pub fn record(&self, deaths: impl IntoIterator<Item = Death>) {
+        lock(&self.state).deaths.extend(deaths);
+    }
+
     /// The deaths so far.
     pub fn log(&self) -> ChurnLog {
         let s = lock(&self.state);
