@@ -429,6 +429,7 @@ fn rbac_is_exactly_what_the_agent_does() {
         "/pods:watch",
         "/pods/status:patch",
         "events.k8s.io/events:create",
+        "events.k8s.io/events:list",
         "events.k8s.io/events:patch",
         "authentication.k8s.io/tokenreviews:create",
         "authorization.k8s.io/subjectaccessreviews:create",
@@ -437,7 +438,7 @@ fn rbac_is_exactly_what_the_agent_does() {
     .into();
     assert_eq!(
         got, want,
-        "pods get/list/watch, pods/status patch, events create/patch, the reviews of /explain's callers"
+        "pods get/list/watch, pods/status patch, events create/patch/list, the reviews of /explain's callers"
     );
     assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
     let subjects = binding.subjects.unwrap();

@@ -261,13 +261,24 @@ pub(crate) mod server {
     use std::sync::{Arc, Mutex};
 
     use k8s_openapi::api::core::v1::Pod;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::api::{ok_pod, read, response, ApiHandle, Reply, Seen};
 
     pub(crate) type Log = Arc<Mutex<Vec<Seen>>>;
 
-    pub(crate) fn serve(mut handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
+    pub(crate) fn serve(handle: ApiHandle, pods: Vec<Pod>, patches: Vec<Reply>) -> Log {
+        serve_holding(handle, pods, patches, Vec::new())
+    }
+
+    /// [`serve`], holding `events` (as an earlier agent left them) beside those created: a list
+    /// of Events answers them all (its field selector is not applied).
+    pub(crate) fn serve_holding(
+        mut handle: ApiHandle,
+        pods: Vec<Pod>,
+        patches: Vec<Reply>,
+        mut events: Vec<Value>,
+    ) -> Log {
         let seen: Log = Arc::default();
         let log = Arc::clone(&seen);
         tokio::spawn(async move {
@@ -276,8 +287,15 @@ pub(crate) mod server {
             while let Some((req, send)) = handle.next_request().await {
                 let s = read(req).await;
                 log.lock().expect("log").push(s.clone());
-                let reply = if s.path.contains("/events") {
+                let reply = if s.path.contains("/events") && s.method == http::Method::GET {
+                    Reply::Json(
+                        200,
+                        json!({"apiVersion": "events.k8s.io/v1", "kind": "EventList",
+                               "metadata": {"resourceVersion": "1"}, "items": events}),
+                    )
+                } else if s.path.contains("/events") {
                     let code = if s.method == http::Method::POST {
+                        events.push(s.body.clone());
                         201
                     } else {
                         200
@@ -312,11 +330,12 @@ pub(crate) mod server {
             .collect()
     }
 
+    /// The Events written (created or patched; not the lists).
     pub(crate) fn events(log: &Log) -> Vec<Seen> {
         log.lock()
             .expect("log")
             .iter()
-            .filter(|s| s.path.contains("/events"))
+            .filter(|s| s.path.contains("/events") && s.method != http::Method::GET)
             .cloned()
             .collect()
     }

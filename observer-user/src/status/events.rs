@@ -93,8 +93,8 @@ pub(crate) enum PodEvent {
         signal: Option<u8>,
         reason: Option<String>,
         /// Told late, from the runtime's record: the agent was not running when the container
-        /// died (its `ContainersAlive` had stood True since this time).
-        late: Option<SystemTime>,
+        /// died.
+        late: Option<Late>,
     },
     Audit(Finding),
     /// A warning that the container is about to be OOM-killed (`crate::pressure`).
@@ -105,6 +105,15 @@ pub(crate) enum PodEvent {
         /// Warnings raised for this container instance so far (this one included).
         nth: u32,
     },
+}
+
+/// A death told late, from the runtime's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Late {
+    /// Since when the pod's `ContainersAlive` had stood True (no agent wrote the death's False).
+    pub since: SystemTime,
+    /// When the container finished, as the runtime recorded it.
+    pub finished: SystemTime,
 }
 
 /// The first wait before an Event is sent again, and the longest.
@@ -135,6 +144,8 @@ pub(crate) struct EventStats {
     pub rate_limited: AtomicU64,
     /// The queue was full.
     pub overflow: AtomicU64,
+    /// Deaths told late that an earlier agent had told already (its Event was found).
+    pub already_told: AtomicU64,
     /// Queued, not yet published or failed (a gauge).
     pub pending: AtomicU64,
 }
@@ -234,9 +245,9 @@ impl PodEvent {
                         None => {
                             format!("container {container} {how}: {reason} (seen by the kernel)")
                         }
-                        Some(since) => format!(
+                        Some(late) => format!(
                             "container {container} {how}: {reason} (told late, from the runtime's record: the agent was not running when it died; ContainersAlive had stood True since {}; an earlier death in the same gap, if any, is no longer in the runtime's record)",
-                            crate::status::compute::rfc3339(*since)
+                            crate::status::compute::rfc3339(late.since)
                         ),
                     },
                     field(container, *init_container),
@@ -299,6 +310,50 @@ fn truncate(mut s: String, n: usize) -> String {
     s
 }
 
+/// An Event on its way to the publishing task, with the death it tells late, if it does.
+type Queued = (ObjectReference, Event, Option<Late>);
+
+/// Whether `controller` already told a death of the container `reference` names at or after
+/// `finished`: one of its death Events about that container last seen since then.
+async fn told_since(
+    client: &Client,
+    reference: &ObjectReference,
+    controller: &str,
+    finished: SystemTime,
+) -> Result<bool, ::kube::Error> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    let api: ::kube::Api<K8sEvent> = ::kube::Api::namespaced(
+        client.clone(),
+        reference.namespace.as_deref().unwrap_or_default(),
+    );
+    let params = ::kube::api::ListParams::default().fields(&format!(
+        "regarding.uid={}",
+        reference.uid.as_deref().unwrap_or_default()
+    ));
+    let told = api.list(&params).await?;
+    Ok(told.items.iter().any(|e| {
+        let last = [
+            e.event_time.as_ref().map(|t| SystemTime::from(t.0)),
+            e.series
+                .as_ref()
+                .map(|s| SystemTime::from(s.last_observed_time.0)),
+            e.deprecated_last_timestamp
+                .as_ref()
+                .map(|t| SystemTime::from(t.0)),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        e.reporting_controller.as_deref() == Some(controller)
+            && e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("ContainerDied"))
+            && e.regarding.as_ref().and_then(|r| r.field_path.as_deref())
+                == reference.field_path.as_deref()
+            && last.is_some_and(|t| t >= finished)
+    }))
+}
+
 /// kubelet's reference to a container of a pod.
 pub fn regarding(pod: &PodRef, field_path: String) -> ObjectReference {
     ObjectReference {
@@ -315,7 +370,7 @@ pub fn regarding(pod: &PodRef, field_path: String) -> ObjectReference {
 /// Takes events from the status manager, rate-limits them per pod and queues them for the
 /// publishing task.
 pub(crate) struct EventPublisher {
-    tx: mpsc::Sender<(ObjectReference, Event)>,
+    tx: mpsc::Sender<Queued>,
     limits: KeyedLimiter<String>,
     stats: Arc<EventStats>,
 }
@@ -330,14 +385,36 @@ impl EventPublisher {
         url: &str,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let url = url.to_string();
-        let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(cfg.queue.max(1));
+        let (tx, mut rx) = mpsc::channel::<Queued>(cfg.queue.max(1));
         let stats = Arc::new(EventStats::default());
         let worker_stats = Arc::clone(&stats);
-        let recorder = Recorder::new(client, reporter);
+        let controller = reporter.controller.clone();
+        let recorder = Recorder::new(client.clone(), reporter);
         let timeout = cfg.timeout;
         let max_age = cfg.max_age;
         let worker = async move {
-            while let Some((reference, event)) = rx.recv().await {
+            while let Some((reference, event, late)) = rx.recv().await {
+                // A death told late may have been told by an earlier agent already (killed
+                // again before its own ContainersAlive write): its Event says so. Unknown (the
+                // API away, the list refused): told, rather than risk not telling it.
+                if let Some(late) = late {
+                    let found = tokio::time::timeout(
+                        timeout,
+                        told_since(&client, &reference, &controller, late.finished),
+                    )
+                    .await;
+                    match found {
+                        Ok(Ok(true)) => {
+                            worker_stats.already_told.fetch_add(1, Ordering::Relaxed);
+                            worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
+                            tracing::debug!(reason = %event.reason, "a death an earlier agent told: not told again");
+                            continue;
+                        }
+                        Ok(Ok(false)) => {}
+                        Ok(Err(e)) => tracing::debug!("whether an earlier agent told a death could not be read ({e}): told"),
+                        Err(_) => tracing::debug!("whether an earlier agent told a death could not be read in {timeout:?}: told"),
+                    }
+                }
                 // An API server that is away, overloaded or throttling: the Event waits (in
                 // order: the ones behind it would fail the same way) and is sent again, with
                 // back-off, until it is `max_age` old. A series update is a PATCH of its count,
@@ -405,8 +482,12 @@ impl EventPublisher {
             return false;
         }
         let (event, path) = ev.render();
+        let late = match ev {
+            PodEvent::ContainerDied { late, .. } => *late,
+            _ => None,
+        };
         self.stats.pending.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send((regarding(pod, path), event)) {
+        match self.tx.try_send((regarding(pod, path), event, late)) {
             Ok(()) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);
                 true

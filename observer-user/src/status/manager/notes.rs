@@ -13,7 +13,11 @@ use crate::{
     reconcile::{
         ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, SCOPE_GRACE,
     },
-    status::{audit::audit, conditions::memory_limit, events::PodEvent},
+    status::{
+        audit::audit,
+        conditions::memory_limit,
+        events::{Late, PodEvent},
+    },
 };
 
 impl StatusManager {
@@ -275,11 +279,7 @@ fn still_running_due(
 /// would have written False at the death, moving the condition's transition past it. Returns
 /// since when the condition stood True. A death in the same second as that True is not told
 /// (the API's times are whole seconds: it cannot be told from a death the True followed).
-fn untold_since(
-    pod: Option<&Pod>,
-    alive: &str,
-    finished: Option<SystemTime>,
-) -> Option<SystemTime> {
+fn untold_since(pod: Option<&Pod>, alive: &str, finished: Option<SystemTime>) -> Option<Late> {
     let finished = finished?;
     let c = pod?
         .status
@@ -295,5 +295,5 @@ fn untold_since(
     // The API keeps whole seconds: a death and the restart's True in the same second look
     // alike to a death after the True. Told only when the True is from an earlier second.
     let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    (secs(since) < secs(finished)).then_some(since)
+    (secs(since) < secs(finished)).then_some(Late { since, finished })
 }

@@ -168,6 +168,12 @@ impl super::StatusHandle {
             "Kubernetes Events dropped because the queue was full",
             overflow,
         )?;
+        counter(
+            e,
+            "events_already_told",
+            "Deaths to be told late that an earlier agent's Event had told already (not told again)",
+            ev.already_told.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
         s.write_latency.encode(
             e,
             "status_write_latency",

@@ -26,8 +26,19 @@ async fn start_on(
     patches: Vec<Reply>,
     clock: crate::model::SharedClock,
 ) -> (Handles, Log) {
+    start_holding(mode, pods, patches, clock, Vec::new()).await
+}
+
+/// A manager on an API that holds `events` already (an earlier agent's).
+async fn start_holding(
+    mode: StatusMode,
+    pods: Vec<Pod>,
+    patches: Vec<Reply>,
+    clock: crate::model::SharedClock,
+    events: Vec<Value>,
+) -> (Handles, Log) {
     let (client, handle) = api::client();
-    let log = server::serve(handle, pods, patches);
+    let log = server::serve_holding(handle, pods, patches, events);
     let mut cfg = StatusConfig::new("node-1", mode);
     cfg.backoff_seed = Some(1);
     let reconcile = ReconcileHandle::detached();
@@ -504,6 +515,58 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
         note.contains("told late") && note.contains("not running when it died"),
         "{note}"
     );
+
+    // That agent is killed again before anything else changes, and the next one finds the same
+    // record and the same True: the Event it finds says the death was told.
+    let told = events[0].body.clone();
+    let dead = exited("app", 0, 137, "Error");
+    let (h, log) = start_holding(
+        StatusMode::Conditions,
+        vec![alive_since(since)],
+        vec![],
+        crate::model::system_clock(),
+        vec![told.clone()],
+    )
+    .await;
+    h.observe(&view(vec![dead.clone(), cv("app", 1, Running)]));
+    settle().await;
+    assert!(
+        server::events(&log).is_empty(),
+        "told again: {:#?}",
+        server::events(&log)
+    );
+    assert_eq!(
+        h.event_stats()
+            .already_told
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+
+    // An Event of another container, or from before the death, does not count.
+    for other in [
+        {
+            let mut e = told.clone();
+            e["regarding"]["fieldPath"] = "spec.containers{sidecar}".into();
+            e
+        },
+        {
+            let mut e = told.clone();
+            e["eventTime"] = "2020-01-01T00:00:00.000000Z".into();
+            e
+        },
+    ] {
+        let (h, log) = start_holding(
+            StatusMode::Conditions,
+            vec![alive_since(since)],
+            vec![],
+            crate::model::system_clock(),
+            vec![other],
+        )
+        .await;
+        h.observe(&view(vec![dead.clone(), cv("app", 1, Running)]));
+        settle().await;
+        assert_eq!(server::events(&log).len(), 1, "not told");
+    }
 }
 
 #[tokio::test(start_paused = true)]
