@@ -367,6 +367,13 @@ fn churn(c: &Cluster, ns: &str, cfg: ChurnConfig, stop: &AtomicBool, state: &Mut
             let Ok(pid) = container_pid(&id) else {
                 continue;
             };
+            // Killed and recorded under the lock, and not once paused: an account that paused
+            // the churn and read its log has every death made before, and none after.
+            let mut st = lock(state);
+            if st.paused {
+                done = true;
+                break;
+            }
             let at = SystemTime::now();
             if nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
@@ -374,7 +381,7 @@ fn churn(c: &Cluster, ns: &str, cfg: ChurnConfig, stop: &AtomicBool, state: &Mut
             )
             .is_ok()
             {
-                lock(state).deaths.push(Death {
+                st.deaths.push(Death {
                     pod,
                     container,
                     container_id: id,

@@ -214,6 +214,8 @@ mod real_cluster {
             "patch pods/status",
             "create events.events.k8s.io",
             "patch events.events.k8s.io",
+            // One pod's Events, before a death is told late (was it told already?).
+            "list events.events.k8s.io",
             // /explain's access check: who a caller's token is, what the caller may get.
             "create tokenreviews.authentication.k8s.io",
             "create subjectaccessreviews.authorization.k8s.io",
