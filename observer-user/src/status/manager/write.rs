@@ -137,19 +137,20 @@ impl StatusManager {
             );
             let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
             let normal = serde_json::to_value(&desired).map_err(crate::kube::KubeError::from);
-            // What the API has: the reflector's copy, but this manager's conditions as it last
-            // submitted them (each is retried until written or superseded) and the fast path's
-            // False once the API accepted it. The reflector's copy can be older than either (a
-            // watch that lags, or broke while the API server was away): a death's False written
-            // since must not read as "the API already says True", and what was written is not
-            // sent again.
+            // What the API has: the reflector's copy, but this manager's conditions as the API
+            // last accepted them and the fast path's False once the API accepted it. The
+            // reflector's copy can be older than either (a watch that lags, or broke while the
+            // API server was away): a death's False written since must not read as "the API
+            // already says True", and what was written is not sent again. Only what was
+            // accepted: a submitted patch can be superseded before it is sent, and a patch
+            // made against it would then leave out fields the API never got.
             let mut base: Vec<PodCondition> = api_conditions.to_vec();
-            let ours = st.submitted.is_some().then_some(&st.conditions);
-            for c in ours
-                .into_iter()
-                .flatten()
-                .chain(fast.iter().filter(|_| confirmed))
-            {
+            let ours: Vec<PodCondition> = st
+                .written
+                .as_deref()
+                .and_then(|w| serde_json::from_value(w.clone()).ok())
+                .unwrap_or_default();
+            for c in ours.iter().chain(fast.iter().filter(|_| confirmed)) {
                 base.retain(|b| b.type_ != c.type_);
                 base.push(c.clone());
             }
