@@ -393,6 +393,7 @@ impl EventPublisher {
         let timeout = cfg.timeout;
         let max_age = cfg.max_age;
         let worker = async move {
+            let mut list_refused = false;
             while let Some((reference, event, late)) = rx.recv().await {
                 // A death told late may have been told by an earlier agent already (killed
                 // again before its own ContainersAlive write): its Event says so. Unknown (the
@@ -411,6 +412,11 @@ impl EventPublisher {
                             continue;
                         }
                         Ok(Ok(false)) => {}
+                        Ok(Err(::kube::Error::Api(s))) if s.code == 403 && !list_refused => {
+                            // An operator's to fix, once: the RBAC of an older release.
+                            list_refused = true;
+                            tracing::warn!("the API refuses to list Events (403): a death told late may be told again by each agent restarted in a row; grant events.k8s.io events `list` to the agent (deploy/rbac.yaml)");
+                        }
                         Ok(Err(e)) => tracing::debug!("whether an earlier agent told a death could not be read ({e}): told"),
                         Err(_) => tracing::debug!("whether an earlier agent told a death could not be read in {timeout:?}: told"),
                     }
