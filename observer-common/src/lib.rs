@@ -117,7 +117,10 @@ pub mod stat {
     pub const QUIET: u32 = 4;
     /// Memory cgroup reclaims summed into a limit-hit record rather than sent on their own.
     pub const LIMIT_HITS_SUMMED: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// OOM kills whose victim exited before the OOM killer marked it (the kill was sent by the
+    /// mark, observer-ebpf/src/oom.rs).
+    pub const OOM_VICTIM_EXITED_FIRST: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// A record that can be read back from bytes by userspace.

@@ -3,6 +3,10 @@
 //! The tracepoint runs in the task whose allocation failed, not in the victim, so the victim's cgroup
 //! is not current there. The kernel side stores an [`OomPending`] keyed by the victim's pid and sends
 //! the [`OomRecord`] when that thread exits, where the current cgroup is the victim's own.
+//!
+//! The kernel sends the victim its SIGKILL *before* `mark_victim` fires; a victim woken on another
+//! CPU (or preempting the allocating task on its own) can exit first. So each SIGKILLed thread's
+//! exit leaves a [`KilledExit`], and a `mark_victim` that finds one sends the record itself.
 use crate::{EventKind, Header, Record, TaskInfo, COMM_LEN};
 
 /// What `mark_victim` saw, kept until the victim exits.
@@ -40,6 +44,20 @@ pub struct OomRecord {
     pub victim: TaskInfo,
     pub pending: OomPending,
 }
+
+/// A thread that exited of SIGKILL, kept briefly in case `mark_victim` names it after its exit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilledExit {
+    /// Boot time of the exit.
+    pub exit_ns: u64,
+    /// The thread, current at its exit.
+    pub task: TaskInfo,
+}
+
+/// How long after a SIGKILLed exit a `mark_victim` for the same thread id still counts as its
+/// kill: the two are microseconds apart in the race; far past this the id may have been reused.
+pub const KILLED_EXIT_WINDOW_NS: u64 = 1_000_000_000;
 
 // SAFETY: repr(C), integers only.
 unsafe impl Record for OomRecord {

@@ -27,8 +27,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
-    memcg::MemcgWindow, oom::OomPending, stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS,
-    MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
+    memcg::MemcgWindow,
+    oom::{KilledExit, OomPending},
+    stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
 };
 
 /// Filled by the loader (`EbpfLoader::override_global`). Read only through [`config`]: a plain read
@@ -52,6 +53,11 @@ static WATCH_ROOTS: Array<WatchRoot> = Array::with_max_entries(MAX_WATCH_ROOTS, 
 /// cannot fill the map for good.
 #[map]
 static OOM_PENDING: LruHashMap<u32, OomPending> = LruHashMap::with_max_entries(4096, 0);
+
+/// Threads that exited of SIGKILL, by thread id, for a `mark_victim` that comes after its victim's
+/// exit (oom.rs). LRU: only the most recent matter.
+#[map]
+static KILLED_EXITS: LruHashMap<u32, KilledExit> = LruHashMap::with_max_entries(1024, 0);
 
 /// `group_dead` of each exiting thread, from `fentry/taskstats_exit` to `sched_process_exit`
 /// (see group_dead.rs). LRU: an entry whose tracepoint never ran cannot fill it.

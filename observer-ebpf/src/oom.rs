@@ -1,5 +1,11 @@
 //! `tracepoint/oom/mark_victim`: the OOM killer chose a victim. This runs in the allocating task,
 //! so the victim's details are parked in `OOM_PENDING` and sent from the victim's own exit.
+//!
+//! The kernel signals the victim before it marks it, so the victim may exit first: each side writes
+//! its own map before it reads the other's (the exit `KILLED_EXITS`, the mark `OOM_PENDING`), and
+//! whichever comes second sends the record; removing the pending entry decides who, so it is sent
+//! once. Should both still miss each other (the two maps are not ordered by a fence), the kernel
+//! log's report of the kill remains (`reconcile::history`).
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_boot_ns,
@@ -10,14 +16,19 @@ use aya_ebpf::{
     EbpfContext,
 };
 use observer_common::{
-    config::FIELD_ABSENT, oom::OomPending, stat, EventKind, OomRecord, COMM_LEN,
+    config::FIELD_ABSENT,
+    oom::{KilledExit, OomPending, KILLED_EXIT_WINDOW_NS},
+    stat, EventKind, Header, OomRecord, TaskInfo, COMM_LEN,
 };
 
 use crate::{
     config, count,
     task::{current, header, read_field},
-    wake, EVENTS, OOM_PENDING,
+    wake, EVENTS, KILLED_EXITS, OOM_PENDING,
 };
+
+/// The exit status of a thread killed by SIGKILL (no core is dumped on SIGKILL).
+const SIGKILLED: u32 = 9;
 
 #[inline(always)]
 fn field<T: Copy + Default>(ctx: &TracePointContext, offset: u32) -> Option<T> {
@@ -60,9 +71,24 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
         // SAFETY: the kernel checks the source address; the destination is our stack buffer.
         let _ = unsafe { bpf_probe_read_kernel_str_bytes(src, &mut pending.comm) };
     }
-    if OOM_PENDING.insert(pid as u32, pending, 0).is_err() {
+    let tid = pid as u32;
+    if OOM_PENDING.insert(tid, pending, 0).is_err() {
         count(stat::OOM_PENDING_FULL);
         aya_log_ebpf::warn!(&ctx, "OOM victim {} not tracked: OOM_PENDING full", pid);
+        return 0;
+    }
+    // SAFETY: the value is copied out before any other map operation.
+    let Some(exited) = (unsafe { KILLED_EXITS.get(tid) }).copied() else {
+        return 0;
+    };
+    let _ = KILLED_EXITS.remove(tid);
+    // The victim exited first; an exit long before this is an earlier thread of that id.
+    if pending.marked_ns.wrapping_sub(exited.exit_ns) > KILLED_EXIT_WINDOW_NS {
+        return 0;
+    }
+    if OOM_PENDING.remove(tid).is_ok() {
+        count(stat::OOM_VICTIM_EXITED_FIRST);
+        send(exited.task, pending, exited.exit_ns);
     }
     0
 }
@@ -71,22 +97,30 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 pub fn complete_if_victim(task: *const u8) {
     let tid = bpf_get_current_pid_tgid() as u32;
+    let killed = read_field::<u32>(task, config().task.exit_code) & 0x7f == SIGKILLED;
+    if killed {
+        let exited = KilledExit {
+            // SAFETY: helper without preconditions.
+            exit_ns: unsafe { bpf_ktime_get_boot_ns() },
+            task: current(task),
+        };
+        // Full: the LRU drops the oldest, which no mark will ask for any more.
+        let _ = KILLED_EXITS.insert(tid, exited, 0);
+    }
     // SAFETY: the value is copied out before any other map operation.
     let Some(pending) = (unsafe { OOM_PENDING.get(tid) }).copied() else {
         return;
     };
-    let _ = OOM_PENDING.remove(tid);
-    let Some(mut entry) = EVENTS.reserve::<OomRecord>(0) else {
-        count(stat::RINGBUF_DROPS);
-        return;
-    };
-    let victim = current(task);
-    let mut pending = pending;
-    // A pid-only `mark_victim` (before Linux 6.8): the victim itself tells its name (it is current
-    // here) and its oom_score_adj (signal_struct lives until the last thread is reaped).
-    if pending.comm[0] == 0 {
-        pending.comm = victim.comm;
+    if killed {
+        let _ = KILLED_EXITS.remove(tid);
     }
+    // Removed by the mark (it saw this exit): the record is already on its way.
+    if OOM_PENDING.remove(tid).is_err() {
+        return;
+    }
+    let mut pending = pending;
+    // A pid-only `mark_victim` (before Linux 6.8): the victim itself tells its oom_score_adj
+    // (signal_struct lives until the last thread is reaped) and, in `send`, its name.
     if pending.has_oom_score_adj == 0 {
         let off = &config().task;
         let signal: *const u8 = read_field::<usize>(task, off.signal) as *const u8;
@@ -95,10 +129,27 @@ pub fn complete_if_victim(task: *const u8) {
             pending.has_oom_score_adj = 1;
         }
     }
+    // SAFETY: helper without preconditions.
+    send(current(task), pending, unsafe { bpf_ktime_get_boot_ns() });
+}
+
+/// One OOM record: `exit_ns` is the victim's exit.
+#[inline(always)]
+fn send(victim: TaskInfo, mut pending: OomPending, exit_ns: u64) {
+    let Some(mut entry) = EVENTS.reserve::<OomRecord>(0) else {
+        count(stat::RINGBUF_DROPS);
+        return;
+    };
+    // A pid-only `mark_victim` (before Linux 6.8) has no comm: the victim's own at its exit.
+    if pending.comm[0] == 0 {
+        pending.comm = victim.comm;
+    }
+    let mut h: Header = header(EventKind::OomKill);
+    h.time_ns = exit_ns;
     let rec = entry.as_mut_ptr();
     // SAFETY: `rec` points at a reserved, exclusively owned ring-buffer slot of the right size.
     unsafe {
-        (*rec).header = header(EventKind::OomKill);
+        (*rec).header = h;
         (*rec).victim = victim;
         (*rec).pending = pending;
     }

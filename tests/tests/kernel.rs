@@ -229,6 +229,53 @@ async fn oom_kill_names_the_child_and_the_parent_survives() {
     assert!(parent_exit.at > oom.at);
 }
 
+/// The OOM killer signals its victim before it marks it: a sleeping victim woken on another CPU
+/// can exit before the mark. Whichever comes first, every kill is told once, as the sleeper's,
+/// with the sleeper's own cgroup and name (the exit-first ones are counted apart).
+#[tokio::test]
+async fn every_kill_of_a_sleeping_sibling_is_told_once() {
+    if !require_kernel() {
+        return;
+    }
+    const ROUNDS: usize = 8;
+    let mut cg = TestCgroup::new("oom-sibling").unwrap();
+    cg.limit_memory(48 << 20).unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    let out = cg
+        .spawn(&workload(), &["oom-sibling", "32", &ROUNDS.to_string()])
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}: {stdout}", out.status);
+    let victims: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(victims.len(), ROUNDS, "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.contains("status 0x9 grower 0x0")),
+        "each sleeper was killed and each grower then fit: {stdout}"
+    );
+    let events = w
+        .until(WAIT, |ev| {
+            victims.iter().all(|v| group_exit(ev, *v).is_some()) && ooms_in(ev, &cg).len() >= ROUNDS
+        })
+        .await
+        .unwrap();
+    let ooms = ooms_in(events, &cg);
+    let mut told: Vec<u32> = ooms.iter().map(|o| o.victim.tgid).collect();
+    told.sort_unstable();
+    let mut expected = victims.clone();
+    expected.sort_unstable();
+    assert_eq!(told, expected, "one kill told per sleeper: {ooms:#?}");
+    assert!(ooms
+        .iter()
+        .all(|o| o.victim.cgroup_id == cg.id() && o.victim_comm.as_str() == "oom-held"));
+    let first = w.probes.counters().unwrap().oom_victim_exited_first;
+    eprintln!("{ROUNDS} kills, {first} of them read from a victim that exited before its mark");
+}
+
 /// The kernel log's whole report of a kill in this test's cgroup, read back as the agent reads it:
 /// the limit hit and its counters, the trigger, the task dump, the victim; where the memory
 /// controller is on cgroup2 (`memory.oom.group` exists), a group kill: every process of the

@@ -151,6 +151,8 @@ pub struct KernelCounters {
     pub quiet_records: u64,
     /// Memory cgroup reclaims summed into a later limit-hit record (observer-ebpf/src/memcg.rs).
     pub limit_hits_summed: u64,
+    /// OOM kills whose victim exited before the killer marked it (observer-ebpf/src/oom.rs).
+    pub oom_victim_exited_first: u64,
 }
 
 /// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
@@ -173,6 +175,7 @@ impl Stats {
             waking_records: sum(stat::WAKING)?,
             quiet_records: sum(stat::QUIET)?,
             limit_hits_summed: sum(stat::LIMIT_HITS_SUMMED)?,
+            oom_victim_exited_first: sum(stat::OOM_VICTIM_EXITED_FIRST)?,
         })
     }
 }

@@ -36,6 +36,8 @@ pub struct EventReader {
     malformed: Arc<AtomicU64>,
     /// How long the next wait for quiet records lasts: see [`QuietPoll`].
     quiet: QuietPoll,
+    /// A record read ahead of its turn by [`kill_before_death`].
+    ahead: Option<KernelEvent>,
 }
 
 /// The poll period for records that wake nobody. Each wake-up of an idle reader costs a poll and
@@ -91,6 +93,7 @@ impl EventReader {
             drops_seen,
             malformed: Arc::default(),
             quiet: QuietPoll::default(),
+            ahead: None,
         })
     }
 
@@ -187,17 +190,18 @@ impl EventReader {
 
     /// The next event already in the ring buffer, without waiting.
     pub fn try_next(&mut self) -> Option<KernelEvent> {
-        loop {
-            let item = self.ring.next()?;
+        let (ring, malformed) = (&mut self.ring, &self.malformed);
+        kill_before_death(&mut self.ahead, || loop {
+            let item = ring.next()?;
             match decode(&item) {
                 Ok(ev) => return Some(ev),
                 Err(e) => {
-                    if self.malformed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    if malformed.fetch_add(1, Ordering::Relaxed) == 0 {
                         tracing::error!("malformed ring-buffer record (logged once, counted): {e}");
                     }
                 }
             }
-        }
+        })
     }
 
     fn check_drops(&mut self) -> Result<Option<KernelEvent>, KernelError> {
@@ -313,12 +317,101 @@ fn poll(
     })
 }
 
+/// The next event, `ahead` first. The kernel sends an OOM victim its SIGKILL before it marks it,
+/// so a victim that exits at once has its exit in the ring before its kill. A SIGKILLed exit whose
+/// kill is already the next record is handed out after it, so the death is read knowing its
+/// cause; one whose kill is not there yet is not waited for (the kill corrects it downstream).
+fn kill_before_death(
+    ahead: &mut Option<KernelEvent>,
+    mut pull: impl FnMut() -> Option<KernelEvent>,
+) -> Option<KernelEvent> {
+    if let Some(ev) = ahead.take() {
+        return Some(ev);
+    }
+    let ev = pull()?;
+    let KernelEvent::Exit(exit) = &ev else {
+        return Some(ev);
+    };
+    if exit.status.signal() != Some(9) {
+        return Some(ev);
+    }
+    let Some(next) = pull() else {
+        return Some(ev);
+    };
+    if matches!(&next, KernelEvent::OomKill(o) if o.victim.tgid == exit.task.tgid) {
+        *ahead = Some(ev);
+        return Some(next);
+    }
+    *ahead = Some(next);
+    Some(ev)
+}
+
 /// Extra descriptors one wait takes at most (the fast path's connections).
 const MAX_EXTRA: usize = 8;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::{BootNs, Comm, Exit, OomKill, OomMemory, Task, WaitStatus};
+
+    fn task(pid: u32) -> Task {
+        Task {
+            pid,
+            tgid: pid,
+            ppid: 1,
+            ns_pid: 1,
+            ns_level: 1,
+            comm: Comm::from("app"),
+            cgroup_id: 7,
+        }
+    }
+
+    fn exit(pid: u32, status: WaitStatus) -> KernelEvent {
+        KernelEvent::Exit(Exit {
+            at: BootNs(2),
+            task: task(pid),
+            status,
+            group_dead: true,
+        })
+    }
+
+    fn kill(pid: u32) -> KernelEvent {
+        KernelEvent::OomKill(OomKill {
+            at: BootNs(3),
+            marked_at: BootNs(3),
+            victim: task(pid),
+            victim_comm: Comm::from("app"),
+            memory: OomMemory::default(),
+            oom_score_adj: None,
+            trigger_pid: 9,
+            trigger_tgid: 9,
+            trigger_cgroup_id: 7,
+        })
+    }
+
+    fn read_all(records: Vec<KernelEvent>) -> Vec<KernelEvent> {
+        let mut ring = records.into_iter();
+        let mut ahead = None;
+        std::iter::from_fn(|| kill_before_death(&mut ahead, || ring.next())).collect()
+    }
+
+    #[test]
+    fn a_victims_kill_already_behind_its_exit_is_read_first() {
+        let killed = WaitStatus::signaled(9, false);
+        assert_eq!(
+            read_all(vec![exit(5, killed), kill(5), exit(6, killed)]),
+            [kill(5), exit(5, killed), exit(6, killed)]
+        );
+        // Another process's kill, an exit that was no SIGKILL, or a kill not yet written: as read.
+        for records in [
+            vec![exit(5, killed), kill(6)],
+            vec![exit(5, WaitStatus::exited(0)), kill(5)],
+            vec![kill(6), exit(5, killed)],
+            vec![exit(5, killed)],
+        ] {
+            assert_eq!(read_all(records.clone()), records);
+        }
+    }
 
     #[test]
     fn the_quiet_poll_backs_off_while_idle_and_returns_with_a_record() {

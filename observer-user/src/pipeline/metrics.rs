@@ -47,6 +47,12 @@ impl PipelineHealth {
             )?;
             counter(
                 e,
+                "kernel_oom_victim_exited_first",
+                "OOM kills whose victim exited before the OOM killer marked it (sent at the mark)",
+                k.oom_victim_exited_first,
+            )?;
+            counter(
+                e,
                 "kernel_read_errors",
                 "Kernel memory reads that failed (fields sent as zero)",
                 k.read_errors,

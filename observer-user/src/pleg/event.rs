@@ -120,6 +120,18 @@ impl ContainerExit {
     pub fn exit_code(&self) -> i32 {
         self.status.map_or(137, WaitStatus::exit_code)
     }
+
+    /// The OOM killer's kill of `victim` was read after this exit: the kernel sends the SIGKILL
+    /// before it marks the victim, and a victim that exits at once is read first. An init that
+    /// died of that SIGKILL was OOM-killed. Returns whether the reason changed.
+    pub fn killed_by_oom(&mut self, victim: u32) -> bool {
+        let sigkilled = self.status.and_then(WaitStatus::signal) == Some(9);
+        if self.pid != Some(victim) || !sigkilled || self.reason == ExitReason::OomKilled {
+            return false;
+        }
+        self.reason = ExitReason::OomKilled;
+        true
+    }
 }
 
 /// What happened, with the data each kind carries.

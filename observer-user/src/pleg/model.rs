@@ -422,6 +422,11 @@ impl NodeModel {
         if rec.init_pid == Some(o.victim.tgid) || (rec.state == ContainerState::Created && own_ns) {
             rec.init_oom_killed = true;
         }
+        // Read after the init's exit (it died of the kill before the killer marked it): the death
+        // already went out as an Error; its OomKill, next, is what corrects it downstream.
+        if let Some(exit) = rec.exit.as_mut() {
+            exit.killed_by_oom(o.victim.tgid);
+        }
         let boxed = Box::new(o.clone());
         rec.last_oom = Some(boxed.clone());
         out.push(event(

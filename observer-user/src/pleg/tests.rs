@@ -292,6 +292,38 @@ fn oom_kill_of_the_init_is_oomkilled() {
     );
 }
 
+/// The kernel signals the victim before it marks it: a victim that exits at once is read before
+/// its kill. The death goes out as read; the kill that follows corrects the record.
+#[test]
+fn oom_kill_read_after_the_inits_death_corrects_it() {
+    let (mut p, mut rx) = pleg(64);
+    setup(&mut p);
+    p.handle(exec(100, 11, "app", 3));
+    p.handle(exit(100, 11, WaitStatus::signaled(9, false), 5));
+    p.handle(oom(100, 11, "app", 6));
+    let evs = drain(&mut rx);
+    assert_eq!(
+        kinds(&evs),
+        [ContainerChanged, ContainerStarted, ContainerDied, OomKill]
+    );
+    assert_eq!(evs[2].exit().unwrap().reason, ExitReason::Error);
+    let rec = p.model().container(&cid(1)).unwrap();
+    assert_eq!(rec.exit.as_ref().unwrap().reason, ExitReason::OomKilled);
+    // A kill of another process, or an init that did not die of a SIGKILL, changes nothing.
+    for (status, victim) in [
+        (WaitStatus::signaled(9, false), 101),
+        (WaitStatus::exited(0), 100),
+    ] {
+        let (mut p, _rx) = pleg(64);
+        setup(&mut p);
+        p.handle(exec(100, 11, "app", 3));
+        p.handle(exit(100, 11, status, 5));
+        p.handle(oom(victim, 11, "app", 6));
+        let rec = p.model().container(&cid(1)).unwrap();
+        assert_ne!(rec.exit.as_ref().unwrap().reason, ExitReason::OomKilled);
+    }
+}
+
 #[test]
 fn oom_kill_of_a_child_leaves_the_container_running_and_a_later_clean_exit_completed() {
     let (mut p, mut rx) = pleg(64);

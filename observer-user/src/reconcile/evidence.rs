@@ -53,6 +53,10 @@ impl KernelEvidence {
                 if self.init_pid() == Some(kill.victim.tgid) {
                     self.init_kill = Some(kill.clone());
                 }
+                // The kill read after the init's death it caused.
+                if let Some((_, exit)) = self.exit.as_mut() {
+                    exit.killed_by_oom(kill.victim.tgid);
+                }
                 self.last_oom = Some(kill.clone());
             }
             PlegEvent::ContainerRemoved { .. } => self.removed = Some(ev.at),

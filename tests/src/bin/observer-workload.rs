@@ -7,6 +7,9 @@
 //!   alloc MIB         touch MIB MiB of memory, then keep allocating until killed
 //!   oom-child MIB     fork a child named "oom-victim" that runs `alloc MIB`; wait for it,
 //!                     print how it ended, exit 0
+//!   oom-sibling MIB ROUNDS  ROUNDS times: a sleeping child ("oom-held", oom_score_adj 1000)
+//!                     holds MIB MiB, another ("oom-grower") touches MIB MiB once; the limit
+//!                     kills the sleeper; print `victim <pid> status <status> grower <status>`
 //!   spin N            fork and reap N short-lived children (a fork/exit storm), exit 0
 //!   spin-ns N         the same, each child the init (pid 1) of a new pid namespace
 //!   pidns-init CODE   a child, pid 1 of a new pid namespace, execs `exit CODE`; wait, print
@@ -26,7 +29,7 @@ use std::{env, process::exit, thread, time::Duration};
 
 fn arg(n: usize) -> u64 {
     env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or_else(|| {
-        eprintln!("usage: observer-workload <exit N|segv|sleep S|thread-exit N|alloc MIB|oom-child MIB|spin N|spin-ns N|pidns-init CODE|mix N|hog>");
+        eprintln!("usage: observer-workload <exit N|segv|sleep S|thread-exit N|alloc MIB|oom-child MIB|oom-sibling MIB ROUNDS|spin N|spin-ns N|pidns-init CODE|mix N|hog>");
         exit(64)
     })
 }
@@ -90,6 +93,59 @@ fn alloc(mib: u64) -> ! {
         if total == mib {
             eprintln!("alloc: {mib} MiB touched, continuing");
         }
+    }
+}
+
+/// `rounds` times: a sleeping child holds `mib` MiB and offers itself to the OOM killer, and
+/// another child touches as much again, once. The kill takes the sleeper (on another CPU than the
+/// allocation, or preempting it); the grower then fits and exits 0. Prints "victim PID" per round.
+fn oom_sibling(mib: u64, rounds: u64) {
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
+    for _ in 0..rounds {
+        let mut ready = [0i32; 2];
+        // SAFETY: a valid two-element array for pipe(2).
+        if unsafe { libc::pipe(ready.as_mut_ptr()) } != 0 {
+            exit(71);
+        }
+        // SAFETY: the children only touch memory, write and sleep before they exit.
+        let held = match unsafe { libc::fork() } {
+            -1 => exit(71),
+            0 => {
+                set_comm("oom-held");
+                let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+                let held = vec![0xa5u8; (mib as usize) << 20];
+                // SAFETY: writing one byte from a valid buffer to our pipe.
+                unsafe { libc::write(ready[1], held.as_ptr().cast(), 1) };
+                loop {
+                    // SAFETY: pause has no preconditions; only a signal ends it.
+                    unsafe { libc::pause() };
+                }
+            }
+            child => child,
+        };
+        let mut b = 0u8;
+        // SAFETY: reading one byte into a valid buffer from our pipe.
+        unsafe { libc::read(ready[0], (&raw mut b).cast(), 1) };
+        // SAFETY: closing our own descriptors.
+        unsafe {
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        // SAFETY: as above.
+        let grower = match unsafe { libc::fork() } {
+            -1 => exit(71),
+            0 => {
+                set_comm("oom-grower");
+                let _ = std::fs::write("/proc/self/oom_score_adj", "0");
+                let grown = vec![0x5au8; (mib as usize) << 20];
+                std::hint::black_box(&grown);
+                exit(0)
+            }
+            child => child,
+        };
+        let held_status = reap(held.into());
+        let grower_status = reap(grower.into());
+        println!("victim {held} status {held_status:#x} grower {grower_status:#x}");
     }
 }
 
@@ -199,6 +255,7 @@ fn main() {
                 }
             }
         }
+        "oom-sibling" => oom_sibling(arg(2), arg(3)),
         "spin" => {
             for _ in 0..arg(2) {
                 // SAFETY: the child exits at once without touching any lock.

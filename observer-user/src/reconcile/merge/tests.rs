@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use super::*;
 use crate::{
     kernel::{BootNs, Comm, OomMemory, Task, WaitStatus},
-    pleg::ContainerExit,
+    pleg::{ContainerExit, PlegEvent, PodLifecycleEvent},
 };
 
 const INIT: u32 = 100;
@@ -733,4 +733,54 @@ fn the_scope_of_a_logged_kill_is_relative_to_its_container() {
         scope_of(&with(elsewhere, &ctr, false), id),
         OomScope::Cgroup(elsewhere.into())
     );
+}
+
+/// The kernel signals an OOM victim before it marks it, so an init that exits at once is read
+/// before its kill: the evidence folds the kill in afterwards and the view says OOMKilled.
+#[test]
+fn a_kill_read_after_the_death_it_caused_is_the_deaths_reason() {
+    let ev = |event| PodLifecycleEvent {
+        pod_uid: crate::model::PodUid::parse("00000001-0000-4000-8000-000000000000").unwrap(),
+        runtime: None,
+        at: BootClock::now(),
+        event,
+    };
+    let mut k = kernel(None, None);
+    let (_, exit) = died(Some(WaitStatus::signaled(9, false)), ExitReason::Error).unwrap();
+    k.apply(&ev(PlegEvent::ContainerDied { id: id(), exit }));
+    k.apply(&ev(PlegEvent::OomKill {
+        id: id(),
+        kill: oom(INIT),
+        trigger: None,
+    }));
+    let s = exited(137, "Error");
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::Kernel)
+        )
+    );
+    // A child's kill after the init's SIGKILL is not the init's.
+    let mut k = kernel(None, None);
+    let (_, exit) = died(Some(WaitStatus::signaled(9, false)), ExitReason::Error).unwrap();
+    k.apply(&ev(PlegEvent::ContainerDied { id: id(), exit }));
+    k.apply(&ev(PlegEvent::OomKill {
+        id: id(),
+        kill: oom(CHILD),
+        trigger: None,
+    }));
+    let v = view(Inputs {
+        runtime: Some(&s),
+        kernel: Some(&k),
+        ..Inputs::new(id())
+    });
+    assert_eq!(v.reason.as_deref(), Some("Error"));
 }
