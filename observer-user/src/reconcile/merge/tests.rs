@@ -739,28 +739,31 @@ fn the_scope_of_a_logged_kill_is_relative_to_its_container() {
 /// before its kill: the evidence folds the kill in afterwards and the view says OOMKilled.
 #[test]
 fn a_kill_read_after_the_death_it_caused_is_the_deaths_reason() {
-    let ev = |event| PodLifecycleEvent {
-        pod_uid: crate::model::PodUid::parse("00000001-0000-4000-8000-000000000000").unwrap(),
-        runtime: None,
-        at: BootClock::now(),
-        event,
+    // The init's SIGKILL read first, then the kill of `victim`; the runtime says Error.
+    let late_kill = |victim: u32| {
+        let ev = |event| PodLifecycleEvent {
+            pod_uid: crate::model::PodUid::parse("00000001-0000-4000-8000-000000000000").unwrap(),
+            runtime: None,
+            at: BootClock::now(),
+            event,
+        };
+        let mut k = kernel(None, None);
+        let (_, exit) = died(Some(WaitStatus::signaled(9, false)), ExitReason::Error).unwrap();
+        k.apply(&ev(PlegEvent::ContainerDied { id: id(), exit }));
+        k.apply(&ev(PlegEvent::OomKill {
+            id: id(),
+            kill: oom(victim),
+            trigger: None,
+        }));
+        let s = exited(137, "Error");
+        view(Inputs {
+            runtime: Some(&s),
+            kernel: Some(&k),
+            ..Inputs::new(id())
+        })
     };
-    let mut k = kernel(None, None);
-    let (_, exit) = died(Some(WaitStatus::signaled(9, false)), ExitReason::Error).unwrap();
-    k.apply(&ev(PlegEvent::ContainerDied { id: id(), exit }));
-    k.apply(&ev(PlegEvent::OomKill {
-        id: id(),
-        kill: oom(INIT),
-        trigger: None,
-    }));
-    let s = exited(137, "Error");
-    let v = view(Inputs {
-        runtime: Some(&s),
-        kernel: Some(&k),
-        ..Inputs::new(id())
-    });
     assert_eq!(
-        summary(&v),
+        summary(&late_kill(INIT)),
         (
             ContainerPhase::Exited,
             Some(137),
@@ -769,18 +772,5 @@ fn a_kill_read_after_the_death_it_caused_is_the_deaths_reason() {
         )
     );
     // A child's kill after the init's SIGKILL is not the init's.
-    let mut k = kernel(None, None);
-    let (_, exit) = died(Some(WaitStatus::signaled(9, false)), ExitReason::Error).unwrap();
-    k.apply(&ev(PlegEvent::ContainerDied { id: id(), exit }));
-    k.apply(&ev(PlegEvent::OomKill {
-        id: id(),
-        kill: oom(CHILD),
-        trigger: None,
-    }));
-    let v = view(Inputs {
-        runtime: Some(&s),
-        kernel: Some(&k),
-        ..Inputs::new(id())
-    });
-    assert_eq!(v.reason.as_deref(), Some("Error"));
+    assert_eq!(late_kill(CHILD).reason.as_deref(), Some("Error"));
 }
