@@ -641,6 +641,9 @@ impl Span {
     }
 }
 
+/// A death the status never told: (seconds since the epoch, the index of the fault it fell in).
+pub type UntoldDeath = (f64, Option<usize>);
+
 /// The account of a window of churn: every death the churn caused in it, against what the agent
 /// wrote and published.
 #[derive(Clone, Debug, Default)]
@@ -657,6 +660,9 @@ pub struct Account {
     pub told_late: u64,
     /// Deaths neither in the status nor in an Event.
     pub lost: u64,
+    /// Where they were: (pod, container, Events there against deaths there, the deaths the
+    /// status never told as (seconds since the epoch, the fault they fell in)).
+    pub lost_where: Vec<(String, String, String, Vec<UntoldDeath>)>,
     /// Deaths with no Event (whether or not the status told them).
     pub events_missing: u64,
     /// Events beyond the deaths of their container.
@@ -715,9 +721,11 @@ pub fn account(
         ..Default::default()
     };
     let mut per_pair: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    let mut untold_at: HashMap<(String, String), Vec<UntoldDeath>> = HashMap::new();
     for d in deaths.iter().filter(|d| !excluded.contains(&d.pod)) {
         a.deaths += 1;
-        let fault = faults.iter().find(|f| f.holds(d.at));
+        let fault_index = faults.iter().position(|f| f.holds(d.at));
+        let fault = fault_index.map(|i| &faults[i]);
         if fault.is_some() {
             a.during_fault += 1;
         }
@@ -762,7 +770,17 @@ pub fn account(
                     a.after_fault_ms.push(ms(f.end));
                 }
             }
-            None => pair.1 += 1,
+            None => {
+                pair.1 += 1;
+                let secs =
+                    d.at.duration_since(SystemTime::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs_f64();
+                untold_at
+                    .entry((d.pod.clone(), d.container.clone()))
+                    .or_default()
+                    .push((secs, fault_index));
+            }
         }
     }
     for ((pod, container), (deaths, untold)) in &per_pair {
@@ -780,7 +798,16 @@ pub fn account(
             a.duplicated
                 .push((pod.clone(), container.clone(), *deaths, told));
         }
-        a.lost += deaths.saturating_sub(told).min(*untold);
+        let lost = deaths.saturating_sub(told).min(*untold);
+        a.lost += lost;
+        if lost > 0 {
+            a.lost_where.push((
+                pod.clone(),
+                container.clone(),
+                format!("{told} Events for {deaths} deaths"),
+                untold_at.remove(&key).unwrap_or_default(),
+            ));
+        }
     }
     for (pod, ws) in writes {
         if excluded.contains(pod) {

@@ -108,7 +108,11 @@ fn sixty_pods_lose_no_death_through_an_agent_kill_and_an_api_server_restart() {
     );
     assert!(a.deaths >= 40, "only {} deaths counted", a.deaths);
     assert!(a.during_fault > 0, "no death fell inside a fault");
-    assert_eq!(a.lost, 0, "deaths told neither in status nor by an Event");
+    assert_eq!(
+        a.lost, 0,
+        "deaths told neither in status nor by an Event: {:?} (faults: {:?})",
+        a.lost_where, faults
+    );
     assert_eq!(a.duplicate_events, 0, "a death told by more than one Event");
     assert!(
         a.stale.is_empty(),
