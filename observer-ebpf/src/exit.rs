@@ -17,12 +17,13 @@ use crate::{
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
-    // OOM victims are reported wherever they are: a kill outside the watched subtrees still
-    // matters to whoever owns that memory.
-    oom::complete_if_victim(task);
-
     let cfg = config();
     let off = &cfg.task;
+    let exit_code = read_field::<u32>(task, off.exit_code);
+    // OOM victims are reported wherever they are: a kill outside the watched subtrees still
+    // matters to whoever owns that memory.
+    oom::complete_if_victim(task, exit_code);
+
     // SAFETY: volatile reads of the loader-filled config; see crate::config.
     let (has_arg, hook, thread_exits) = unsafe {
         (
@@ -64,7 +65,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     unsafe {
         (*rec).header = header(EventKind::Exit);
         (*rec).task = info;
-        (*rec).exit_code = read_field::<u32>(task, off.exit_code);
+        (*rec).exit_code = exit_code;
         (*rec).group_dead = group_dead as u8;
         (*rec)._pad = [0; 3];
     }

@@ -93,11 +93,12 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Called at every thread exit: sends the OOM record if this thread was a chosen victim.
+/// Called at every thread exit (`exit_code`: its wait status): sends the OOM record if this
+/// thread was a chosen victim.
 #[inline(always)]
-pub fn complete_if_victim(task: *const u8) {
+pub fn complete_if_victim(task: *const u8, exit_code: u32) {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let killed = read_field::<u32>(task, config().task.exit_code) & 0x7f == SIGKILLED;
+    let killed = exit_code & 0x7f == SIGKILLED;
     if killed {
         let exited = KilledExit {
             // SAFETY: helper without preconditions.

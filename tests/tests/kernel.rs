@@ -239,7 +239,7 @@ async fn every_kill_of_a_sleeping_sibling_is_told_once() {
     }
     // Few: the kernel prints at most 10 OOM reports per 5 s (`oom_kill_process` ratelimit), and
     // the_kernel_log_reports_the_whole_kill, beside it, needs its own report printed.
-    const ROUNDS: usize = 3;
+    const ROUNDS: usize = 2;
     let mut cg = TestCgroup::new("oom-sibling").unwrap();
     cg.limit_memory(48 << 20).unwrap();
     let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
@@ -250,32 +250,49 @@ async fn every_kill_of_a_sleeping_sibling_is_told_once() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{:?}: {stdout}", out.status);
-    let victims: Vec<u32> = stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
-    assert_eq!(victims.len(), ROUNDS, "{stdout}");
-    assert!(
-        stdout.lines().all(|l| l.contains("status 0x9 grower 0x0")),
-        "each sleeper was killed and each grower then fit: {stdout}"
+    // "victim PID status S grower PID S": every sleeper killed; a grower only where the kernel
+    // chose it too before the sleeper's memory was freed (a second kill, told as such).
+    let mut killed: Vec<(u32, String)> = Vec::new();
+    for l in stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert!(
+            f.len() == 7 && f[3] == "0x9" && (f[6] == "0x0" || f[6] == "0x9"),
+            "a sleeper not killed, or a grower that failed otherwise: {stdout}"
+        );
+        killed.push((f[1].parse().unwrap(), "oom-held".into()));
+        if f[6] == "0x9" {
+            killed.push((f[5].parse().unwrap(), "oom-grower".into()));
+        }
+    }
+    assert_eq!(
+        killed.iter().filter(|(_, c)| *c == "oom-held").count(),
+        ROUNDS,
+        "{stdout}"
     );
     let events = w
         .until(WAIT, |ev| {
-            victims.iter().all(|v| group_exit(ev, *v).is_some()) && ooms_in(ev, &cg).len() >= ROUNDS
+            killed.iter().all(|(v, _)| group_exit(ev, *v).is_some())
+                && ooms_in(ev, &cg).len() >= killed.len()
         })
         .await
         .unwrap();
     let ooms = ooms_in(events, &cg);
-    let mut told: Vec<u32> = ooms.iter().map(|o| o.victim.tgid).collect();
-    told.sort_unstable();
-    let mut expected = victims.clone();
-    expected.sort_unstable();
-    assert_eq!(told, expected, "one kill told per sleeper: {ooms:#?}");
-    assert!(ooms
+    let mut told: Vec<(u32, String)> = ooms
         .iter()
-        .all(|o| o.victim.cgroup_id == cg.id() && o.victim_comm.as_str() == "oom-held"));
+        .map(|o| (o.victim.tgid, o.victim_comm.as_str().to_string()))
+        .collect();
+    told.sort_unstable();
+    killed.sort_unstable();
+    assert_eq!(
+        told, killed,
+        "one kill told per victim, by its name: {ooms:#?}"
+    );
+    assert!(ooms.iter().all(|o| o.victim.cgroup_id == cg.id()));
     let first = w.probes.counters().unwrap().oom_victim_exited_first;
-    eprintln!("{ROUNDS} kills, {first} of them read from a victim that exited before its mark");
+    eprintln!(
+        "{} kills, {first} of them read from a victim that exited before its mark",
+        killed.len()
+    );
 }
 
 /// The kernel log's whole report of a kill in this test's cgroup, read back as the agent reads it:

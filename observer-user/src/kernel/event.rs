@@ -105,6 +105,11 @@ impl WaitStatus {
             .then_some(((self.0 >> 8) & 0xff) as u8)
     }
 
+    /// Killed by SIGKILL: how the OOM killer (and a runtime's last resort) ends a process.
+    pub fn sigkilled(self) -> bool {
+        self.signal() == Some(nix::sys::signal::Signal::SIGKILL as u8)
+    }
+
     pub fn core_dumped(self) -> bool {
         self.signal().is_some() && self.0 & 0x80 != 0
     }

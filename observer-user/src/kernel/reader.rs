@@ -332,7 +332,7 @@ fn kill_before_death(
     let KernelEvent::Exit(exit) = &ev else {
         return Some(ev);
     };
-    if exit.status.signal() != Some(9) {
+    if !exit.status.sigkilled() {
         return Some(ev);
     }
     let Some(next) = pull() else {

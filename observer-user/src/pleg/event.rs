@@ -125,7 +125,7 @@ impl ContainerExit {
     /// before it marks the victim, and a victim that exits at once is read first. An init that
     /// died of that SIGKILL was OOM-killed. Returns whether the reason changed.
     pub fn killed_by_oom(&mut self, victim: u32) -> bool {
-        let sigkilled = self.status.and_then(WaitStatus::signal) == Some(9);
+        let sigkilled = self.status.is_some_and(WaitStatus::sigkilled);
         if self.pid != Some(victim) || !sigkilled || self.reason == ExitReason::OomKilled {
             return false;
         }

@@ -8,8 +8,8 @@
 //!   oom-child MIB     fork a child named "oom-victim" that runs `alloc MIB`; wait for it,
 //!                     print how it ended, exit 0
 //!   oom-sibling MIB ROUNDS  ROUNDS times: a sleeping child ("oom-held", oom_score_adj 1000)
-//!                     holds MIB MiB, another ("oom-grower") touches MIB MiB once; the limit
-//!                     kills the sleeper; print `victim <pid> status <status> grower <status>`
+//!                     holds MIB MiB, another ("oom-grower") touches 3/4 of that once; the
+//!                     limit kills the sleeper; print `victim <pid> status <s> grower <pid> <s>`
 //!   spin N            fork and reap N short-lived children (a fork/exit storm), exit 0
 //!   spin-ns N         the same, each child the init (pid 1) of a new pid namespace
 //!   pidns-init CODE   a child, pid 1 of a new pid namespace, execs `exit CODE`; wait, print
@@ -97,8 +97,9 @@ fn alloc(mib: u64) -> ! {
 }
 
 /// `rounds` times: a sleeping child holds `mib` MiB and offers itself to the OOM killer, and
-/// another child touches as much again, once. The kill takes the sleeper (on another CPU than the
-/// allocation, or preempting it); the grower then fits and exits 0. Prints "victim PID" per round.
+/// another child touches three quarters of that, once. The kill takes the sleeper (on another CPU
+/// than the allocation); the grower then fits and exits 0, unless the kernel took it too before
+/// the sleeper's memory was freed. Prints "victim PID status S grower PID S" per round.
 fn oom_sibling(mib: u64, rounds: u64) {
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     for _ in 0..rounds {
@@ -137,7 +138,8 @@ fn oom_sibling(mib: u64, rounds: u64) {
             0 => {
                 set_comm("oom-grower");
                 let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-                let grown = vec![0x5au8; (mib as usize) << 20];
+                // Three quarters: once the sleeper's memory is freed, it fits with room to spare.
+                let grown = vec![0x5au8; ((mib * 3 / 4) as usize) << 20];
                 std::hint::black_box(&grown);
                 exit(0)
             }
@@ -145,7 +147,7 @@ fn oom_sibling(mib: u64, rounds: u64) {
         };
         let held_status = reap(held.into());
         let grower_status = reap(grower.into());
-        println!("victim {held} status {held_status:#x} grower {grower_status:#x}");
+        println!("victim {held} status {held_status:#x} grower {grower} {grower_status:#x}");
     }
 }
 

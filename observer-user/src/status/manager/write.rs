@@ -148,7 +148,7 @@ impl StatusManager {
             let ours: Vec<PodCondition> = st
                 .written
                 .as_deref()
-                .and_then(|w| serde_json::from_value(w.clone()).ok())
+                .and_then(|w| serde::Deserialize::deserialize(w).ok())
                 .unwrap_or_default();
             for c in ours.iter().chain(fast.iter().filter(|_| confirmed)) {
                 base.retain(|b| b.type_ != c.type_);
