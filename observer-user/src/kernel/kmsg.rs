@@ -518,7 +518,11 @@ mod tests {
     #[test]
     fn pairs_the_two_lines_of_a_kill() {
         let kills = parse(LOG.iter().copied());
-        assert_eq!(kills.len(), 1, "{kills:#?}");
+        assert_eq!(kills.len(), 2, "{kills:#?}");
+        // The second is a global kill the kernel printed no report of.
+        let lone = &kills[1];
+        assert_eq!((lone.pid, lone.comm.as_str()), (999, "java"));
+        assert!(lone.task_memcg.is_empty() && lone.report.as_ref().unwrap().not_printed);
         let k = &kills[0];
         assert_eq!((k.pid, k.comm.as_str(), k.at_us), (28078, "sh", 3433177016));
         assert!(
@@ -541,7 +545,8 @@ mod tests {
             format!("6,12,102,-;Tasks in {cg} are going to be killed due to memory.oom.group set"),
             "3,13,103,-;Memory cgroup out of memory: Killed process 10 (sh) total-vm:2kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
             "3,14,104,-;Memory cgroup out of memory: Killed process 11 (sleep) total-vm:2kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
-            // A line without a header seconds later is no member.
+            // A line without a header seconds later is no member: a kill of its own, whose
+            // report the kernel did not print.
             "3,15,5000000,-;Out of memory: Killed process 99 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0".into(),
         ];
         let kills = parse(log.iter().map(String::as_str));
@@ -554,9 +559,11 @@ mod tests {
             [
                 (12, "hog", true, true),
                 (10, "sh", true, true),
-                (11, "sleep", true, true)
+                (11, "sleep", true, true),
+                (99, "x", false, false)
             ]
         );
+        assert!(kills[3].report.as_ref().unwrap().not_printed);
         assert_eq!(kills[1].anon_rss_kb, Some(1));
     }
 

@@ -107,6 +107,10 @@ pub struct Breakdown {
     pub shmem: Option<u64>,
     pub slab: Option<u64>,
     pub percpu: Option<u64>,
+    /// The anon LRU lists: every anon and shmem page charged, mapped or not.
+    pub inactive_anon: Option<u64>,
+    pub active_anon: Option<u64>,
+    pub swapcached: Option<u64>,
     /// The figures came in v1's names (Linux 6.1 logs v2's names even on a v1 hierarchy).
     pub v1: bool,
 }
@@ -133,6 +137,9 @@ impl Breakdown {
             "shmem" => &mut self.shmem,
             "slab" => &mut self.slab,
             "percpu" => &mut self.percpu,
+            "inactive_anon" | "total_inactive_anon" => &mut self.inactive_anon,
+            "active_anon" | "total_active_anon" => &mut self.active_anon,
+            "swapcached" | "total_swapcached" => &mut self.swapcached,
             // v1's names for the cgroup's own pages (the `total_` ones include descendants).
             "rss" | "total_rss" => {
                 self.v1 = true;
@@ -179,6 +186,16 @@ impl Breakdown {
         }
         p.sort_by_key(|b| std::cmp::Reverse(b.1));
         p
+    }
+
+    /// Anon pages still charged to the cgroup that no process maps: the memory of a process
+    /// that exited or was killed, not yet freed (the anon LRU holds them; `anon`, v1's `rss`,
+    /// counts mapped pages only). The memcg OOM killer can take a second victim in that window,
+    /// its report then showing a cgroup at its limit with no process holding the memory.
+    pub fn unmapped_anon(&self) -> Option<u64> {
+        let lru = self.inactive_anon? + self.active_anon?;
+        let held = self.anon? + self.shmem.unwrap_or(0) + self.swapcached.unwrap_or(0);
+        Some(lru.saturating_sub(held))
     }
 }
 
@@ -246,6 +263,11 @@ pub struct OomReport {
     /// cgroups).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+    /// The kernel printed only the victim's `Killed process` line: the log was read without a
+    /// gap before it and no report of this kill started. `oom_kill_process` prints at most 10
+    /// reports in 5 s (its own ratelimit, not tunable): in an OOM storm most kills have none.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_printed: bool,
 }
 
 impl OomReport {
@@ -376,6 +398,15 @@ pub struct Parser {
     /// Only records after this time (the log's microseconds) are counted in `ignored`: a log
     /// read again from its start counts each record once.
     count_after_us: Option<u64>,
+    /// The last record's sequence number, and the time of the first record read since the
+    /// last gap (a record lost to the ring, or the first read): a kill's report printed after
+    /// it would have been seen whole.
+    last_seq: Option<u64>,
+    gapless_since_us: u64,
+    /// The last report closed: its victim's pid, when it was killed, whether it was a group's.
+    /// A victim's or a member's line after its report was given out (the reader drained the
+    /// log between two lines of one kill) is that kill's, not a kill of its own.
+    closed: Option<(u32, u64, bool)>,
 }
 
 impl Parser {
@@ -403,6 +434,13 @@ impl Parser {
     /// Takes one record. Finished reports wait in [`Parser::pop`].
     pub fn push(&mut self, rec: &str) {
         let Some(r) = record(rec) else { return };
+        if self
+            .last_seq
+            .is_none_or(|s| s.checked_add(1) != Some(r.seq))
+        {
+            self.gapless_since_us = r.at_us;
+        }
+        self.last_seq = Some(r.seq);
         if r.facility != 0 {
             // A process wrote it (see the module's documentation): never part of a report.
             let shaped = r.msg.contains(" invoked oom-killer: ") || is_report_line(r.msg);
@@ -461,7 +499,8 @@ impl Parser {
             // A report whose start the ring overwrote: kept from its `oom-kill:` line on.
             None if msg.starts_with("oom-kill:")
                 || msg.starts_with("Memory cgroup stats for ")
-                || msg.starts_with("Tasks state") =>
+                || msg.starts_with("Tasks state")
+                || killed(msg).is_some_and(|k| !self.closed_kills(&k, r.at_us)) =>
             {
                 if self.pending.len() == MAX_PENDING {
                     let p = self.pending.remove(0);
@@ -470,19 +509,36 @@ impl Parser {
                 self.pending.push(Pending::new(r.seq, r.at_us, r.caller));
                 self.pending.len() - 1
             }
+            // The group line of the kill given out last: its members' lines follow.
+            None if msg.starts_with("Tasks in ") => {
+                if let Some((_, t, group)) = self.closed.as_mut() {
+                    *group |= r.at_us.saturating_sub(*t) <= GROUP_WINDOW_US;
+                }
+                return;
+            }
             None => return,
         };
         let counts = self.counts(r.at_us);
         let p = &mut self.pending[idx];
         let mut refused = 0;
         if !take(p, msg, r.at_us, &mut refused) {
-            // A line of a kill after the one under way (its start was lost): a report of its own.
+            // A line of a kill after the one under way (its start was lost, or never printed):
+            // a report of its own.
             let p = self.pending.remove(idx);
             self.close(p);
-            if msg.starts_with("oom-kill:") {
+            let lone = killed(msg).is_some_and(|k| !self.closed_kills(&k, r.at_us));
+            if msg.starts_with("oom-kill:") || lone {
                 let mut n = Pending::new(r.seq, r.at_us, r.caller);
                 take(&mut n, msg, r.at_us, &mut refused);
                 self.pending.push(n);
+            }
+        }
+        // A victim's line that opened its own report, read with no gap for longer than a
+        // report takes to print: the kernel printed none.
+        if let Some(p) = self.pending.last_mut() {
+            let lone = p.report.seq == r.seq && !p.kill_line_seen && p.report.victim.is_some();
+            if lone && r.at_us.saturating_sub(self.gapless_since_us) > GROUP_WINDOW_US {
+                p.report.not_printed = true;
             }
         }
         if counts {
@@ -490,9 +546,20 @@ impl Parser {
         }
     }
 
+    /// Whether `k`'s line belongs to the report closed last (see [`Parser::closed`]).
+    fn closed_kills(&self, k: &Killed, at_us: u64) -> bool {
+        self.closed.is_some_and(|(pid, t, group)| {
+            at_us.saturating_sub(t) <= GROUP_WINDOW_US && (pid == k.pid || group)
+        })
+    }
+
     /// A report is finished: an `oom-kill:` line still waiting for its victim's comm is
     /// refused.
     fn close(&mut self, mut p: Pending) {
+        if let Some(v) = &p.report.victim {
+            let at = p.killed_at.unwrap_or(p.report.kill_at_us);
+            self.closed = Some((v.pid, at, p.report.group_cgroup.is_some()));
+        }
         if p.kill_line_waiting.take().is_some() {
             refuse(&mut p.report);
             if self.counts(p.report.kill_at_us) {

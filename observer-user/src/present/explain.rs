@@ -224,6 +224,9 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         OomScope::Unknown(ScopeUnknown::ReportRefused) => {
             Some("the kernel log's oom-kill line could not be read one way only".into())
         }
+        OomScope::Unknown(ScopeUnknown::ReportNotPrinted) => {
+            Some("the kernel printed no report of this kill (it prints at most 10 in 5 s)".into())
+        }
         _ => None,
     };
     let trigger_ours = trigger_is_the_pods(o);
@@ -401,12 +404,18 @@ pub fn render_text(e: &Explanation) -> String {
             );
         }
         if let Some(b) = &r.breakdown {
-            let parts: Vec<String> = b
+            let mut parts: Vec<String> = b
                 .parts()
                 .iter()
                 .filter(|(_, v)| *v > 0)
                 .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
                 .collect();
+            if let Some(u) = b.unmapped_anon().filter(|&u| u >= 1 << 20) {
+                parts.push(format!(
+                    "anon mapped by no process {} (an exited or killed process's, not yet freed)",
+                    mib(u / 1024)
+                ));
+            }
             let _ = writeln!(s, "  Filled:   {}", parts.join(", "));
         }
         if let Some(w) = &k.others_withheld {

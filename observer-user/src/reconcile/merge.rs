@@ -140,6 +140,9 @@ pub(crate) fn scope_of(k: &LoggedOomKill, id: ContainerId) -> OomScope {
     if k.report.as_ref().is_some_and(|r| r.refused) {
         return OomScope::Unknown(ScopeUnknown::ReportRefused);
     }
+    if k.report.as_ref().is_some_and(|r| r.not_printed) {
+        return OomScope::Unknown(ScopeUnknown::ReportNotPrinted);
+    }
     let constraint = k.report.as_ref().map(|r| r.constraint);
     match constraint {
         Some(Some(Constraint::None | Constraint::Nodes)) => return OomScope::Node,

@@ -63,6 +63,9 @@ pub enum ScopeUnknown {
     /// The report's `oom-kill:` line could not be read one way only (names holding its
     /// separators), so it was not believed.
     ReportRefused,
+    /// The kernel printed no report of this kill, only its victim: `oom_kill_process` prints
+    /// at most 10 reports in 5 s.
+    ReportNotPrinted,
 }
 
 impl OomScope {

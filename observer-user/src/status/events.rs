@@ -10,7 +10,8 @@
 //!   own event, its note naming it; the action does not show in `kubectl describe`;
 //! - a death's action is its exit (`Exit/<code>` or `Signal/<n>`) and its reason the exit
 //!   reason: a crash loop dying the same way folds into one event with a series count, and a
-//!   different death is a new event;
+//!   different death is a new event; a death told late (the agent was down) names its finish,
+//!   `Late/<exit>@<unix second>`: its own event, which a later agent finds before telling it again;
 //! - an audit finding's action names the container instance (`Audit/<container id>`).
 //!
 //! Memory: the per-pod token buckets are dropped when the pod leaves and capped in number; the
@@ -229,6 +230,18 @@ impl PodEvent {
                     (None, None) => ("Exit/unknown".into(), "is gone, how is unknown".into()),
                 };
                 let ok = *exit_code == Some(0) && signal.is_none();
+                // A late tell names its death (the runtime's finish, to the second): its own
+                // Event, never folded into a live series, and the key a later agent looks for
+                // before telling the same death again.
+                let action = match late {
+                    Some(l) => format!(
+                        "Late/{action}@{}",
+                        l.finished
+                            .duration_since(UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs())
+                    ),
+                    None => action,
+                };
                 (
                     if ok {
                         EventType::Normal
@@ -310,16 +323,18 @@ fn truncate(mut s: String, n: usize) -> String {
     s
 }
 
-/// An Event on its way to the publishing task, with the death it tells late, if it does.
-type Queued = (ObjectReference, Event, Option<Late>);
+/// An Event on its way to the publishing task, and whether it tells a death late.
+type Queued = (ObjectReference, Event, bool);
 
-/// Whether `controller` already told a death of the container `reference` names at or after
-/// `finished`: one of its death Events about that container last seen since then.
-async fn told_since(
+/// Whether `controller` already told the late death whose Event has `action` (which names the
+/// death: `Late/<exit>@<finished>`) about the container `reference` names. Only that death's late
+/// tell counts: a live tell of a later death of the same container, published before this check
+/// runs (the pod is read from the API first), is another death.
+async fn told_already(
     client: &Client,
     reference: &ObjectReference,
     controller: &str,
-    finished: SystemTime,
+    action: &str,
 ) -> Result<bool, ::kube::Error> {
     use k8s_openapi::api::events::v1::Event as K8sEvent;
     let api: ::kube::Api<K8sEvent> = ::kube::Api::namespaced(
@@ -332,25 +347,10 @@ async fn told_since(
     ));
     let told = api.list(&params).await?;
     Ok(told.items.iter().any(|e| {
-        let last = [
-            e.event_time.as_ref().map(|t| SystemTime::from(t.0)),
-            e.series
-                .as_ref()
-                .map(|s| SystemTime::from(s.last_observed_time.0)),
-            e.deprecated_last_timestamp
-                .as_ref()
-                .map(|t| SystemTime::from(t.0)),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
         e.reporting_controller.as_deref() == Some(controller)
-            && e.reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with("ContainerDied"))
+            && e.action.as_deref() == Some(action)
             && e.regarding.as_ref().and_then(|r| r.field_path.as_deref())
                 == reference.field_path.as_deref()
-            && last.is_some_and(|t| t >= finished)
     }))
 }
 
@@ -398,10 +398,10 @@ impl EventPublisher {
                 // A death told late may have been told by an earlier agent already (killed
                 // again before its own ContainersAlive write): its Event says so. Unknown (the
                 // API away, the list refused): told, rather than risk not telling it.
-                if let Some(late) = late {
+                if late {
                     let found = tokio::time::timeout(
                         timeout,
-                        told_since(&client, &reference, &controller, late.finished),
+                        told_already(&client, &reference, &controller, &event.action),
                     )
                     .await;
                     match found {
@@ -488,10 +488,7 @@ impl EventPublisher {
             return false;
         }
         let (event, path) = ev.render();
-        let late = match ev {
-            PodEvent::ContainerDied { late, .. } => *late,
-            _ => None,
-        };
+        let late = matches!(ev, PodEvent::ContainerDied { late: Some(_), .. });
         self.stats.pending.fetch_add(1, Ordering::Relaxed);
         match self.tx.try_send((regarding(pod, path), event, late)) {
             Ok(()) => {

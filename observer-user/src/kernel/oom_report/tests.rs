@@ -711,3 +711,55 @@ proptest! {
         }
     }
 }
+
+/// Fifteen kills in five seconds on the build host: the kernel printed three of them with only
+/// the victim's line (`oom_kill_process`'s ratelimit, 10 reports in 5 s), then "3 callbacks
+/// suppressed". Those are said not printed, only where the log was read without a gap before.
+#[test]
+fn host_6_18_rate_limited_kills_are_said_not_printed() {
+    let recs = fixture("6.18-host-v1-ratelimited.kmsg");
+    let r = parse_all(recs.iter().map(String::as_str));
+    let victims = |r: &[OomReport], lone: bool| -> Vec<u32> {
+        r.iter()
+            .filter(|r| r.not_printed == lone)
+            .map(|r| r.victim.as_ref().unwrap().pid)
+            .collect()
+    };
+    assert_eq!(victims(&r, true), [12923, 12926, 12929], "{r:#?}");
+    assert_eq!(
+        victims(&r, false),
+        [12914, 12917, 12916, 12920, 12932, 12935]
+    );
+    for p in r.iter().filter(|r| !r.not_printed) {
+        assert!(
+            p.has_start && p.constraint == Some(Constraint::Memcg),
+            "{p:#?}"
+        );
+    }
+    let lone = r.iter().find(|r| r.not_printed).unwrap();
+    assert!(!lone.has_start && lone.constraint.is_none() && lone.task_memcg.is_empty());
+    assert_eq!(lone.victim.as_ref().unwrap().anon_rss_kb, Some(15744));
+
+    // A reader that starts at the first lone line, or lost the record before it, cannot tell
+    // an unprinted report from one the ring overwrote.
+    let from = recs
+        .iter()
+        .position(|l| l.contains("Killed process 12923"))
+        .unwrap();
+    let late = parse_all(recs[from..].iter().map(String::as_str));
+    assert!(late.iter().all(|r| !r.not_printed), "{late:#?}");
+    // The ring overwrote one record just before the first lone line: the sequence skips one.
+    let gap: Vec<String> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let (prio, rest) = l.split_once(',').unwrap();
+            let (seq, rest) = rest.split_once(',').unwrap();
+            let seq: u64 = seq.parse().unwrap();
+            format!("{prio},{},{rest}", seq + u64::from(i >= from))
+        })
+        .collect();
+    let gap = parse_all(gap.iter().map(String::as_str));
+    assert!(victims(&gap, true).is_empty(), "{gap:#?}");
+    assert_eq!(gap.len(), r.len());
+}

@@ -501,6 +501,12 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
     // agent was running to write False. Its record is still in the runtime.
     let dead = exited("app", 0, 137, "Error");
     let since = dead.finished_at.unwrap() - Duration::from_secs(60);
+    let finished = dead
+        .finished_at
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let (h, log) = start(StatusMode::Conditions, vec![alive_since(since)], vec![]).await;
     h.observe(&view(vec![dead.clone(), cv("app", 1, Running)]));
     settle().await;
@@ -509,7 +515,10 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
     let events = server::events(&log);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0].body["reason"], "ContainerDiedError");
-    assert_eq!(events[0].body["action"], "Signal/9");
+    assert_eq!(
+        events[0].body["action"],
+        format!("Late/Signal/9@{finished}")
+    );
     let note = events[0].body["note"].as_str().unwrap();
     assert!(
         note.contains("told late") && note.contains("not running when it died"),
@@ -542,7 +551,8 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
         1
     );
 
-    // An Event of another container, or from before the death, does not count.
+    // An Event of another container, of another death told late, or a live tell of a later
+    // death of this container (published before the late check ran) does not count.
     for other in [
         {
             let mut e = told.clone();
@@ -551,7 +561,13 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
         },
         {
             let mut e = told.clone();
-            e["eventTime"] = "2020-01-01T00:00:00.000000Z".into();
+            e["action"] = format!("Late/Signal/9@{}", finished - 5).into();
+            e
+        },
+        {
+            let mut e = told.clone();
+            e["action"] = "Signal/9".into();
+            e["eventTime"] = crate::status::compute::rfc3339(SystemTime::now()).into();
             e
         },
     ] {
