@@ -272,7 +272,9 @@ pub(crate) mod server {
     }
 
     /// [`serve`], holding `events` (as an earlier agent left them) beside those created: a list
-    /// of Events answers them all (its field selector is not applied).
+    /// of Events answers them all (its field selector is not applied); an item
+    /// `{"refuse": <code>}` makes every list answer that code instead (the RBAC of an older
+    /// release, an overloaded server).
     pub(crate) fn serve_holding(
         mut handle: ApiHandle,
         pods: Vec<Pod>,
@@ -287,12 +289,20 @@ pub(crate) mod server {
             while let Some((req, send)) = handle.next_request().await {
                 let s = read(req).await;
                 log.lock().expect("log").push(s.clone());
+                let refused = events.iter().find_map(|e| e.get("refuse")?.as_u64());
                 let reply = if s.path.contains("/events") && s.method == http::Method::GET {
-                    Reply::Json(
-                        200,
-                        json!({"apiVersion": "events.k8s.io/v1", "kind": "EventList",
-                               "metadata": {"resourceVersion": "1"}, "items": events}),
-                    )
+                    match refused {
+                        Some(code) => Reply::Json(
+                            code as u16,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "reason": "Forbidden", "code": code}),
+                        ),
+                        None => Reply::Json(
+                            200,
+                            json!({"apiVersion": "events.k8s.io/v1", "kind": "EventList",
+                                   "metadata": {"resourceVersion": "1"}, "items": events}),
+                        ),
+                    }
                 } else if s.path.contains("/events") {
                     let code = if s.method == http::Method::POST {
                         events.push(s.body.clone());

@@ -93,8 +93,10 @@ pub(crate) enum PodEvent {
         exit_code: Option<i32>,
         signal: Option<u8>,
         reason: Option<String>,
+        /// The kernel's probes reported it (not only the runtime's record).
+        kernel_seen: bool,
         /// Told late, from the runtime's record: the agent was not running when the container
-        /// died.
+        /// died, or was stopped before telling it.
         late: Option<Late>,
     },
     Audit(Finding),
@@ -111,10 +113,24 @@ pub(crate) enum PodEvent {
 /// A death told late, from the runtime's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Late {
-    /// Since when the pod's `ContainersAlive` had stood True (no agent wrote the death's False).
+    /// Since when the pod's `ContainersAlive` had stood as `stood`.
     pub since: SystemTime,
     /// When the container finished, as the runtime recorded it.
     pub finished: SystemTime,
+    /// What the API's condition said of the death when this agent started.
+    pub stood: Stood,
+    /// This agent's start: an earlier agent's Event about the death is from before it.
+    pub started: SystemTime,
+}
+
+/// What the API's `ContainersAlive` said of a death that finished before the agent started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stood {
+    /// True since before the death: no agent wrote its False.
+    True,
+    /// False since the death: an earlier agent wrote it, and may have been stopped before its
+    /// Event went out.
+    False,
 }
 
 /// The first wait before an Event is sent again, and the longest.
@@ -147,6 +163,9 @@ pub(crate) struct EventStats {
     pub overflow: AtomicU64,
     /// Deaths told late that an earlier agent had told already (its Event was found).
     pub already_told: AtomicU64,
+    /// Deaths an earlier agent wrote False for whose Event could not be looked for (the API
+    /// away, the list refused): not told, most likely told already.
+    pub unknown_not_told: AtomicU64,
     /// Queued, not yet published or failed (a gauge).
     pub pending: AtomicU64,
 }
@@ -215,6 +234,7 @@ impl PodEvent {
                 exit_code,
                 signal,
                 reason,
+                kernel_seen,
                 late,
             } => {
                 let reason = reason.clone().unwrap_or_else(|| "Unknown".into());
@@ -255,11 +275,18 @@ impl PodEvent {
                     },
                     action,
                     match late {
-                        None => {
+                        None if *kernel_seen => {
                             format!("container {container} {how}: {reason} (seen by the kernel)")
                         }
-                        Some(late) => format!(
+                        None => format!(
+                            "container {container} {how}: {reason} (seen in the runtime's record: the kernel's probes did not report it, not yet attached or their ring full)"
+                        ),
+                        Some(late) if late.stood == Stood::True => format!(
                             "container {container} {how}: {reason} (told late, from the runtime's record: the agent was not running when it died; ContainersAlive had stood True since {}; an earlier death in the same gap, if any, is no longer in the runtime's record)",
+                            crate::status::compute::rfc3339(late.since)
+                        ),
+                        Some(late) => format!(
+                            "container {container} {how}: {reason} (told late, from the runtime's record: the agent that wrote ContainersAlive False at {} was stopped before its Event went out)",
                             crate::status::compute::rfc3339(late.since)
                         ),
                     },
@@ -323,18 +350,24 @@ fn truncate(mut s: String, n: usize) -> String {
     s
 }
 
-/// An Event on its way to the publishing task, and whether it tells a death late.
-type Queued = (ObjectReference, Event, bool);
+/// An Event on its way to the publishing task, and the death it tells late, if it does.
+type Queued = (ObjectReference, Event, Option<Late>);
 
-/// Whether `controller` already told the late death whose Event has `action` (which names the
-/// death: `Late/<exit>@<finished>`) about the container `reference` names. Only that death's late
-/// tell counts: a live tell of a later death of the same container, published before this check
-/// runs (the pod is read from the API first), is another death.
+/// Whether an earlier agent (`controller`) already told the death `late` names, which the Event
+/// with `action` (`Late/<exit>@<finished>`) tells late about the container `reference` names:
+/// - by that same late tell (an agent started in between told it, and was stopped in turn);
+/// - or live: its death Event for that container (the same exit), published between the death
+///   and this agent's start (it wrote that Event, then was stopped before its False reached
+///   the API, or after).
+///
+/// A live tell published since this agent started is of a later death, and another death's
+/// late tell is another death: neither counts.
 async fn told_already(
     client: &Client,
     reference: &ObjectReference,
     controller: &str,
     action: &str,
+    late: &Late,
 ) -> Result<bool, ::kube::Error> {
     use k8s_openapi::api::events::v1::Event as K8sEvent;
     let api: ::kube::Api<K8sEvent> = ::kube::Api::namespaced(
@@ -348,10 +381,42 @@ async fn told_already(
     let told = api.list(&params).await?;
     Ok(told.items.iter().any(|e| {
         e.reporting_controller.as_deref() == Some(controller)
-            && e.action.as_deref() == Some(action)
             && e.regarding.as_ref().and_then(|r| r.field_path.as_deref())
                 == reference.field_path.as_deref()
+            && tells(e, action, late)
     }))
+}
+
+/// Whether `e` (about the right container, by the right controller) tells the death `late`
+/// names, whose late tell's action is `action`.
+fn tells(e: &k8s_openapi::api::events::v1::Event, action: &str, late: &Late) -> bool {
+    let Some(found) = e.action.as_deref() else {
+        return false;
+    };
+    if found == action {
+        return true;
+    }
+    let live = action
+        .strip_prefix("Late/")
+        .and_then(|a| a.rsplit_once('@'))
+        .map(|(a, _)| a);
+    if live != Some(found) {
+        return false;
+    }
+    // A series' last observation is its latest death's; the Event's time, its only one's.
+    let Some(at) = e
+        .series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(e.event_time.as_ref().map(|t| t.0))
+    else {
+        return false;
+    };
+    let at = SystemTime::from(at);
+    // The runtime's finish and the Event's time are the node's clock; the API keeps
+    // microseconds. A second's slack below the finish (never two deaths of one container in
+    // it: a restart takes longer).
+    at + Duration::from_secs(1) >= late.finished && at <= late.started
 }
 
 /// kubelet's reference to a container of a pod.
@@ -396,29 +461,51 @@ impl EventPublisher {
             let mut list_refused = false;
             while let Some((reference, event, late)) = rx.recv().await {
                 // A death told late may have been told by an earlier agent already (killed
-                // again before its own ContainersAlive write): its Event says so. Unknown (the
-                // API away, the list refused): told, rather than risk not telling it.
-                if late {
+                // again before its own ContainersAlive write, or after its live Event): its
+                // Event says so. Unknown (the API away, the list refused): told, rather than
+                // risk not telling it.
+                if let Some(late) = late {
                     let found = tokio::time::timeout(
                         timeout,
-                        told_already(&client, &reference, &controller, &event.action),
+                        told_already(&client, &reference, &controller, &event.action, &late),
                     )
                     .await;
-                    match found {
-                        Ok(Ok(true)) => {
-                            worker_stats.already_told.fetch_add(1, Ordering::Relaxed);
-                            worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
-                            tracing::debug!(reason = %event.reason, "a death an earlier agent told: not told again");
-                            continue;
-                        }
-                        Ok(Ok(false)) => {}
+                    let known = match found {
+                        Ok(Ok(told)) => Some(told),
                         Ok(Err(::kube::Error::Api(s))) if s.code == 403 && !list_refused => {
                             // An operator's to fix, once: the RBAC of an older release.
                             list_refused = true;
-                            tracing::warn!("the API refuses to list Events (403): a death told late may be told again by each agent restarted in a row; grant events.k8s.io events `list` to the agent (deploy/rbac.yaml)");
+                            tracing::warn!("the API refuses to list Events (403): a death told late may be told again by each agent restarted in a row, or an earlier agent's untold Event not told; grant events.k8s.io events `list` to the agent (deploy/rbac.yaml)");
+                            None
                         }
-                        Ok(Err(e)) => tracing::debug!("whether an earlier agent told a death could not be read ({e}): told"),
-                        Err(_) => tracing::debug!("whether an earlier agent told a death could not be read in {timeout:?}: told"),
+                        Ok(Err(e)) => {
+                            tracing::debug!(
+                                "whether an earlier agent told a death could not be read ({e})"
+                            );
+                            None
+                        }
+                        Err(_) => {
+                            tracing::debug!("whether an earlier agent told a death could not be read in {timeout:?}");
+                            None
+                        }
+                    };
+                    // Unknown: a death no agent wrote False for is told, rather than risk not
+                    // telling it; one an earlier agent wrote False for almost always had its
+                    // Event too, and is not told twice on a guess.
+                    let skip = match known {
+                        Some(told) => told,
+                        None => late.stood == Stood::False,
+                    };
+                    if skip {
+                        let counter = if known.is_some() {
+                            &worker_stats.already_told
+                        } else {
+                            &worker_stats.unknown_not_told
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
+                        tracing::debug!(reason = %event.reason, told = ?known, "a death an earlier agent told, or wrote False for: not told again");
+                        continue;
                     }
                 }
                 // An API server that is away, overloaded or throttling: the Event waits (in
@@ -488,7 +575,10 @@ impl EventPublisher {
             return false;
         }
         let (event, path) = ev.render();
-        let late = matches!(ev, PodEvent::ContainerDied { late: Some(_), .. });
+        let late = match ev {
+            PodEvent::ContainerDied { late, .. } => *late,
+            _ => None,
+        };
         self.stats.pending.fetch_add(1, Ordering::Relaxed);
         match self.tx.try_send((regarding(pod, path), event, late)) {
             Ok(()) => {
@@ -676,6 +766,7 @@ mod tests {
             exit_code: Some(1),
             signal: None,
             reason: Some("Error".into()),
+            kernel_seen: true,
             late: None,
         };
         assert!(p.publish(&pod_ref(), &died));

@@ -16,7 +16,7 @@ use crate::{
     status::{
         audit::audit,
         conditions::memory_limit,
-        events::{Late, PodEvent},
+        events::{Late, PodEvent, Stood},
     },
 };
 
@@ -74,6 +74,7 @@ impl StatusManager {
                 .is_some_and(|ic| ic.iter().any(|c| c.name == name))
         };
         let started = self.epoch.wall;
+        let max_age = self.cfg.events.max_age;
         let writes_alive = matches!(
             self.cfg.mode,
             crate::status::StatusMode::Conditions | crate::status::StatusMode::Full
@@ -117,16 +118,22 @@ impl StatusManager {
                     // Whether an earlier agent told it is read from the API's pod: wait for it.
                     continue;
                 } else {
-                    untold_since(pod, &self.types.alive, c.finished_at)
+                    untold_since(pod, &self.types.alive, c.finished_at, started, max_age)
                 };
                 st.deaths.insert(c.id.to_string());
-                if (recent && c.kernel_seen) || late.is_some() {
+                // A death since the start the kernel did not report (before the probes were
+                // in, or lost with a full ring) is still a death: told from the runtime's
+                // record, which must then say when it finished (one without a finish is no
+                // news at every start).
+                let unseen = !c.kernel_seen && c.finished_at.is_some_and(|f| f >= started);
+                if (recent && c.kernel_seen) || unseen || late.is_some() {
                     out.push(PodEvent::ContainerDied {
                         container: c.name.clone(),
                         init_container: is_init(&c.name),
                         exit_code: c.exit_code,
                         signal: c.signal,
                         reason: Some(crate::status::compute::terminated_reason(c)),
+                        kernel_seen: c.kernel_seen,
                         late,
                     });
                 }
@@ -279,7 +286,19 @@ fn still_running_due(
 /// would have written False at the death, moving the condition's transition past it. Returns
 /// since when the condition stood True. A death in the same second as that True is not told
 /// (the API's times are whole seconds: it cannot be told from a death the True followed).
-fn untold_since(pod: Option<&Pod>, alive: &str, finished: Option<SystemTime>) -> Option<Late> {
+/// Whether a death that finished before this agent's start (at `started`) may be untold, read
+/// from the API's `ContainersAlive` (type `alive`):
+/// - True since before the death: no agent wrote its False (it was not running);
+/// - False, the death within `max_age` (how long an agent keeps sending an Event): an earlier
+///   agent wrote False and may have been stopped before its Event went out. The publisher
+///   looks for that Event before telling it (see `events::told_already`).
+fn untold_since(
+    pod: Option<&Pod>,
+    alive: &str,
+    finished: Option<SystemTime>,
+    started: SystemTime,
+    max_age: Duration,
+) -> Option<Late> {
     let finished = finished?;
     let c = pod?
         .status
@@ -288,12 +307,25 @@ fn untold_since(pod: Option<&Pod>, alive: &str, finished: Option<SystemTime>) ->
         .as_ref()?
         .iter()
         .find(|c| c.type_ == alive)?;
-    if c.status != "True" {
-        return None;
-    }
     let since = SystemTime::from(c.last_transition_time.as_ref()?.0);
-    // The API keeps whole seconds: a death and the restart's True in the same second look
-    // alike to a death after the True. Told only when the True is from an earlier second.
-    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    (secs(since) < secs(finished)).then_some(Late { since, finished })
+    let late = |stood| Late {
+        since,
+        finished,
+        stood,
+        started,
+    };
+    match c.status.as_str() {
+        "True" => {
+            // The API keeps whole seconds: a death and the restart's True in the same second
+            // look alike to a death after the True. Told only when the True is from an earlier
+            // second.
+            let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            (secs(since) < secs(finished)).then(|| late(Stood::True))
+        }
+        "False" => started
+            .duration_since(finished)
+            .is_ok_and(|ago| ago <= max_age)
+            .then(|| late(Stood::False)),
+        _ => None,
+    }
 }

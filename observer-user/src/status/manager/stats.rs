@@ -174,6 +174,12 @@ impl super::StatusHandle {
             "Deaths to be told late that an earlier agent's Event had told already (not told again)",
             ev.already_told.load(std::sync::atomic::Ordering::Relaxed),
         )?;
+        counter(
+            e,
+            "events_unknown_not_told",
+            "Deaths an earlier agent wrote False for whose Event could not be looked for (the API away, the list refused): not told, as most likely told",
+            ev.unknown_not_told.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
         s.write_latency.encode(
             e,
             "status_write_latency",

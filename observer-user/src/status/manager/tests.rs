@@ -480,11 +480,16 @@ async fn history_from_before_the_start_is_not_published_again() {
 
 /// The app pod as an earlier agent left it: its ContainersAlive True since `since`.
 fn alive_since(since: SystemTime) -> Pod {
+    alive_as("True", since)
+}
+
+/// The app pod as an earlier agent left it: its ContainersAlive `status` since `since`.
+fn alive_as(status: &str, since: SystemTime) -> Pod {
     let mut p = app_pod();
     p.status = Some(PodStatus {
         conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
             type_: "observer.dev/ContainersAlive".into(),
-            status: "True".into(),
+            status: status.into(),
             last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 since.try_into().unwrap(),
             )),
@@ -567,7 +572,8 @@ async fn a_death_while_no_agent_ran_is_told_late_once_and_says_so() {
         {
             let mut e = told.clone();
             e["action"] = "Signal/9".into();
-            e["eventTime"] = crate::status::compute::rfc3339(SystemTime::now()).into();
+            // Published since this agent started.
+            e["eventTime"] = micro(SystemTime::now() + Duration::from_secs(2));
             e
         },
     ] {
@@ -601,6 +607,159 @@ async fn a_death_an_earlier_agent_told_is_not_told_again() {
         settle().await;
         assert!(server::events(&log).is_empty(), "{finished:?} {since:?}");
     }
+}
+
+/// A time as the API keeps an Event's (microseconds).
+fn micro(at: SystemTime) -> Value {
+    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        at.try_into().unwrap(),
+    ))
+    .unwrap()
+}
+
+/// An earlier agent's death Event for the app container, as the API keeps it.
+fn live_event(action: &str, at: SystemTime) -> Value {
+    serde_json::json!({
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "earlier", "namespace": "default"},
+        "eventTime": micro(at),
+        "action": action,
+        "reason": "ContainerDiedError",
+        "reportingController": "observer",
+        "reportingInstance": "node-1",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default",
+                      "fieldPath": "spec.containers{app}"},
+    })
+}
+
+/// An earlier agent wrote the death's False, then was stopped (SIGKILL) before its Event went
+/// out: the next agent finds the False and no Event about the death, and tells it late. An
+/// Event of the earlier agent about that death (live, between the death and this start) is
+/// the death told.
+#[tokio::test(start_paused = true)]
+async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
+    let finished = SystemTime::now() - Duration::from_secs(30);
+    let mut dead = exited("app", 0, 137, "Error");
+    dead.finished_at = Some(finished);
+    let secs = finished
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let false_since = finished + Duration::from_millis(30);
+    let run = |held: Vec<Value>, dead: ContainerView| async move {
+        let (h, log) = start_holding(
+            StatusMode::Conditions,
+            vec![alive_as("False", false_since)],
+            vec![],
+            crate::model::system_clock(),
+            held,
+        )
+        .await;
+        h.observe(&view(vec![dead, cv("app", 1, Running)]));
+        settle().await;
+        (h, server::events(&log))
+    };
+
+    let (_h, told) = run(vec![], dead.clone()).await;
+    assert_eq!(told.len(), 1, "{told:#?}");
+    assert_eq!(told[0].body["action"], format!("Late/Signal/9@{secs}"));
+    let note = told[0].body["note"].as_str().unwrap();
+    assert!(
+        note.contains("told late") && note.contains("stopped before its Event went out"),
+        "{note}"
+    );
+
+    // Told already: live (the Event's time in the death's second or after, before this start),
+    // as a series whose last observation is the death, or late by an agent in between.
+    let series = {
+        let mut e = live_event("Signal/9", finished - Duration::from_secs(300));
+        e["series"] = serde_json::json!({
+            "count": 3,
+            "lastObservedTime": micro(finished + Duration::from_millis(5)),
+        });
+        e
+    };
+    for held in [
+        live_event("Signal/9", finished + Duration::from_millis(20)),
+        live_event("Signal/9", finished - Duration::from_millis(500)),
+        series,
+        told[0].body.clone(),
+    ] {
+        let (h, told) = run(vec![held.clone()], dead.clone()).await;
+        assert!(told.is_empty(), "told again beside {held:#}: {told:#?}");
+        assert_eq!(
+            h.event_stats()
+                .already_told
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+    }
+
+    // Not this death's: an earlier death's Event, another exit, a tell since this start (a
+    // later death), another container.
+    let other_container = {
+        let mut e = live_event("Signal/9", finished + Duration::from_millis(20));
+        e["regarding"]["fieldPath"] = "spec.containers{sidecar}".into();
+        e
+    };
+    for held in [
+        live_event("Signal/9", finished - Duration::from_secs(40)),
+        live_event("Exit/1", finished + Duration::from_millis(20)),
+        live_event("Signal/9", SystemTime::now() + Duration::from_secs(1)),
+        other_container,
+    ] {
+        let (_h, told) = run(vec![held.clone()], dead.clone()).await;
+        assert_eq!(told.len(), 1, "not told beside {held:#}");
+    }
+
+    // Whether it was told cannot be read (the list refused): not told on a guess, counted.
+    let (h, told) = run(vec![serde_json::json!({"refuse": 403})], dead.clone()).await;
+    assert!(told.is_empty(), "{told:#?}");
+    assert_eq!(
+        h.event_stats()
+            .unknown_not_told
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+
+    // Older than an Event is ever sent again: told then, or lost with its agent's queue long
+    // ago. Not looked for.
+    let mut old = dead.clone();
+    old.finished_at = Some(SystemTime::now() - Duration::from_secs(3600));
+    let (h, told) = run(vec![], old).await;
+    assert!(told.is_empty(), "{told:#?}");
+    assert_eq!(
+        h.event_stats()
+            .already_told
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// A death since the start that the kernel did not report (before the probes were attached,
+/// or lost with a full ring) is told from the runtime's record, and says so.
+#[tokio::test(start_paused = true)]
+async fn a_death_only_the_runtime_saw_is_told_and_says_so() {
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    let mut dead = died_now("app", 0, 1, "Error");
+    dead.kernel_seen = false;
+    h.observe(&view(vec![dead.clone()]));
+    settle().await;
+    h.observe(&view(vec![dead.clone(), cv("app", 1, Running)]));
+    settle().await;
+    let events = server::events(&log);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].body["action"], "Exit/1");
+    let note = events[0].body["note"].as_str().unwrap();
+    assert!(note.contains("seen in the runtime's record"), "{note}");
+
+    // Without a finish, the runtime's record is no news (it would be at every start).
+    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+    dead.finished_at = None;
+    h.observe(&view(vec![dead]));
+    settle().await;
+    assert!(server::events(&log).is_empty());
 }
 
 /// The reflector's copy can lag behind what the agent wrote (here it never changes: the
