@@ -457,6 +457,8 @@ struct Row {
     extra: Option<String>,
     /// The pairs with more Events than deaths, described.
     duplicates: Vec<String>,
+    /// The pairs with fewer Events than deaths, described.
+    missing: Vec<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -506,21 +508,27 @@ fn stock(
         spans,
     );
     account.stale = stale;
-    // Each pair with more Events than deaths, with its deaths and Events, while they exist.
-    let duplicates = account
-        .duplicated
-        .iter()
-        .take(5)
-        .map(|(pod, container, n, told)| {
-            let at: Vec<String> = deaths
-                .iter()
-                .filter(|d| &d.pod == pod && &d.container == container)
-                .map(|d| format!("{:?}", time::OffsetDateTime::from(d.at).time()))
-                .collect();
-            let events = agent_death_events_of(c, ns, pod, container).unwrap_or_default();
-            format!("{pod}/{container}: {n} deaths (at {at:?}), {told} told; Events: {events:#?}")
-        })
-        .collect();
+    // Each pair with more, or fewer, Events than deaths, with its deaths and Events, while they
+    // exist.
+    let describe = |pairs: &[(String, String, u64, u64)]| -> Vec<String> {
+        pairs
+            .iter()
+            .take(5)
+            .map(|(pod, container, n, told)| {
+                let at: Vec<String> = deaths
+                    .iter()
+                    .filter(|d| &d.pod == pod && &d.container == container)
+                    .map(|d| format!("{:?}", time::OffsetDateTime::from(d.at).time()))
+                    .collect();
+                let events = agent_death_events_of(c, ns, pod, container).unwrap_or_default();
+                format!(
+                    "{pod}/{container}: {n} deaths (at {at:?}), {told} told; Events: {events:#?}"
+                )
+            })
+            .collect()
+    };
+    let duplicates = describe(&account.duplicated);
+    let missing = describe(&account.missing);
     churn.resume();
     Ok(Row {
         fault,
@@ -528,6 +536,7 @@ fn stock(
         account,
         extra,
         duplicates,
+        missing,
     })
 }
 
@@ -933,6 +942,20 @@ fn report(r: &Report<'_>) {
         }
         for d in &row.duplicates {
             println!("\n{}: duplicate Events: {d}", row.fault);
+        }
+        for d in &row.missing {
+            println!("\n{}: Events missing: {d}", row.fault);
+        }
+        for (pod, w, signature) in row.account.duplicate_writes_where.iter().take(5) {
+            let t = |t: SystemTime| format!("{:?}", time::OffsetDateTime::from(t).time());
+            println!(
+                "\n{}: duplicate write: {pod}: received {} completed {}, then received {} completed {}: {signature}",
+                row.fault,
+                t(w[0].0),
+                t(w[0].1),
+                t(w[1].0),
+                t(w[1].1)
+            );
         }
     }
     println!(

@@ -641,6 +641,9 @@ impl Span {
     }
 }
 
+/// When the API server received a write, and when it completed it.
+pub type WriteTimes = (SystemTime, SystemTime);
+
 /// A death the status never told: (seconds since the epoch, the index of the fault it fell in).
 pub type UntoldDeath = (f64, Option<usize>);
 
@@ -665,12 +668,16 @@ pub struct Account {
     pub lost_where: Vec<(String, String, String, Vec<UntoldDeath>)>,
     /// Deaths with no Event (whether or not the status told them).
     pub events_missing: u64,
+    /// Where they were: (pod, container, the churn's deaths there, deaths the Events told).
+    pub missing: Vec<(String, String, u64, u64)>,
     /// Events beyond the deaths of their container.
     pub duplicate_events: u64,
     /// Where they were: (pod, container, the churn's deaths there, deaths the Events told).
     pub duplicated: Vec<(String, String, u64, u64)>,
     /// Status writes that changed none of the agent's conditions.
     pub duplicate_writes: usize,
+    /// Where they were: (pod, the two writes' (received, completed) times, the signature).
+    pub duplicate_writes_where: Vec<(String, [WriteTimes; 2], String)>,
     /// Delays from the death to its False in the API, in ms (0: already False), sorted.
     pub delays_ms: Vec<f64>,
     /// For deaths during a fault: from the fault's end to the False in the API (0 if before).
@@ -793,6 +800,10 @@ pub fn account(
                 .min(events_after.get(&key).copied().unwrap_or(0));
         a.told_by_event += told.min(*deaths);
         a.events_missing += deaths.saturating_sub(told);
+        if told < *deaths {
+            a.missing
+                .push((pod.clone(), container.clone(), *deaths, told));
+        }
         a.duplicate_events += told.saturating_sub(*deaths);
         if told > *deaths {
             a.duplicated
@@ -813,10 +824,17 @@ pub fn account(
         if excluded.contains(pod) {
             continue;
         }
-        a.duplicate_writes += ws
-            .windows(2)
-            .filter(|w| w[0].signature == w[1].signature)
-            .count();
+        for w in ws.windows(2).filter(|w| w[0].signature == w[1].signature) {
+            a.duplicate_writes += 1;
+            a.duplicate_writes_where.push((
+                pod.clone(),
+                [
+                    (w[0].received, w[0].completed),
+                    (w[1].received, w[1].completed),
+                ],
+                w[1].signature.clone(),
+            ));
+        }
     }
     a.delays_ms.sort_by(f64::total_cmp);
     a.after_fault_ms.sort_by(f64::total_cmp);

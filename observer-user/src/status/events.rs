@@ -396,11 +396,17 @@ fn tells(e: &k8s_openapi::api::events::v1::Event, action: &str, late: &Late) -> 
     if found == action {
         return true;
     }
-    let live = action
+    let Some(live) = action
         .strip_prefix("Late/")
         .and_then(|a| a.rsplit_once('@'))
-        .map(|(a, _)| a);
-    if live != Some(found) {
+        .map(|(a, _)| a)
+    else {
+        return false;
+    };
+    // The runtime records a signal's death as its exit code (`Exit/137`), the kernel as the
+    // signal (`Signal/9`): the same death.
+    let same = live == found || exit_code(live).is_some_and(|c| exit_code(found) == Some(c));
+    if !same {
         return false;
     }
     // A series' last observation is its latest death's; the Event's time, its only one's.
@@ -417,6 +423,17 @@ fn tells(e: &k8s_openapi::api::events::v1::Event, action: &str, late: &Late) -> 
     // microseconds. A second's slack below the finish (never two deaths of one container in
     // it: a restart takes longer).
     at + Duration::from_secs(1) >= late.finished && at <= late.started
+}
+
+/// The exit code a death Event's action stands for: `Exit/<code>`, or `Signal/<n>` as 128 + n.
+fn exit_code(action: &str) -> Option<i64> {
+    if let Some(code) = action.strip_prefix("Exit/") {
+        return code.parse().ok();
+    }
+    action
+        .strip_prefix("Signal/")
+        .and_then(|n| n.parse::<i64>().ok())
+        .map(|n| 128 + n)
 }
 
 /// kubelet's reference to a container of a pod.

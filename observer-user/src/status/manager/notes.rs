@@ -124,8 +124,11 @@ impl StatusManager {
                 // A death since the start the kernel did not report (before the probes were
                 // in, or lost with a full ring) is still a death: told from the runtime's
                 // record, which must then say when it finished (one without a finish is no
-                // news at every start).
-                let unseen = !c.kernel_seen && c.finished_at.is_some_and(|f| f >= started);
+                // news at every start). A start that failed (StartError, the start time the
+                // epoch) ran nothing: kubelet's own Event tells it.
+                let unseen = !c.kernel_seen
+                    && c.finished_at.is_some_and(|f| f >= started)
+                    && c.started_at.is_some_and(|s| s > UNIX_EPOCH);
                 if (recent && c.kernel_seen) || unseen || late.is_some() {
                     out.push(PodEvent::ContainerDied {
                         container: c.name.clone(),

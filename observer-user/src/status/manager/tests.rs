@@ -642,6 +642,8 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
     let finished = SystemTime::now() - Duration::from_secs(30);
     let mut dead = exited("app", 0, 137, "Error");
     dead.finished_at = Some(finished);
+    // The runtime's record: an exit code, no signal (the kernel's Event said `Signal/9`).
+    dead.signal = None;
     let secs = finished
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -663,7 +665,7 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
 
     let (_h, told) = run(vec![], dead.clone()).await;
     assert_eq!(told.len(), 1, "{told:#?}");
-    assert_eq!(told[0].body["action"], format!("Late/Signal/9@{secs}"));
+    assert_eq!(told[0].body["action"], format!("Late/Exit/137@{secs}"));
     let note = told[0].body["note"].as_str().unwrap();
     assert!(
         note.contains("told late") && note.contains("stopped before its Event went out"),
@@ -682,6 +684,7 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
     };
     for held in [
         live_event("Signal/9", finished + Duration::from_millis(20)),
+        live_event("Exit/137", finished + Duration::from_millis(20)),
         live_event("Signal/9", finished - Duration::from_millis(500)),
         series,
         told[0].body.clone(),
@@ -706,6 +709,7 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
     for held in [
         live_event("Signal/9", finished - Duration::from_secs(40)),
         live_event("Exit/1", finished + Duration::from_millis(20)),
+        live_event("Signal/15", finished + Duration::from_millis(20)),
         live_event("Signal/9", SystemTime::now() + Duration::from_secs(1)),
         other_container,
     ] {
@@ -754,12 +758,20 @@ async fn a_death_only_the_runtime_saw_is_told_and_says_so() {
     let note = events[0].body["note"].as_str().unwrap();
     assert!(note.contains("seen in the runtime's record"), "{note}");
 
-    // Without a finish, the runtime's record is no news (it would be at every start).
-    let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
-    dead.finished_at = None;
-    h.observe(&view(vec![dead]));
-    settle().await;
-    assert!(server::events(&log).is_empty());
+    // Without a finish, the runtime's record is no news (it would be at every start); a start
+    // that failed (its start the epoch) ran nothing, and kubelet's Event tells it.
+    let mut no_finish = dead.clone();
+    no_finish.finished_at = None;
+    let mut start_error = dead;
+    start_error.started_at = Some(std::time::UNIX_EPOCH);
+    start_error.exit_code = Some(128);
+    start_error.reason = Some("StartError".into());
+    for c in [no_finish, start_error] {
+        let (h, log) = start(StatusMode::Conditions, vec![app_pod()], vec![]).await;
+        h.observe(&view(vec![c.clone()]));
+        settle().await;
+        assert!(server::events(&log).is_empty(), "told: {c:?}");
+    }
 }
 
 /// The reflector's copy can lag behind what the agent wrote (here it never changes: the
