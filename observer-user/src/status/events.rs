@@ -524,6 +524,15 @@ impl EventPublisher {
                         tracing::debug!(reason = %event.reason, told = ?known, "a death an earlier agent told, or wrote False for: not told again");
                         continue;
                     }
+                    // The node's log says it too, for log pipelines (as the manager says a live
+                    // tell).
+                    tracing::info!(
+                        namespace = reference.namespace.as_deref().unwrap_or_default(),
+                        pod = reference.name.as_deref().unwrap_or_default(),
+                        reason = %event.reason,
+                        "{}",
+                        event.note.as_deref().unwrap_or_default()
+                    );
                 }
                 // An API server that is away, overloaded or throttling: the Event waits (in
                 // order: the ones behind it would fail the same way) and is sent again, with

@@ -179,6 +179,11 @@ impl StatusManager {
         let pod_ref = Self::pod_ref(view, pod);
         for ev in out {
             bump(&self.stats.events);
+            // A late tell is said by the publisher, once it found no earlier agent's Event of it.
+            if matches!(ev, PodEvent::ContainerDied { late: Some(_), .. }) {
+                self.events.publish(&pod_ref, &ev);
+                continue;
+            }
             // The node's log says it too, for log pipelines (the Event may be rate-limited or
             // the API away).
             let (e, _) = ev.render();
