@@ -479,8 +479,7 @@ impl EventPublisher {
             while let Some((reference, event, late)) = rx.recv().await {
                 // A death told late may have been told by an earlier agent already (killed
                 // again before its own ContainersAlive write, or after its live Event): its
-                // Event says so. Unknown (the API away, the list refused): told, rather than
-                // risk not telling it.
+                // Event says so.
                 if let Some(late) = late {
                     let found = tokio::time::timeout(
                         timeout,

@@ -289,14 +289,11 @@ fn still_running_due(
         .map(|d| d + Duration::from_millis(10))
 }
 
-/// A death before this agent started that no earlier agent told: the API's `ContainersAlive`
-/// (`alive`) has stood True since before the container finished. An agent that was running
-/// would have written False at the death, moving the condition's transition past it. Returns
-/// since when the condition stood True. A death in the same second as that True is not told
-/// (the API's times are whole seconds: it cannot be told from a death the True followed).
 /// Whether a death that finished before this agent's start (at `started`) may be untold, read
 /// from the API's `ContainersAlive` (type `alive`):
-/// - True since before the death: no agent wrote its False (it was not running);
+/// - True since before the death: no agent wrote its False (an agent that was running would
+///   have, moving the transition past the death). Not a death in the same second as that True:
+///   the API's whole seconds cannot tell it from a death the True followed;
 /// - False, the death within `max_age` (how long an agent keeps sending an Event): an earlier
 ///   agent wrote False and may have been stopped before its Event went out. The publisher
 ///   looks for that Event before telling it (see `events::told_already`).
