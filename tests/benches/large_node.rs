@@ -910,12 +910,12 @@ fn report(r: &Report<'_>) {
         "\n4. Faults during the churn ({} deaths/s, a pod replaced every 10 s), each repeated {}×; deaths counted outside replaced pods\n",
         r.rate, r.repeats
     );
-    println!("| fault | deaths | during the fault | told in status | told by an Event (late) | lost | Events missing | duplicate Events | duplicate writes | death → False p50 / p99 ms | after the fault's end, max ms | stale True |");
+    println!("| fault | deaths | during the fault | told in status | told by an Event (late) | lost | Events missing | duplicate Events | duplicate writes (resent unanswered) | death → False p50 / p99 ms | after the fault's end, max ms | stale True |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in r.rows {
         let a = &row.account;
         println!(
-            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.0} / {:.0} | {:.0} | {} |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ({}) | {:.0} / {:.0} | {:.0} | {} |",
             row.fault,
             a.deaths,
             a.during_fault,
@@ -926,6 +926,7 @@ fn report(r: &Report<'_>) {
             a.events_missing,
             a.duplicate_events,
             a.duplicate_writes,
+            a.resent_unanswered,
             pct(&a.delays_ms, 50.0),
             pct(&a.delays_ms, 99.0),
             a.after_fault_ms.last().copied().unwrap_or(0.0),

@@ -636,10 +636,21 @@ pub struct Span {
 }
 
 impl Span {
-    fn holds(&self, t: SystemTime) -> bool {
+    pub fn holds(&self, t: SystemTime) -> bool {
         t >= self.start && t <= self.end
     }
 }
+
+/// The agent's per-request timeout (the default, which the test cluster's agent keeps): a write
+/// the server took this long over was given up on by the agent and sent again.
+fn agent_request_timeout() -> Duration {
+    observer::status::StatusConfig::new("", observer::status::StatusMode::Conditions)
+        .request_timeout
+}
+
+/// What the agent's clock may have run before the server's received the request (a connection
+/// to open, a slot in the pipeline).
+const UNANSWERED_SLACK: Duration = Duration::from_secs(1);
 
 /// When the API server received a write, and when it completed it.
 pub type WriteTimes = (SystemTime, SystemTime);
@@ -674,8 +685,13 @@ pub struct Account {
     pub duplicate_events: u64,
     /// Where they were: (pod, container, the churn's deaths there, deaths the Events told).
     pub duplicated: Vec<(String, String, u64, u64)>,
-    /// Status writes that changed none of the agent's conditions.
+    /// Status writes that changed none of the agent's conditions, sent after the previous one
+    /// was answered: the agent knew it had written that.
     pub duplicate_writes: usize,
+    /// The same, sent again before the previous one's answer could reach the agent (that one
+    /// outlived the agent's request timeout at the server, or was still running there): a
+    /// retry of a request that seemed lost, a no-op on the server.
+    pub resent_unanswered: usize,
     /// Where they were: (pod, the two writes' (received, completed) times, the signature).
     pub duplicate_writes_where: Vec<(String, [WriteTimes; 2], String)>,
     /// Delays from the death to its False in the API, in ms (0: already False), sorted.
@@ -693,7 +709,7 @@ impl Account {
     /// The account in one line.
     pub fn summary(&self) -> String {
         format!(
-            "{} deaths ({} during a fault); told in status {}, by an Event {} ({} late); lost {}, Events missing {}, duplicate Events {}, duplicate writes {}; death → False p50 {:.0} ms p99 {:.0} ms (slowest {:?}); after a fault's end max {:.0} ms; stale {:?}",
+            "{} deaths ({} during a fault); told in status {}, by an Event {} ({} late); lost {}, Events missing {}, duplicate Events {}, duplicate writes {} (and {} resent unanswered); death → False p50 {:.0} ms p99 {:.0} ms (slowest {:?}); after a fault's end max {:.0} ms; stale {:?}",
             self.deaths,
             self.during_fault,
             self.told_in_status,
@@ -703,6 +719,7 @@ impl Account {
             self.events_missing,
             self.duplicate_events,
             self.duplicate_writes,
+            self.resent_unanswered,
             pct(&self.delays_ms, 50.0),
             pct(&self.delays_ms, 99.0),
             self.slowest,
@@ -825,6 +842,14 @@ pub fn account(
             continue;
         }
         for w in ws.windows(2).filter(|w| w[0].signature == w[1].signature) {
+            let slow = w[0]
+                .completed
+                .duration_since(w[0].received)
+                .is_ok_and(|d| d + UNANSWERED_SLACK >= agent_request_timeout());
+            if slow || w[1].received < w[0].completed {
+                a.resent_unanswered += 1;
+                continue;
+            }
             a.duplicate_writes += 1;
             a.duplicate_writes_where.push((
                 pod.clone(),
@@ -1159,5 +1184,54 @@ impl Drop for MemoryHog {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(received_ms: u64, took_ms: u64) -> Write {
+        let received = SystemTime::UNIX_EPOCH + Duration::from_millis(received_ms);
+        Write {
+            received,
+            completed: received + Duration::from_millis(took_ms),
+            alive: Some("False".into()),
+            signature: "same".into(),
+        }
+    }
+
+    fn writes(ws: Vec<Write>) -> Account {
+        let writes = BTreeMap::from([("p".to_string(), ws)]);
+        account(
+            &[],
+            &HashSet::new(),
+            &writes,
+            &HashMap::new(),
+            &HashMap::new(),
+            0,
+            &[],
+        )
+    }
+
+    #[test]
+    fn a_write_sent_again_after_its_answer_is_a_duplicate() {
+        let a = writes(vec![write(0, 30), write(1_000, 30)]);
+        assert_eq!((a.duplicate_writes, a.resent_unanswered), (1, 0));
+    }
+
+    #[test]
+    fn a_write_sent_again_without_an_answer_is_a_retry() {
+        // The first outlived the agent's timeout at the server.
+        let a = writes(vec![write(0, 6_000), write(6_500, 30)]);
+        assert_eq!((a.duplicate_writes, a.resent_unanswered), (0, 1));
+        // The second reached the server while the first was still running there.
+        let a = writes(vec![write(0, 3_000), write(2_500, 30)]);
+        assert_eq!((a.duplicate_writes, a.resent_unanswered), (0, 1));
+        // Different writes are neither.
+        let mut other = write(1_000, 30);
+        other.signature = "other".into();
+        let a = writes(vec![write(0, 6_000), other]);
+        assert_eq!((a.duplicate_writes, a.resent_unanswered), (0, 0));
     }
 }

@@ -59,27 +59,35 @@ fn sixty_pods_lose_no_death_through_an_agent_kill_and_an_api_server_restart() {
     let log = churn.log();
     let stale = settle(c, &ns.name, &log.pods, Duration::from_secs(240)).unwrap();
     let excluded: HashSet<String> = log.replaced.iter().cloned().collect();
-    let counted = log
-        .deaths
-        .iter()
-        .filter(|d| !excluded.contains(&d.pod))
-        .count() as u64;
-    // Events are published at the publisher's pace: wait until they cover the deaths or stop
-    // changing for 15 s.
-    let mut last = (u64::MAX, std::time::Instant::now());
-    let events = poll_every(Duration::from_secs(1), Duration::from_secs(120), || {
-        let (told, late) = agent_death_events(c, &ns.name).ok()?;
-        let n: u64 = told
-            .iter()
-            .filter(|((p, _), _)| !excluded.contains(p))
-            .map(|(_, n)| n)
-            .sum();
-        if n != last.0 {
-            last = (n, std::time::Instant::now());
+    // Deaths per container, and those no one can tell: a container that died twice while the
+    // agent was away leaves the runtime one dead instance, the later (the README says so).
+    let mut per_pair: HashMap<(String, String), u64> = HashMap::new();
+    let mut away: HashMap<(String, String), u64> = HashMap::new();
+    for d in log.deaths.iter().filter(|d| !excluded.contains(&d.pod)) {
+        let key = (d.pod.clone(), d.container.clone());
+        *per_pair.entry(key.clone()).or_default() += 1;
+        if faults[0].holds(d.at) {
+            *away.entry(key).or_default() += 1;
         }
-        (n >= counted || last.1.elapsed() > Duration::from_secs(15)).then_some((told, late))
-    })
-    .unwrap();
+    }
+    let unknowable = |key: &(String, String)| away.get(key).map_or(0, |n| n.saturating_sub(1));
+    // Events are published at the publisher's pace, and the API server may take seconds to
+    // accept each: wait until every container's Events cover its deaths.
+    let mut short = Vec::new();
+    let events = poll_every(Duration::from_secs(1), Duration::from_secs(180), || {
+        let (told, late) = agent_death_events(c, &ns.name).ok()?;
+        short = per_pair
+            .iter()
+            .filter(|(k, n)| told.get(*k).copied().unwrap_or(0) + unknowable(k) < **n)
+            .map(|(k, n)| (k.clone(), *n, told.get(k).copied().unwrap_or(0)))
+            .collect::<Vec<_>>();
+        short.is_empty().then_some((told, late))
+    });
+    // Past the deadline the account below says what is missing: read what there is.
+    let events = match events {
+        Some(e) => e,
+        None => agent_death_events(c, &ns.name).unwrap(),
+    };
     let log = churn.stop();
     let audit = audit_events(c, since).unwrap();
     let writes = agent_writes(&audit, &ns.name);
@@ -114,20 +122,27 @@ fn sixty_pods_lose_no_death_through_an_agent_kill_and_an_api_server_restart() {
         a.lost_where, faults
     );
     assert_eq!(a.duplicate_events, 0, "a death told by more than one Event");
-    // Events missing are printed, not asserted: the account reads the Events once their count
-    // covers the deaths or stops changing for 15 s, and on an API server slower than that
-    // (patches at p90 3.5 s) an Event still on its way reads as missing.
-    if a.events_missing > 0 {
-        eprintln!(
-            "deaths no Event told yet (pod, container, deaths, told): {:?}",
-            a.missing
-        );
-    }
+    // Every death has its Event, but where the agent was away across two deaths of one
+    // container.
+    let untellable: Vec<_> = a
+        .missing
+        .iter()
+        .filter(|(p, ct, deaths, told)| {
+            let key = (p.clone(), ct.clone());
+            deaths - told > unknowable(&key)
+        })
+        .collect();
+    assert!(
+        untellable.is_empty(),
+        "deaths no Event told after 180 s (pod, container, deaths, told): {untellable:?} (still short when the wait ended: {short:?})"
+    );
     assert!(
         a.stale.is_empty(),
         "pods left with a stale {ALIVE}=True: {:?}",
         a.stale
     );
+    // A write sent again after the first went unanswered for the agent's request timeout is a
+    // retry (printed in the summary); one sent again after its answer is a defect.
     assert_eq!(
         a.duplicate_writes, 0,
         "status writes that changed nothing: {:?}",
