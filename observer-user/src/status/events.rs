@@ -30,7 +30,7 @@ use ::kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
     Client,
 };
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::{core::v1::ObjectReference, events::v1::Event as K8sEvent};
 use tokio::sync::mpsc;
 
 use super::{
@@ -166,6 +166,8 @@ pub(crate) struct EventStats {
     /// Deaths an earlier agent wrote False for whose Event could not be looked for (the API
     /// away, the list refused): not told, most likely told already.
     pub unknown_not_told: AtomicU64,
+    /// Creates whose answer never came, found created when about to be sent again.
+    pub landed_unanswered: AtomicU64,
     /// Queued, not yet published or failed (a gauge).
     pub pending: AtomicU64,
 }
@@ -369,7 +371,17 @@ async fn told_already(
     action: &str,
     late: &Late,
 ) -> Result<bool, ::kube::Error> {
-    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    let ours = ours_about(client, reference, controller).await?;
+    Ok(ours.iter().any(|e| tells(e, action, late)))
+}
+
+/// The Events `controller` published about the container `reference` names (listed by the
+/// pod's UID).
+async fn ours_about(
+    client: &Client,
+    reference: &ObjectReference,
+    controller: &str,
+) -> Result<Vec<K8sEvent>, ::kube::Error> {
     let api: ::kube::Api<K8sEvent> = ::kube::Api::namespaced(
         client.clone(),
         reference.namespace.as_deref().unwrap_or_default(),
@@ -378,18 +390,42 @@ async fn told_already(
         "regarding.uid={}",
         reference.uid.as_deref().unwrap_or_default()
     ));
-    let told = api.list(&params).await?;
-    Ok(told.items.iter().any(|e| {
+    let mut items = api.list(&params).await?.items;
+    items.retain(|e| {
         e.reporting_controller.as_deref() == Some(controller)
             && e.regarding.as_ref().and_then(|r| r.field_path.as_deref())
                 == reference.field_path.as_deref()
-            && tells(e, action, late)
-    }))
+    });
+    Ok(items)
+}
+
+/// Whether `e` is `event` created since `since`: a create whose answer never came
+/// ([`answer_lost`]) that landed.
+/// Only a new Event counts: a series update sent again is the same count, so it is sent again.
+fn created_since(e: &K8sEvent, event: &Event, since: SystemTime) -> bool {
+    e.series.is_none()
+        && e.action.as_deref() == Some(event.action.as_str())
+        && e.reason.as_deref() == Some(event.reason.as_str())
+        // The Recorder stamps the Event when it makes it, after `since`, on this clock; the API
+        // keeps microseconds.
+        && e.event_time
+            .as_ref()
+            .is_some_and(|t| SystemTime::from(t.0) + Duration::from_millis(1) >= since)
+}
+
+/// Whether a publish may have landed though it did not answer success: no answer in time, or the
+/// API server's 504 (its storage did not answer in time; the write may be committed).
+fn answer_lost<T>(r: &Result<Result<T, ::kube::Error>, tokio::time::error::Elapsed>) -> bool {
+    match r {
+        Err(_) => true,
+        Ok(Err(::kube::Error::Api(s))) => s.code == 504,
+        Ok(_) => false,
+    }
 }
 
 /// Whether `e` (about the right container, by the right controller) tells the death `late`
 /// names, whose late tell's action is `action`.
-fn tells(e: &k8s_openapi::api::events::v1::Event, action: &str, late: &Late) -> bool {
+fn tells(e: &K8sEvent, action: &str, late: &Late) -> bool {
     let Some(found) = e.action.as_deref() else {
         return false;
     };
@@ -536,13 +572,54 @@ impl EventPublisher {
                 // An API server that is away, overloaded or throttling: the Event waits (in
                 // order: the ones behind it would fail the same way) and is sent again, with
                 // back-off, until it is `max_age` old. A series update is a PATCH of its count,
-                // the same when sent again; a create whose answer was lost (a timeout) can be
-                // created twice.
+                // the same when sent again. A create whose answer never came may have landed:
+                // before it is sent again, the pod's Events are looked at, and one this attempt
+                // created is the Event published (not a second).
                 let queued = tokio::time::Instant::now();
                 let mut delay = RETRY_INITIAL;
+                // When the first attempt whose answer never came was sent.
+                let mut unanswered: Option<SystemTime> = None;
                 loop {
-                    let r =
-                        tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await;
+                    // Before a create whose answer never came is sent again: did it land?
+                    let found = match unanswered.filter(|_| !list_refused) {
+                        Some(since) => Some(
+                            tokio::time::timeout(
+                                timeout,
+                                ours_about(&client, &reference, &controller),
+                            )
+                            .await
+                            .map(|r| {
+                                r.map(|ours| ours.iter().any(|e| created_since(e, &event, since)))
+                            }),
+                        ),
+                        None => None,
+                    };
+                    let r = match found {
+                        Some(Ok(Ok(true))) => {
+                            worker_stats
+                                .landed_unanswered
+                                .fetch_add(1, Ordering::Relaxed);
+                            worker_stats.published.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(reason = %event.reason, "an Event whose create went unanswered was created: not sent again");
+                            break;
+                        }
+                        // Cannot tell yet (the API still away): wait as for a failed create.
+                        Some(Ok(Err(e))) if !matches!(&e, ::kube::Error::Api(s) if s.code == 403) => {
+                            Ok(Err(e))
+                        }
+                        Some(Err(elapsed)) => Err(elapsed),
+                        // Not there, or the list not ours to read: send it.
+                        _ => {
+                            let attempt = SystemTime::now();
+                            let r =
+                                tokio::time::timeout(timeout, recorder.publish(&event, &reference))
+                                    .await;
+                            if unanswered.is_none() && answer_lost(&r) {
+                                unanswered = Some(attempt);
+                            }
+                            r
+                        }
+                    };
                     let failed = match r {
                         Ok(Ok(())) => {
                             worker_stats.published.fetch_add(1, Ordering::Relaxed);
@@ -723,6 +800,152 @@ mod tests {
         wait_until(|| st.pending.load(Ordering::Relaxed) == 0).await;
         assert_eq!(st.snapshot()[..4], [1, 0, 1, 0]);
         assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    /// A server whose first Event create never answers, having `landed` it or not; a list of
+    /// Events answers what was created.
+    fn publisher_losing_first_answer(
+        landed: bool,
+    ) -> (EventPublisher, Arc<std::sync::Mutex<Vec<Seen>>>) {
+        let (client, mut handle) = client();
+        let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut created: Vec<serde_json::Value> = Vec::new();
+            let mut held = Vec::new();
+            let mut posts = 0;
+            while let Some((req, send)) = handle.next_request().await {
+                let s = read(req).await;
+                log.lock().unwrap().push(s.clone());
+                let reply = if s.method == http::Method::GET {
+                    Reply::Json(
+                        200,
+                        serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "EventList",
+                            "metadata": {"resourceVersion": "1"}, "items": created}),
+                    )
+                } else {
+                    posts += 1;
+                    if posts > 1 || landed {
+                        created.push(s.body.clone());
+                    }
+                    if posts == 1 {
+                        Reply::Hang
+                    } else {
+                        Reply::Json(201, s.body.clone())
+                    }
+                };
+                match response(&reply) {
+                    Some(r) => send.send_response(r),
+                    None => held.push(send),
+                }
+            }
+        });
+        let reporter = Reporter {
+            controller: "observer".into(),
+            instance: Some("node-1".into()),
+        };
+        let (p, worker) = EventPublisher::new(client, reporter, EventConfig::default(), "");
+        tokio::spawn(worker);
+        (p, seen)
+    }
+
+    fn posts(seen: &Arc<std::sync::Mutex<Vec<Seen>>>) -> usize {
+        let s = seen.lock().unwrap();
+        s.iter().filter(|s| s.method == http::Method::POST).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_whose_answer_never_came_but_landed_is_not_created_again() {
+        let (mut p, seen) = publisher_losing_first_answer(true);
+        assert!(p.publish(&pod_ref(), &kill(4100, "hog")));
+        let st = p.stats();
+        wait_until(|| st.pending.load(Ordering::Relaxed) == 0).await;
+        assert_eq!(posts(&seen), 1, "{:?}", seen.lock().unwrap());
+        assert_eq!(st.landed_unanswered.load(Ordering::Relaxed), 1);
+        assert_eq!(st.snapshot()[..3], [1, 1, 0], "queued, published, failed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_whose_answer_never_came_and_that_did_not_land_is_sent_again() {
+        let (mut p, seen) = publisher_losing_first_answer(false);
+        assert!(p.publish(&pod_ref(), &kill(4100, "hog")));
+        let st = p.stats();
+        wait_until(|| st.pending.load(Ordering::Relaxed) == 0).await;
+        assert_eq!(posts(&seen), 2, "{:?}", seen.lock().unwrap());
+        assert_eq!(st.landed_unanswered.load(Ordering::Relaxed), 0);
+        assert_eq!(st.snapshot()[..3], [1, 1, 0], "queued, published, failed");
+    }
+
+    #[test]
+    fn only_a_new_event_of_the_same_kind_since_the_attempt_was_created_by_it() {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ContainerDiedOOMKilled".into(),
+            note: None,
+            action: "Signal/9".into(),
+            secondary: None,
+        };
+        let at = SystemTime::now();
+        let made = |action: &str, reason: &str, t: SystemTime, series: bool| {
+            let mut e = K8sEvent {
+                action: Some(action.into()),
+                reason: Some(reason.into()),
+                event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    t.try_into().unwrap(),
+                )),
+                ..Default::default()
+            };
+            if series {
+                e.series = Some(k8s_openapi::api::events::v1::EventSeries {
+                    count: 2,
+                    last_observed_time: e.event_time.clone().unwrap(),
+                });
+            }
+            e
+        };
+        let later = at + Duration::from_millis(3);
+        assert!(created_since(
+            &made("Signal/9", "ContainerDiedOOMKilled", later, false),
+            &event,
+            at
+        ));
+        assert!(
+            !created_since(
+                &made(
+                    "Signal/9",
+                    "ContainerDiedOOMKilled",
+                    at - Duration::from_secs(2),
+                    false
+                ),
+                &event,
+                at
+            ),
+            "an earlier death's"
+        );
+        assert!(
+            !created_since(
+                &made("Exit/1", "ContainerDiedOOMKilled", later, false),
+                &event,
+                at
+            ),
+            "another exit"
+        );
+        assert!(
+            !created_since(
+                &made("Signal/9", "ContainerDiedError", later, false),
+                &event,
+                at
+            ),
+            "another reason"
+        );
+        assert!(
+            !created_since(
+                &made("Signal/9", "ContainerDiedOOMKilled", later, true),
+                &event,
+                at
+            ),
+            "a series"
+        );
     }
 
     async fn wait_until(mut ok: impl FnMut() -> bool) {

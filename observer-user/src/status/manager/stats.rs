@@ -180,6 +180,12 @@ impl super::StatusHandle {
             "Deaths an earlier agent wrote False for whose Event could not be looked for (the API away, the list refused): not told, as most likely told",
             ev.unknown_not_told.load(std::sync::atomic::Ordering::Relaxed),
         )?;
+        counter(
+            e,
+            "events_landed_unanswered",
+            "Event creates whose answer never came (a timeout, a 5xx) found created before being sent again: not created twice",
+            ev.landed_unanswered.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
         s.write_latency.encode(
             e,
             "status_write_latency",
