@@ -1,81 +1,104 @@
 //! `go build` of the components from the Go module proxy, through the small modules in
-//! `cluster/go/`: `kubernetes` requires k8s.io/kubernetes and replaces each staging module
-//! (v0.0.0 in its go.mod, which no proxy serves) by its published v0.34.x; `etcd` requires the
-//! etcd server, which is itself the etcd command; `helm` requires helm.sh/helm/v4, whose
-//! `cmd/helm` is the chart's tests' helm (deploy/chart: `helm lint` and `helm template` in the
-//! host suite, `helm install` on the cluster). Binaries land in `target/cluster/bin`, the Go
-//! build and module caches in `target/cluster/go`, so only a machine's first build pays (about
-//! 7 minutes on 2 idle cores for Kubernetes and etcd, about 4.5 CPU-minutes more for helm, module
-//! downloads included; a warm rebuild after a change of flags, a few).
+//! `cluster/go/`: `kubernetes/v1.<minor>` requires one release of k8s.io/kubernetes and replaces
+//! each staging module (v0.0.0 in its go.mod, which no proxy serves) by its published v0.<minor>.x
+//! (`scripts/kubernetes-module.sh` writes them); `etcd` requires the etcd server, which is itself
+//! the etcd command; `containerd/v1.7` and `containerd/v2.4` the nodes' runtimes; `helm` requires
+//! helm.sh/helm/v4, whose `cmd/helm` is the chart's tests' helm (deploy/chart: `helm lint` and
+//! `helm template` in the host suite, `helm install` on the cluster). Each release's binaries land
+//! in `target/cluster/kubernetes/<version>`, each containerd's in `target/cluster/containerd/
+//! <version>`, etcd and helm in `target/cluster/bin`; the Go build and module caches in
+//! `target/cluster/go`, so only a machine's first build pays (about 7 minutes on 2 idle cores for
+//! one release's control plane and etcd, 3 more for a second release's kubelet, about 4.5
+//! CPU-minutes for helm, module downloads included; a warm rebuild after a change of flags, a few).
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use crate::versions::{self, Containerd, Release, Versions};
 use crate::{Error, Result};
 
-pub const KUBERNETES_VERSION: &str = "v1.34.4";
 pub const ETCD_VERSION: &str = "v3.6.16";
 /// The chart's tests' helm (`cluster/go/helm/go.mod` requires the same).
 pub const HELM_VERSION: &str = "v4.3.2";
-/// The second node's runtime (`cluster/go/containerd/go.mod` requires the same).
-pub const CONTAINERD_VERSION: &str = "v2.4.2";
 
-/// What `cluster/go/containerd` builds into `target/cluster/guest/bin`.
+/// What each containerd build provides.
 pub const CONTAINERD_COMMANDS: &[&str] = &["containerd", "containerd-shim-runc-v2", "ctr"];
 
-/// Every binary the cluster runs, by Go package.
-const KUBERNETES_COMMANDS: &[&str] = &[
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubelet",
-    "kubectl",
-];
-
 /// Builds what is missing or was built from other module files: helm first ([`ensure_helm`]:
-/// the host suite's chart tests wait for it, and it is the shorter build), then Kubernetes and
-/// etcd. One build at a time per directory: a second caller (CI starts the build early in the
-/// background; the suite's `up` comes later) waits for the first and then finds it done.
-pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
+/// the host suite's chart tests wait for it, and it is the shorter build), then each Kubernetes
+/// release `versions` names (with the commands taken from it), etcd, and the host node's
+/// containerd. One build at a time per directory: a second caller (CI starts the build early in
+/// the background; the suite's `up` comes later) waits for the first and then finds it done.
+pub fn ensure(workspace: &Path, dir: &Path, versions: &Versions) -> Result<()> {
     ensure_helm(workspace, dir)?;
-    let go_src = workspace.join("cluster/go");
-    let bin = dir.join("bin");
-    let _lock = lock(dir)?;
-    let stamp_file = bin.join(".built-from");
-    let stamp = stamp(&go_src, &["kubernetes", "etcd"])?;
-    let complete = KUBERNETES_COMMANDS
-        .iter()
-        .chain(&["etcd"])
-        .all(|b| bin.join(b).is_file());
-    if complete && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
-        return Ok(());
+    for (release, commands) in versions.builds() {
+        ensure_kubernetes(workspace, dir, release, &commands)?;
     }
-    let go = crate::which("go").ok_or_else(|| {
+    ensure_etcd(workspace, dir)?;
+    ensure_containerd(workspace, dir, versions.host_kubelet.containerd())
+}
+
+fn go() -> Result<std::path::PathBuf> {
+    crate::which("go").ok_or_else(|| {
         Error::Missing(
             "Go is not installed: the test cluster's components are built with `go build` \
-             (Go 1.24 or newer on PATH)"
+             (Go 1.26 or newer on PATH, what Kubernetes 1.37 and containerd 2.4 require)"
                 .into(),
         )
-    })?;
+    })
+}
+
+/// Builds `commands` of one Kubernetes release into [`versions::kubernetes_bin`].
+fn ensure_kubernetes(
+    workspace: &Path,
+    dir: &Path,
+    release: Release,
+    commands: &[&str],
+) -> Result<()> {
+    let go_src = workspace.join("cluster/go");
+    let bin = versions::kubernetes_bin(dir, release);
+    let module = release.module();
+    let stamp = stamp(&go_src, &[&module])?;
+    let stamp_file = bin.join(".built-from");
+    // Binaries of this release another choice of versions wanted stay valid while the module
+    // files are the same: only missing commands are built.
+    let done = || {
+        commands.iter().all(|b| bin.join(b).is_file())
+            && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp)
+    };
+    if done() {
+        return Ok(());
+    }
+    let _lock = lock(dir)?;
+    if done() {
+        return Ok(());
+    }
+    let go = go()?;
+    if !std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) && bin.exists() {
+        // Built from other module files: none of it may be kept beside the new build.
+        std::fs::remove_dir_all(&bin).map_err(Error::io(&bin))?;
+    }
     std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
     let started = Instant::now();
+    let version = release.version();
     eprintln!(
-        "cluster: building Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} with go build \
-         (the first build on a machine takes about 7 minutes on 2 idle cores)"
+        "cluster: building Kubernetes {version} ({}) with go build (about 7 minutes on 2 idle \
+         cores for a control plane, 3 for a kubelet)",
+        commands.join(", ")
     );
     let mut ldflags = String::from("-s -w");
     // What `kubectl version` and the node's kubeletVersion report (upstream's hack/lib/version.sh).
-    let minor = KUBERNETES_VERSION.split('.').nth(1).unwrap_or("0");
+    let minor = release.minor();
     for pkg in [
         "k8s.io/component-base/version",
         "k8s.io/client-go/pkg/version",
     ] {
         ldflags.push_str(&format!(
-            " -X {pkg}.gitVersion={KUBERNETES_VERSION} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} \
+            " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} \
              -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
         ));
     }
-    let mut k8s = go_command(&go, dir, &go_src.join("kubernetes"));
+    let mut k8s = go_command(&go, dir, &go_src.join(&module));
     k8s.args([
         "build",
         "-tags=selinux,notest",
@@ -86,18 +109,46 @@ pub fn ensure(workspace: &Path, dir: &Path) -> Result<()> {
     ])
     .arg(format!("{}/", bin.display()));
     k8s.args(
-        KUBERNETES_COMMANDS
+        commands
             .iter()
             .map(|c| format!("k8s.io/kubernetes/cmd/{c}")),
     );
-    run(&mut k8s, "go build (Kubernetes)")?;
-    let mut etcd = go_command(&go, dir, &go_src.join("etcd"));
-    etcd.args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
-        .arg(bin.join("etcd"))
-        .arg("go.etcd.io/etcd/server/v3");
-    run(&mut etcd, "go build (etcd)")?;
+    run(&mut k8s, &format!("go build (Kubernetes {version})"))?;
     std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
-    eprintln!("cluster: built in {:.0?}", started.elapsed());
+    eprintln!(
+        "cluster: Kubernetes {version} built in {:.0?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// Builds etcd ([`ETCD_VERSION`]) into `<dir>/bin`.
+fn ensure_etcd(workspace: &Path, dir: &Path) -> Result<()> {
+    let go_src = workspace.join("cluster/go");
+    let bin = dir.join("bin");
+    let etcd = bin.join("etcd");
+    let stamp_file = bin.join(".etcd-built-from");
+    let stamp = stamp(&go_src, &["etcd"])?;
+    let done = || etcd.is_file() && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp);
+    if done() {
+        return Ok(());
+    }
+    let _lock = lock(dir)?;
+    if done() {
+        return Ok(());
+    }
+    let go = go()?;
+    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
+    let started = Instant::now();
+    eprintln!("cluster: building etcd {ETCD_VERSION} with go build");
+    let mut build = go_command(&go, dir, &go_src.join("etcd"));
+    build
+        .args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
+        .arg(&etcd)
+        .arg("go.etcd.io/etcd/server/v3");
+    run(&mut build, "go build (etcd)")?;
+    std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
+    eprintln!("cluster: etcd built in {:.0?}", started.elapsed());
     Ok(())
 }
 
@@ -118,7 +169,7 @@ pub fn ensure_helm(workspace: &Path, dir: &Path) -> Result<()> {
     let go_src = workspace.join("cluster/go");
     let bin = dir.join("bin");
     let helm = bin.join("helm");
-    // Apart from Kubernetes' stamp: a change to either module rebuilds only its own binaries.
+    // A stamp of its own: a change to another module rebuilds only that module's binaries.
     let stamp_file = bin.join(".helm-built-from");
     let stamp = stamp(&go_src, &["helm"])?;
     // The stamp is written after the binary: a matching one names a finished build.
@@ -178,36 +229,38 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Builds the second node's containerd 2.x (with its runc shim and ctr) when missing or built
-/// from other module files: static binaries (CGO_ENABLED=0, which also leaves out the btrfs
-/// snapshotter's cgo; the devmapper and ZFS snapshotters are left out by tag), in
-/// `<dir>/guest/bin`. The same lock as [`ensure`]: one Go build at a time.
-pub fn ensure_containerd(workspace: &Path, dir: &Path) -> Result<()> {
+/// Builds one containerd line (with its runc shim and ctr) when missing or built from other
+/// module files: static binaries (CGO_ENABLED=0, which also leaves out the btrfs snapshotter's
+/// cgo; the devmapper and ZFS snapshotters are left out by tag), in
+/// [`versions::containerd_bin`]. The same lock as the other builds: one Go build at a time.
+pub fn ensure_containerd(workspace: &Path, dir: &Path, which: Containerd) -> Result<()> {
     let go_src = workspace.join("cluster/go");
-    let bin = dir.join("guest/bin");
-    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
-    let _lock = lock(dir)?;
+    let bin = versions::containerd_bin(dir, which);
     let stamp_file = bin.join(".built-from");
-    let stamp = stamp(&go_src, &["containerd"])?;
-    let complete = CONTAINERD_COMMANDS.iter().all(|b| bin.join(b).is_file());
-    if complete && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
+    let stamp = stamp(&go_src, &[which.module()])?;
+    let done = || {
+        CONTAINERD_COMMANDS.iter().all(|b| bin.join(b).is_file())
+            && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp)
+    };
+    if done() {
         return Ok(());
     }
-    let go = crate::which("go").ok_or_else(|| {
-        Error::Missing(
-            "Go is not installed: the second node's containerd is built with `go build` \
-             (Go 1.26.6 or newer on PATH, what containerd 2.4 requires)"
-                .into(),
-        )
-    })?;
+    let _lock = lock(dir)?;
+    if done() {
+        return Ok(());
+    }
+    let go = go()?;
+    std::fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
     let started = Instant::now();
-    eprintln!("cluster: building containerd {CONTAINERD_VERSION} with go build");
+    let version = which.version();
+    let package = which.package();
+    eprintln!("cluster: building containerd {version} with go build");
     // What `containerd --version` and the node's containerRuntimeVersion report.
     let ldflags = format!(
-        "-s -w -X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION} \
-         -X github.com/containerd/containerd/v2/version.Revision=observer-cluster"
+        "-s -w -X {package}/version.Version={version} \
+         -X {package}/version.Revision=observer-cluster"
     );
-    let mut build = go_command(&go, dir, &go_src.join("containerd"));
+    let mut build = go_command(&go, dir, &go_src.join(which.module()));
     build
         .args([
             "build",
@@ -221,11 +274,14 @@ pub fn ensure_containerd(workspace: &Path, dir: &Path) -> Result<()> {
     build.args(
         CONTAINERD_COMMANDS
             .iter()
-            .map(|c| format!("github.com/containerd/containerd/v2/cmd/{c}")),
+            .map(|c| format!("{package}/cmd/{c}")),
     );
-    run(&mut build, "go build (containerd)")?;
+    run(&mut build, &format!("go build (containerd {version})"))?;
     std::fs::write(&stamp_file, stamp).map_err(Error::io(&stamp_file))?;
-    eprintln!("cluster: containerd built in {:.0?}", started.elapsed());
+    eprintln!(
+        "cluster: containerd {version} built in {:.0?}",
+        started.elapsed()
+    );
     Ok(())
 }
 

@@ -170,14 +170,20 @@ pub(crate) fn start_scheduler(c: &Cluster, f: &Files) -> Result<()> {
 }
 
 pub(crate) fn start_containerd(c: &Cluster, f: &Files) -> Result<()> {
-    let mut cmd = Command::new("containerd");
-    cmd.arg("--config").arg(&f.containerd);
+    let containerd = c.containerd_bin("containerd");
+    let mut cmd = Command::new(&containerd);
+    // Its own runc shim first (containerd looks the shim up on PATH); runc is Debian's.
+    let dir = containerd.parent().unwrap_or(Path::new("/"));
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    cmd.env("PATH", format!("{}:{path}", dir.display()))
+        .arg("--config")
+        .arg(&f.containerd);
     spawn(c, "containerd", cmd)?;
     let socket = c.containerd_socket();
     wait_for(c, "containerd", || socket.exists())?;
     // The socket appears before the CRI plugin serves: ask it.
     wait_for(c, "containerd's CRI plugin", || {
-        Command::new("ctr")
+        Command::new(c.containerd_bin("ctr"))
             .arg("--address")
             .arg(&socket)
             .args(["-n", "k8s.io", "plugins", "ls"])

@@ -125,7 +125,8 @@ fn kubelet_config(c: &Cluster) -> String {
         &c.pki(),
         &format!("unix://{}", c.containerd_socket().display()),
         &format!(
-            r#"# containerd 1.6 lacks the RuntimeConfig call that would tell kubelet its driver.
+            r#"# What containerd's runc options say (SystemdCgroup = false); containerd 1.7 does not
+# answer the RuntimeConfig call that would tell kubelet.
 cgroupDriver: cgroupfs
 cgroupRoot: /{CGROUP_ROOT}
 # Hybrid hosts are cgroup v1 to kubelet (1.35 and newer refuse it unless told).
@@ -207,8 +208,9 @@ pub struct ContainerdPaths<'a> {
     pub snapshotter: &'a str,
 }
 
-/// A containerd 1.6 configuration for CRI with the locally built pause image, shared by the test
-/// cluster's node and the tests' private containerds.
+/// A containerd configuration (version 2: what containerd 1.6 and 1.7 read, and 2.x migrates)
+/// for CRI with the locally built pause image, shared by the test cluster's host node
+/// (containerd 1.7) and the host suites' private containerds (Debian's 1.6).
 pub fn containerd_toml(p: &ContainerdPaths<'_>) -> String {
     // restrict_oom_score_adj: without CAP_SYS_RESOURCE (a nested sandbox) runc cannot lower a
     // sandbox's oom_score_adj and every RunPodSandbox fails. stream_server_port 0: several

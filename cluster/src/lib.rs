@@ -22,6 +22,7 @@ mod faults;
 mod files;
 pub mod guest;
 pub mod host;
+pub mod versions;
 
 pub use faults::Component;
 pub use files::{containerd_toml, ContainerdPaths};
@@ -31,8 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub use build::{CONTAINERD_VERSION, ETCD_VERSION, KUBERNETES_VERSION};
+pub use build::ETCD_VERSION;
 pub use guest::{Guest, GUEST_NODE_NAME};
+pub use versions::{Release, Versions};
 
 /// The node's name (kubelet's `--hostname-override`), whatever the machine's hostname.
 pub const NODE_NAME: &str = "observer-node";
@@ -85,6 +87,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Cluster {
     workspace: PathBuf,
     dir: PathBuf,
+    /// Releases chosen by the caller (`cargo xtask cluster up --kubernetes …`); else the running
+    /// cluster's, else the environment's ([`Versions::of_cluster`]).
+    chosen: Option<Versions>,
 }
 
 impl Cluster {
@@ -101,7 +106,35 @@ impl Cluster {
         Self {
             workspace: workspace.to_path_buf(),
             dir: workspace.join("target/cluster"),
+            chosen: None,
         }
+    }
+
+    /// The same cluster, started (or built) with these releases rather than the environment's.
+    pub fn choosing(mut self, versions: Versions) -> Self {
+        self.chosen = Some(versions);
+        self
+    }
+
+    /// The releases this cluster runs (or, before `up`, would run): the caller's choice, else
+    /// what `up` recorded, else the environment's. An environment that names a release the
+    /// cluster cannot build is refused by `up` and `build`; here it reads as the default.
+    pub fn versions(&self) -> Versions {
+        self.chosen
+            .or_else(|| Versions::of_cluster(&self.dir).ok())
+            .unwrap_or_default()
+    }
+
+    fn versions_checked(&self) -> Result<Versions> {
+        match self.chosen {
+            Some(v) => Ok(v),
+            None => Versions::of_cluster(&self.dir),
+        }
+    }
+
+    /// Builds what this cluster's releases need (`cargo xtask cluster build`).
+    pub fn build(&self) -> Result<()> {
+        build::ensure(&self.workspace, &self.dir, &self.versions_checked()?)
     }
 
     pub fn dir(&self) -> &Path {
@@ -137,9 +170,25 @@ impl Cluster {
         rotated
     }
 
-    /// The built kubectl, or another component's binary.
+    /// A built component's binary: etcd and helm, the control plane's (kubectl among them), or
+    /// the host node's kubelet ([`Cluster::kubelet_bin`] for another node's).
     pub fn bin(&self, name: &str) -> PathBuf {
-        self.dir.join("bin").join(name)
+        let v = self.versions();
+        match name {
+            "etcd" | "helm" => self.dir.join("bin").join(name),
+            "kubelet" => self.kubelet_bin(v.host_kubelet),
+            _ => versions::kubernetes_bin(&self.dir, v.control_plane).join(name),
+        }
+    }
+
+    /// One release's kubelet.
+    pub fn kubelet_bin(&self, r: Release) -> PathBuf {
+        versions::kubernetes_bin(&self.dir, r).join("kubelet")
+    }
+
+    /// The host node's containerd, its shim and ctr.
+    pub fn containerd_bin(&self, name: &str) -> PathBuf {
+        versions::containerd_bin(&self.dir, self.versions().host_kubelet.containerd()).join(name)
     }
 
     /// kubectl with the admin kubeconfig.
@@ -242,11 +291,32 @@ impl Cluster {
     /// Builds what is missing, starts every component and waits until a pod can run on the
     /// node. A no-op when the cluster is already up; a half-started one is torn down first.
     pub fn up(&self) -> Result<()> {
-        build::ensure(&self.workspace, &self.dir)?;
         if self.is_up() {
-            eprintln!("cluster: already up ({})", self.kubeconfig().display());
+            let running = Versions::of_cluster(&self.dir)?;
+            if self.chosen.is_some_and(|c| c != running) {
+                return Err(Error::Missing(format!(
+                    "the cluster already runs {running}: `cargo xtask cluster down` first to \
+                     start it with other releases"
+                )));
+            }
+            eprintln!(
+                "cluster: already up ({running}; {})",
+                self.kubeconfig().display()
+            );
             return Ok(());
         }
+        // The choice of a cluster no longer up is not kept: the caller's, else the environment's.
+        let versions = match self.chosen {
+            Some(v) => v,
+            None => Versions::from_env()?,
+        };
+        build::ensure(&self.workspace, &self.dir, &versions)?;
+        let this = self.clone().choosing(versions);
+        this.up_chosen()
+    }
+
+    fn up_chosen(&self) -> Result<()> {
+        let versions = self.versions();
         if daemon::COMPONENTS
             .iter()
             .any(|c| daemon::running(&self.dir, c).is_some())
@@ -265,6 +335,7 @@ impl Cluster {
         for d in [self.state(), self.logs(), PathBuf::from(RUN_DIR)] {
             std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
         }
+        versions.save(&self.dir)?;
         pki::ensure(&self.pki())?;
         let files = files::write(self)?;
         daemon::start_etcd(self)?;
@@ -289,7 +360,7 @@ impl Cluster {
             Ok(())
         })?;
         eprintln!(
-            "cluster: up in {:.0?} (Kubernetes {KUBERNETES_VERSION}, etcd {ETCD_VERSION}); KUBECONFIG={}",
+            "cluster: up in {:.0?} ({versions}, etcd {ETCD_VERSION}); KUBECONFIG={}",
             started.elapsed(),
             self.kubeconfig().display()
         );

@@ -44,12 +44,30 @@ enum Task {
     },
     /// The real one-node Kubernetes the cluster suites run on (README: "A real cluster").
     Cluster {
+        #[command(flatten)]
+        versions: ClusterVersions,
         #[command(subcommand)]
         action: ClusterAction,
     },
     /// Boot kernels under qemu and run `observer check` and the kernel and PLEG suites inside
     /// (see README: "Kernels and cgroup modes").
     VmTest(vm::Args),
+}
+
+/// Which Kubernetes each part runs (default: the control plane and guest nodes on the newest
+/// supported release, the host node on the oldest; cluster/src/versions.rs). Read by `build` and
+/// `up`; a running cluster keeps what it was started with.
+#[derive(clap::Args)]
+struct ClusterVersions {
+    /// Every part on this release (1.35, 1.36 or 1.37); env OBSERVER_KUBERNETES.
+    #[arg(long, global = true, env = "OBSERVER_KUBERNETES")]
+    kubernetes: Option<String>,
+    /// The host node's kubelet (containerd 1.7 up to 1.35, 2.4 after); env OBSERVER_HOST_KUBELET.
+    #[arg(long, global = true, env = "OBSERVER_HOST_KUBELET")]
+    host_kubelet: Option<String>,
+    /// The guest nodes' kubelet; env OBSERVER_GUEST_KUBELET.
+    #[arg(long, global = true, env = "OBSERVER_GUEST_KUBELET")]
+    guest_kubelet: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -71,9 +89,10 @@ enum ClusterAction {
     Deploy,
     /// Stop everything `up` started and remove its state (binaries and Go caches stay).
     Down,
-    /// Only build the components (target/cluster/bin), helm among them (the chart's tests').
+    /// Only build the components (target/cluster/{bin,kubernetes,containerd}), helm among them
+    /// (the chart's tests').
     Build {
-        /// Also build what the second node needs: containerd 2.x (target/cluster/guest/bin)
+        /// Also build what the second node needs: containerd 2.x (target/cluster/containerd)
         /// and the Debian guest's disk image (target/cluster/guest/image).
         #[arg(long)]
         guest: bool,
@@ -95,8 +114,18 @@ enum NodeAction {
     },
 }
 
-fn cluster(action: ClusterAction) -> Result<()> {
-    let c = observer_cluster::Cluster::new(&root());
+fn cluster(versions: ClusterVersions, action: ClusterAction) -> Result<()> {
+    let mut c = observer_cluster::Cluster::new(&root());
+    if versions.kubernetes.is_some()
+        || versions.host_kubelet.is_some()
+        || versions.guest_kubelet.is_some()
+    {
+        c = c.choosing(observer_cluster::Versions::choose(
+            versions.kubernetes.as_deref(),
+            versions.host_kubelet.as_deref(),
+            versions.guest_kubelet.as_deref(),
+        )?);
+    }
     match action {
         ClusterAction::Up { nodes } => {
             for (name, t) in c.up_nodes(nodes)? {
@@ -129,9 +158,13 @@ fn cluster(action: ClusterAction) -> Result<()> {
                 // First: it takes no build lock (a Kubernetes build may be running).
                 observer_cluster::guest::image::ensure(&c.dir().join("guest/image"))?;
             }
-            observer_cluster::build::ensure(&root(), c.dir())?;
+            c.build()?;
             if guest {
-                observer_cluster::build::ensure_containerd(&root(), c.dir())?;
+                observer_cluster::build::ensure_containerd(
+                    &root(),
+                    c.dir(),
+                    observer_cluster::versions::Containerd::V2,
+                )?;
             }
         }
         ClusterAction::Deploy => {
@@ -266,6 +299,6 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::VmTest(args) => vm::run(args),
-        Task::Cluster { action } => cluster(action),
+        Task::Cluster { versions, action } => cluster(versions, action),
     }
 }

@@ -113,7 +113,7 @@ impl<'a> Guest<'a> {
     /// node is registered. The host's control plane must be up.
     pub fn start(&self) -> Result<Started> {
         let c = self.cluster;
-        crate::build::ensure_containerd(&c.workspace, c.dir())?;
+        crate::build::ensure_containerd(&c.workspace, c.dir(), crate::versions::Containerd::V2)?;
         let image = image::ensure(&c.dir().join("guest/image"))?;
         if self.is_running() {
             self.stop()?;
@@ -392,11 +392,14 @@ impl<'a> Guest<'a> {
         };
         let bin = root.join("bin");
         fs::create_dir_all(&bin).map_err(Error::io(&bin))?;
-        let guest_bin = c.dir().join("guest/bin");
+        let guest_bin = crate::versions::containerd_bin(c.dir(), crate::versions::Containerd::V2);
         for b in crate::build::CONTAINERD_COMMANDS {
             link_or_copy(&guest_bin.join(b), &bin.join(b))?;
         }
-        link_or_copy(&c.bin("kubelet"), &bin.join("kubelet"))?;
+        link_or_copy(
+            &c.kubelet_bin(c.versions().guest_kubelet),
+            &bin.join("kubelet"),
+        )?;
         pki::node(&c.pki(), &self.name, &self.name)?;
         for (from, to) in [
             ("ca.crt".to_string(), "ca.crt"),
