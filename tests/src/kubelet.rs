@@ -171,10 +171,7 @@ impl KubeletPod {
 
 /// The pod template of a DaemonSet.
 pub fn template(ds: &DaemonSet) -> Result<&PodTemplateSpec> {
-    ds.spec
-        .as_ref()
-        .map(|s| &s.template)
-        .ok_or_else(|| anyhow!("DaemonSet has no spec"))
+    Ok(&ds.spec.template)
 }
 
 /// The DaemonSet controller's pod for `node`, then kubelet's CRI configs for it. Also checks the

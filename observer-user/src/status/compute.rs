@@ -19,7 +19,8 @@
 //! results (readiness, startup) live in kubelet; the view has no pod IPs, image digests or
 //! sandbox network status; with no pod spec, the restart policy, init containers and readiness
 //! gates are unknown. Fields the agent does not compute (resources, ephemeral container
-//! statuses, resize) are the API's.
+//! statuses, resize, resource claims, volume health) are the API's; `status.observedGeneration`
+//! and each kubelet condition's are the pod's generation, as a 1.35+ kubelet writes them.
 use std::{fmt, time::SystemTime};
 
 use k8s_openapi::{
@@ -30,20 +31,28 @@ use k8s_openapi::{
 
 use super::conditions::{is_sidecar, keep_transition, observer_conditions, ConditionTypes};
 use crate::reconcile::{ContainerPhase, ContainerView, PodView};
+pub(crate) use kubelet::{
+    all_containers_could_restart, container_should_restart, should_all_containers_restart,
+};
 use kubelet::{
-    condition, containers_ready_condition, get_phase, initialized_condition, pod_ready_condition,
+    all_containers_restarting_condition, condition, containers_ready_condition, get_phase,
+    initialized_condition, observed_generation, pod_ready_condition,
     ready_to_start_containers_condition, terminal_ready_condition, Convert, ReasonCache, Sandbox,
 };
 
-/// kubelet's condition types: the agent writes none of them except in `full` mode.
+/// kubelet's condition types (1.37's `PodConditionByKubelet`, with PodReadyToStartContainers
+/// and, from 1.36, AllContainersRestarting): the agent writes none of them except in `full`
+/// mode, where the API's copies are replaced by what it computes, but for
+/// [`KEPT_KUBELET_CONDITIONS`].
 pub(crate) const KUBELET_CONDITIONS: &[&str] = &[
     "PodScheduled",
     "Ready",
     "Initialized",
     "ContainersReady",
-    "PodReadyToStartContainers",
-    "PodResizePending",
     "PodResizeInProgress",
+    "PodResizePending",
+    "PodReadyToStartContainers",
+    "AllContainersRestarting",
 ];
 /// Shared with the eviction and disruption controllers.
 pub(crate) const DISRUPTION_TARGET: &str = "DisruptionTarget";
@@ -58,11 +67,12 @@ pub(crate) const POD_INITIALIZING: &str = "PodInitializing";
 pub(crate) const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 pub(crate) const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 
-/// kubelet's restart back-off: 10 s doubling to 300 s.
+/// kubelet's restart back-off (kubelet.go's `initialCrashLoopBackOff`, `MaxContainerBackOff`):
+/// 10 s doubling to 300 s.
 pub(crate) const BACKOFF_INITIAL_SECS: u64 = 10;
 pub(crate) const BACKOFF_MAX_SECS: u64 = 300;
-/// A container that ran this long before dying starts its back-off over (kubelet's back-off
-/// entries expire after twice the maximum).
+/// A back-off entry older than this when the container ends starts over (kubelet's
+/// `HasExpiredFunc`: the end more than 600 s after the restart that started the instance).
 pub(crate) const BACKOFF_RESET_SECS: u64 = 600;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,7 +261,8 @@ pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
         None => without_spec(inp, old, &mut unknown),
     };
 
-    // Not the view's to say: kept from the API (kubelet or the API server wrote them).
+    // Not the view's to say: kept from the API (kubelet, the API server or a controller wrote
+    // them). `patch::COMPUTED_KEYS` never names them.
     if let Some(api) = api {
         status.pod_ip = api.pod_ip.clone();
         status.pod_ips = api.pod_ips.clone();
@@ -261,11 +272,28 @@ pub(crate) fn compute_status(inp: &StatusInputs<'_>) -> ComputedStatus {
         status.nominated_node_name = api.nominated_node_name.clone();
         status.resource_claim_statuses = api.resource_claim_statuses.clone();
         status.extended_resource_claim_status = api.extended_resource_claim_status.clone();
+        status.node_allocatable_resource_claim_statuses =
+            api.node_allocatable_resource_claim_statuses.clone();
         status.ephemeral_container_statuses = api.ephemeral_container_statuses.clone();
         status.resize = api.resize.clone();
-        status.observed_generation = api.observed_generation;
+        status.resources = api.resources.clone();
+        status.allocated_resources = api.allocated_resources.clone();
+        status.volume_health = api.volume_health.clone();
     }
     unknown.push(Unknown::PodIps);
+
+    // The status manager's `SetPodStatus` (`CalculatePodStatusObservedGeneration`) and
+    // `updateStatusInternal`: the pod's generation, never below the last status's; nor below
+    // the API's, so that a patch never deletes it.
+    status.observed_generation = [
+        inp.pod.and_then(observed_generation),
+        old.observed_generation,
+        api.and_then(|a| a.observed_generation),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|g| *g != 0)
+    .max();
 
     // kubelet's status manager keeps the start time across updates.
     status.start_time = old
@@ -349,6 +377,10 @@ pub(crate) const KUBELET_REASONS: &[&str] = &[
     "RunContainerError",
 ];
 
+/// Of [`KUBELET_REASONS`], those of a container created that did not start: its start or its
+/// pre-start hook failed (the others come before the runtime creates it).
+const START_REASONS: &[&str] = &["PreStartHookError", "RunContainerError"];
+
 /// The agent's reason cache: kubelet's back-off, from the kernel's exit times; and, for what only
 /// kubelet knows ([`KUBELET_REASONS`]), the reason kubelet wrote to the API.
 struct BackOff<'a> {
@@ -373,8 +405,8 @@ impl<'a> BackOff<'a> {
         }
     }
 
-    /// kubelet's own reason for `container`'s wait, where the API has one.
-    fn kubelets(&self, container: &str) -> Option<(String, Option<String>)> {
+    /// kubelet's own reason for `container`'s wait, where the API has one of `reasons`.
+    fn kubelets_of(&self, container: &str, reasons: &[&str]) -> Option<(String, Option<String>)> {
         let api = self.api?;
         let w = [&api.container_statuses, &api.init_container_statuses]
             .into_iter()
@@ -386,10 +418,15 @@ impl<'a> BackOff<'a> {
             .waiting
             .as_ref()?;
         let reason = w.reason.as_deref()?;
-        KUBELET_REASONS.contains(&reason).then(|| {
+        reasons.contains(&reason).then(|| {
             self.kept.borrow_mut().push(container.to_string());
             (reason.to_string(), w.message.clone())
         })
+    }
+
+    /// kubelet's own reason for `container`'s wait, where the API has one.
+    fn kubelets(&self, container: &str) -> Option<(String, Option<String>)> {
+        self.kubelets_of(container, KUBELET_REASONS)
     }
 }
 
@@ -405,8 +442,11 @@ impl ReasonCache for BackOff<'_> {
             // Never created: whatever held it back is kubelet's to say.
             return self.kubelets(container);
         };
-        if cur.phase != ContainerPhase::Exited {
-            return None;
+        match cur.phase {
+            ContainerPhase::Exited => {}
+            // Created and not started: kubelet restarts it, waiting for why its start failed.
+            ContainerPhase::Created => return self.kubelets_of(container, START_REASONS),
+            ContainerPhase::Running | ContainerPhase::Unknown => return None,
         }
         let Some((delay, finished)) = backoff(cur).zip(cur.finished_at) else {
             return self.kubelets(container);
@@ -478,8 +518,9 @@ pub(crate) struct Generate<'a> {
     pub prober: &'a dyn Prober,
 }
 
-/// Conditions kubelet owns that the agent does not compute (in-place resize): kept as the API
-/// has them.
+/// Conditions kubelet owns that the agent does not compute (in-place resize: kubelet's status
+/// manager holds them, each with the generation of its resize): kept as the API has them, but
+/// for a terminal pod (kubelet's `determinePodResizeStatus` clears them).
 const KEPT_KUBELET_CONDITIONS: &[&str] = &["PodResizePending", "PodResizeInProgress"];
 
 pub(crate) fn generate_api_pod_status(g: &Generate<'_>, unknown: &mut Vec<Unknown>) -> PodStatus {
@@ -494,6 +535,7 @@ pub(crate) fn generate_api_pod_status(g: &Generate<'_>, unknown: &mut Vec<Unknow
         view: g.view,
         runtime: g.runtime,
         reasons: g.reasons,
+        pod_restarting: should_all_containers_restart(pod, g.view, Some(old)),
     };
     let init_specs: &[Container] = spec.init_containers.as_deref().unwrap_or(&[]);
     let has_init = !init_specs.is_empty();
@@ -560,14 +602,19 @@ pub(crate) fn generate_api_pod_status(g: &Generate<'_>, unknown: &mut Vec<Unknow
     s.phase = Some(phase.clone());
 
     // Conditions: everything not kubelet's as the API has it (the observer's own replaced by the
-    // computed ones), the old status's DisruptionTarget, then kubelet's in its order.
+    // computed ones), the resize conditions, the old status's DisruptionTarget, then kubelet's
+    // in its order.
     let old_conditions = old.conditions.as_deref().unwrap_or(&[]);
-    let ours = observer_conditions(Some(spec), g.view, old_conditions, g.types, g.now);
+    let ours = observer_conditions(Some(pod), g.view, old_conditions, g.types, g.now);
+    let kept = |c: &&PodCondition| {
+        !kubelet_owns(&c.type_)
+            || (KEPT_KUBELET_CONDITIONS.contains(&c.type_.as_str()) && !g.pod_is_terminal)
+    };
     let mut conditions: Vec<PodCondition> = api
         .conditions
         .iter()
         .flatten()
-        .filter(|c| !kubelet_owns(&c.type_) || KEPT_KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .filter(kept)
         .filter(|c| !ours.iter().any(|o| o.type_ == c.type_))
         .cloned()
         .collect();
@@ -587,26 +634,29 @@ pub(crate) fn generate_api_pod_status(g: &Generate<'_>, unknown: &mut Vec<Unknow
         .collect();
     let kubelet_conditions = [
         ready_to_start_containers_condition(pod, &g.sandboxes),
-        initialized_condition(pod, Some(&init_first), &phase),
+        initialized_condition(pod, old, Some(&init_first), &phase),
     ];
     for c in kubelet_conditions {
         conditions.push(keep_transition(c, old_conditions, g.now));
     }
     // Ready reads the conditions so far (readiness gates), ContainersReady comes after it.
     let ready = pod_ready_condition(pod, &conditions, Some(&init_first), &phase);
+    let restarting = all_containers_could_restart(spec)
+        .then(|| all_containers_restarting_condition(pod, g.view, Some(old), &phase));
     let kubelet_conditions = [
-        ready,
-        containers_ready_condition(pod, Some(&init_first), &phase),
-        condition("PodScheduled", true, None, None),
+        Some(ready),
+        Some(containers_ready_condition(pod, Some(&init_first), &phase)),
+        Some(condition(pod, "PodScheduled", true, None, None)),
+        restarting,
     ];
-    for c in kubelet_conditions {
+    for c in kubelet_conditions.into_iter().flatten() {
         conditions.push(keep_transition(c, old_conditions, g.now));
     }
     // A terminal pod is never Ready (the status manager's mergePodStatus, issue 108594).
     if terminal(Some(&phase)) {
         for c in conditions.iter_mut() {
             if (c.type_ == "Ready" || c.type_ == "ContainersReady") && c.status == "True" {
-                let t = terminal_ready_condition(&c.type_, &phase);
+                let t = terminal_ready_condition(pod, &c.type_, &phase);
                 *c = keep_transition(t, old_conditions, g.now);
             }
         }
@@ -690,6 +740,7 @@ fn without_spec(inp: &StatusInputs<'_>, old: &PodStatus, unknown: &mut Vec<Unkno
         view,
         runtime: inp.runtime,
         reasons: &NoReasons,
+        pod_restarting: false,
     };
     let mut statuses = conv.statuses(
         pod.spec.as_ref().map_or(&[][..], |s| &s.containers),
@@ -726,7 +777,7 @@ fn without_spec(inp: &StatusInputs<'_>, old: &PodStatus, unknown: &mut Vec<Unkno
     let sandboxes = agent_sandboxes(view, unknown);
     for c in [
         ready_to_start_containers_condition(&pod, &sandboxes),
-        condition("PodScheduled", true, None, None),
+        condition(&pod, "PodScheduled", true, None, None),
     ] {
         conditions.push(keep_transition(c, old_conditions, inp.now));
     }
@@ -762,14 +813,17 @@ pub(crate) fn terminated_reason(v: &ContainerView) -> String {
     }
 }
 
-/// kubelet's back-off before restarting this dead instance, if any: the first death restarts at
-/// once; then 10 s doubling to 300 s; a container that ran 10 minutes starts over.
+/// kubelet's back-off before restarting this dead instance, if any (kuberuntime's `doBackOff`
+/// on kubelet's `flowcontrol.Backoff`): the first death restarts at once (no entry yet); then
+/// 10 s doubling to 300 s; an instance that ended more than 600 s after kubelet restarted it
+/// (the entry's last update, when kubelet created it) starts over. From the creation, not the
+/// start: an instance that never started (StartError) has no start time of its own.
 pub(crate) fn backoff(v: &ContainerView) -> Option<std::time::Duration> {
-    let ran = match (v.started_at, v.finished_at) {
+    let ran = match (v.created_at.or(v.started_at), v.finished_at) {
         (Some(s), Some(f)) => f.duration_since(s).unwrap_or_default(),
         _ => std::time::Duration::ZERO,
     };
-    if v.restart_count == 0 || ran.as_secs() >= BACKOFF_RESET_SECS {
+    if v.restart_count == 0 || ran > std::time::Duration::from_secs(BACKOFF_RESET_SECS) {
         return None;
     }
     let shift = (v.restart_count - 1).min(16);

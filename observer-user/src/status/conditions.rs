@@ -30,12 +30,16 @@
 //!   least `pressure::MIN_WARNING`, so it never flaps). Absent until the first warning.
 //!
 //! `lastTransitionTime` is kept while a condition's status is unchanged (as kubelet does for its
-//! own types), so a new victim changes the message, not the transition time.
+//! own types), so a new victim changes the message, not the transition time. Each carries the
+//! pod's `metadata.generation` as its `observedGeneration`, as a 1.35+ kubelet's conditions do
+//! (KEP-5067): the spec it was computed against.
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodSpec};
 
-use super::compute::{rfc3339, rfc3339_into, to_time, RestartPolicy};
+use super::compute::{
+    container_should_restart, rfc3339, rfc3339_into, should_all_containers_restart, to_time,
+};
 use crate::{
     kernel::oom_report::OomReport,
     model::{printable, Printable},
@@ -113,22 +117,27 @@ pub(crate) const REASON_INIT_OOM: &str = "ContainerOOMKilled";
 pub(crate) const REASON_CHILD_OOM: &str = "ProcessOOMKilled";
 
 /// The observer-owned conditions of a pod: ContainersAlive always, OOMKilled once a kill is
-/// known. `old` is the pod's conditions as last seen or written (for `lastTransitionTime`).
+/// known. `pod` is the API's (its spec, generation and status; `None`: no API at hand); `old`
+/// the pod's conditions as last seen or written (for `lastTransitionTime`).
 pub(crate) fn observer_conditions(
-    spec: Option<&PodSpec>,
+    pod: Option<&Pod>,
     view: &PodView,
     old: &[PodCondition],
     types: &ConditionTypes,
     now: SystemTime,
 ) -> Vec<PodCondition> {
-    let mut out = vec![keep_transition(alive(spec, view, &types.alive), old, now)];
-    if let Some(c) = oom_killed(spec, view, &types.oom) {
-        out.push(keep_transition(c, old, now));
-    }
-    if let Some(c) = memory_pressure(view, &types.pressure) {
-        out.push(keep_transition(c, old, now));
-    }
-    out
+    let spec = pod.and_then(|p| p.spec.as_ref());
+    // `podutil.CalculatePodConditionObservedGeneration`, PodObservedGenerationTracking GA.
+    let generation = pod.and_then(|p| p.metadata.generation).filter(|g| *g != 0);
+    let mut out = vec![alive(pod, view, &types.alive)];
+    out.extend(oom_killed(spec, view, &types.oom));
+    out.extend(memory_pressure(view, &types.pressure));
+    out.into_iter()
+        .map(|mut c| {
+            c.observed_generation = generation;
+            keep_transition(c, old, now)
+        })
+        .collect()
 }
 
 /// kubelet's `updateLastTransitionTime`: the old time while the status is unchanged.
@@ -151,16 +160,29 @@ enum Down<'a> {
     NotRunning(&'a str),
 }
 
-fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
+fn alive(pod: Option<&Pod>, view: &PodView, type_: &str) -> PodCondition {
     let current: Vec<&ContainerView> = view.current().collect();
     let find = |name: &str| current.iter().copied().find(|c| c.name == name);
     let mut down = Vec::new();
     // Whether anything the condition covers still runs: a pod whose containers all completed
     // is not alive, though none of them died (kubelet's ContainersReady says PodCompleted).
     let mut running = false;
-    match spec {
-        Some(spec) => {
-            let policy = RestartPolicy::of(spec);
+    match pod.and_then(|p| p.spec.as_ref().map(|s| (p, s))) {
+        Some((pod, spec)) => {
+            // kubelet's own answer to "will it run again": the container's restart rules and
+            // policy, then the pod's (`podutil.ContainerShouldRestart`), or every container is
+            // being restarted in place (RestartAllContainers).
+            let restarting_all = should_all_containers_restart(pod, view, pod.status.as_ref());
+            let ended_for_good = |c: &Container| {
+                find(&c.name).is_some_and(|v| {
+                    v.phase == ContainerPhase::Exited
+                        && !restarting_all
+                        && !container_should_restart(c, spec, v.exit_code.unwrap_or(137))
+                })
+            };
+            // No regular container runs or will run again: kubelet kills the pod and restarts
+            // no sidecar (computePodActions), so a sidecar's end is the pod's.
+            let pod_done = spec.containers.iter().all(ended_for_good);
             let sidecars = spec
                 .init_containers
                 .iter()
@@ -179,11 +201,13 @@ fn alive(spec: Option<&PodSpec>, view: &PodView, type_: &str) -> PodCondition {
                         ContainerPhase::Running => running = true,
                         ContainerPhase::Created => down.push(Down::NotRunning(&c.name)),
                         ContainerPhase::Exited | ContainerPhase::Unknown => {
-                            // A container that completed and will not be restarted is done, not dead.
-                            let done = !sidecar
-                                && v.phase == ContainerPhase::Exited
-                                && v.exit_code == Some(0)
-                                && policy != RestartPolicy::Always;
+                            // A container that completed and will not run again is done, not
+                            // dead; a failure is a death, restarted or not.
+                            let done = if sidecar {
+                                pod_done && v.phase == ContainerPhase::Exited
+                            } else {
+                                v.exit_code == Some(0) && ended_for_good(c)
+                            };
                             if !done {
                                 down.push(Down::Died(v));
                             }
@@ -686,6 +710,11 @@ mod tests {
         cs.iter().find(|c| c.type_ == t)
     }
 
+    /// The API's pod of a spec.
+    fn of(s: &PodSpec) -> Pod {
+        pod(s.clone(), None)
+    }
+
     #[test]
     fn prefix_is_configurable() {
         let t = ConditionTypes::new("example.com/");
@@ -727,7 +756,7 @@ mod tests {
     fn memory_pressure_is_absent_until_a_warning_true_while_it_stands_false_after() {
         let s = spec("Always", vec![], vec![container("app")]);
         let calm = view(vec![cv("app", 0, ContainerPhase::Running)]);
-        let cs = observer_conditions(Some(&s), &calm, &[], &types(), t(100));
+        let cs = observer_conditions(Some(&of(&s)), &calm, &[], &types(), t(100));
         assert!(
             find(&cs, &types().pressure).is_none(),
             "absent until a warning"
@@ -739,7 +768,7 @@ mod tests {
             62,
             true,
         )]);
-        let cs = observer_conditions(Some(&s), &hot, &cs, &types(), t(101));
+        let cs = observer_conditions(Some(&of(&s)), &hot, &cs, &types(), t(101));
         let p = find(&cs, &types().pressure).unwrap();
         assert_eq!(
             (p.status.as_str(), p.reason.as_deref()),
@@ -756,7 +785,7 @@ mod tests {
             warned(exited("app", 0, 137, "OOMKilled"), 101, 62, true),
             cv("app", 1, ContainerPhase::Running),
         ]);
-        let cs = observer_conditions(Some(&s), &after, &cs, &types(), t(110));
+        let cs = observer_conditions(Some(&of(&s)), &after, &cs, &types(), t(110));
         let p = find(&cs, &types().pressure).unwrap();
         assert_eq!(
             (p.status.as_str(), p.reason.as_deref()),
@@ -770,7 +799,7 @@ mod tests {
             62,
             false,
         )]);
-        let cs = observer_conditions(Some(&s), &lowered, &[], &types(), t(200));
+        let cs = observer_conditions(Some(&of(&s)), &lowered, &[], &types(), t(200));
         assert_eq!(find(&cs, &types().pressure).unwrap().status, "False");
         assert!(types().owns("observer.dev/MemoryPressure"));
     }
@@ -779,14 +808,14 @@ mod tests {
     fn alive_flips_false_on_a_death_and_true_when_back() {
         let s = spec("Always", vec![], vec![container("app")]);
         let up = view(vec![cv("app", 0, ContainerPhase::Running)]);
-        let cs = observer_conditions(Some(&s), &up, &[], &types(), t(100));
+        let cs = observer_conditions(Some(&of(&s)), &up, &[], &types(), t(100));
         let a = find(&cs, &types().alive).unwrap();
         assert_eq!(a.status, "True");
         assert_eq!(a.last_transition_time, Some(to_time(t(100))));
         assert!(find(&cs, &types().oom).is_none(), "absent until a kill");
 
         let down = view(vec![exited("app", 0, 137, "OOMKilled")]);
-        let cs2 = observer_conditions(Some(&s), &down, &cs, &types(), t(101));
+        let cs2 = observer_conditions(Some(&of(&s)), &down, &cs, &types(), t(101));
         let a = find(&cs2, &types().alive).unwrap();
         assert_eq!(
             (a.status.as_str(), a.reason.as_deref()),
@@ -802,7 +831,7 @@ mod tests {
         assert_eq!(a.last_transition_time, Some(to_time(t(101))));
 
         // Same status later: the transition time stays.
-        let cs3 = observer_conditions(Some(&s), &down, &cs2, &types(), t(150));
+        let cs3 = observer_conditions(Some(&of(&s)), &down, &cs2, &types(), t(150));
         assert_eq!(
             find(&cs3, &types().alive).unwrap().last_transition_time,
             Some(to_time(t(101)))
@@ -813,7 +842,7 @@ mod tests {
     fn a_completed_container_under_on_failure_is_done_not_dead() {
         let s = spec("OnFailure", vec![], vec![container("job")]);
         let v = view(vec![exited("job", 0, 0, "Completed")]);
-        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
         // Nothing runs any more, yet nothing died.
         let a = find(&cs, &types().alive).unwrap();
         assert_eq!(
@@ -830,12 +859,159 @@ mod tests {
             exited("job", 0, 0, "Completed"),
             cv("app", 0, ContainerPhase::Running),
         ]);
-        let cs = observer_conditions(Some(&s2), &v2, &[], &types(), t(1));
+        let cs = observer_conditions(Some(&of(&s2)), &v2, &[], &types(), t(1));
         assert_eq!(find(&cs, &types().alive).unwrap().status, "True");
         // Under Always the same exit is a death: kubelet will restart it.
         let s = spec("Always", vec![], vec![container("job")]);
-        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
         assert_eq!(find(&cs, &types().alive).unwrap().status, "False");
+    }
+
+    /// A container's own restart policy and rules decide whether its end is a death, before
+    /// the pod's (`podutil.ContainerShouldRestart`), as kubelet restarts it.
+    #[test]
+    fn a_containers_own_restart_policy_and_rules_decide_its_end() {
+        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let with = |name: &str, policy: Option<&str>, rule: Option<(&str, &str, i32)>| {
+            let mut c = container(name);
+            c.restart_policy = policy.map(str::to_string);
+            c.restart_policy_rules = rule.map(|(action, op, code)| {
+                vec![ContainerRestartRule {
+                    action: action.into(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: op.into(),
+                        values: Some(vec![code]),
+                    }),
+                }]
+            });
+            c
+        };
+        let status = |pod_policy: &str, c: Container, code: i32| {
+            let s = spec(pod_policy, vec![], vec![c]);
+            let reason = if code == 0 { "Completed" } else { "Error" };
+            let v = view(vec![exited("job", 0, code, reason)]);
+            let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
+            let a = find(&cs, &types().alive).unwrap().clone();
+            (a.status, a.reason.unwrap_or_default())
+        };
+        let done = ("False".to_string(), REASON_COMPLETED.to_string());
+        let died = ("False".to_string(), REASON_DIED.to_string());
+        // Its own Never under the pod's Always: kubelet does not restart it; done.
+        assert_eq!(status("Always", with("job", Some("Never"), None), 0), done);
+        // Its own Always under the pod's Never: restarted, so its end is a death.
+        assert_eq!(status("Never", with("job", Some("Always"), None), 0), died);
+        // OnFailure, its own: an exit 0 is its end.
+        assert_eq!(
+            status("Always", with("job", Some("OnFailure"), None), 0),
+            done
+        );
+        // A rule that restarts exit 0 under Never: a death.
+        let rule = Some(("Restart", "In", 0));
+        assert_eq!(status("Never", with("job", Some("Never"), rule), 0), died);
+        // A rule for other codes: its policy decides.
+        let rule = Some(("Restart", "In", 3));
+        assert_eq!(status("Never", with("job", Some("Never"), rule), 0), done);
+        // A failure is a death, restarted or not.
+        assert_eq!(status("Never", with("job", Some("Never"), None), 1), died);
+    }
+
+    /// A container exiting with a code a RestartAllContainers rule matches restarts every
+    /// container in place: one that completed and would not run again by itself runs again.
+    #[test]
+    fn restart_all_containers_makes_a_completed_container_run_again() {
+        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let mut trigger = container("trigger");
+        trigger.restart_policy = Some("Never".into());
+        trigger.restart_policy_rules = Some(vec![ContainerRestartRule {
+            action: "RestartAllContainers".into(),
+            exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![42]),
+            }),
+        }]);
+        let s = spec("Never", vec![], vec![container("job"), trigger]);
+        let alive_of = |v: &PodView| {
+            let cs = observer_conditions(Some(&of(&s)), v, &[], &types(), t(1));
+            find(&cs, &types().alive).unwrap().clone()
+        };
+        // The trigger still runs: the completed job is done.
+        let v = view(vec![
+            exited("job", 0, 0, "Completed"),
+            cv("trigger", 0, ContainerPhase::Running),
+        ]);
+        assert_eq!(alive_of(&v).status, "True");
+        // It exits 42: every container restarts, the job among them.
+        let v = view(vec![
+            exited("job", 0, 0, "Completed"),
+            exited("trigger", 0, 42, "Error"),
+        ]);
+        let a = alive_of(&v);
+        assert_eq!(a.reason.as_deref(), Some(REASON_DIED));
+        let m = a.message.unwrap();
+        assert!(m.starts_with("job exited with code 0"), "{m}");
+        assert!(m.contains("trigger exited with code 42"), "{m}");
+        // It exits 1 (no rule): the pod is over, the job done.
+        let v = view(vec![
+            exited("job", 0, 0, "Completed"),
+            exited("trigger", 0, 1, "Error"),
+        ]);
+        let m = alive_of(&v).message.unwrap();
+        assert!(!m.contains("job"), "{m}");
+    }
+
+    /// Once no regular container runs or will run again, kubelet stops the sidecars and
+    /// restarts none (computePodActions): their end is the pod's, not a death.
+    #[test]
+    fn a_sidecar_stopped_at_the_pods_end_is_no_death() {
+        let s = spec("Never", vec![sidecar("proxy")], vec![container("app")]);
+        let v = view(vec![
+            exited("proxy", 0, 143, "Error"),
+            exited("app", 0, 0, "Completed"),
+        ]);
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
+        let a = find(&cs, &types().alive).unwrap();
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_deref()),
+            ("False", Some(REASON_COMPLETED))
+        );
+        // Under Always the app restarts: the sidecar will too, its end is a death.
+        let s = spec("Always", vec![sidecar("proxy")], vec![container("app")]);
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
+        let m = find(&cs, &types().alive).unwrap().message.clone().unwrap();
+        assert!(m.contains("proxy was killed by signal 15"), "{m}");
+    }
+
+    /// Each of the agent's conditions observed the pod's generation (KEP-5067), a new one
+    /// after a spec change; an API server that sets none gets none.
+    #[test]
+    fn the_agents_conditions_carry_the_pods_generation() {
+        let s = spec(
+            "Always",
+            vec![],
+            vec![with_memory_limit(container("app"), "64Mi")],
+        );
+        let mut app = cv("app", 0, ContainerPhase::Running);
+        app.last_oom = Some(oom(&app, 4242, "hog", false));
+        app.oom_kills = 1;
+        let v = view(vec![app]);
+        let mut p = of(&s);
+        p.metadata.generation = Some(7);
+        let cs = observer_conditions(Some(&p), &v, &[], &types(), t(9));
+        assert_eq!(cs.len(), 2, "{cs:?}");
+        assert!(
+            cs.iter().all(|c| c.observed_generation == Some(7)),
+            "{cs:?}"
+        );
+        // A resize: the next computation says so, its transition time kept.
+        p.metadata.generation = Some(8);
+        let again = observer_conditions(Some(&p), &v, &cs, &types(), t(20));
+        for (a, b) in cs.iter().zip(&again) {
+            assert_eq!(b.observed_generation, Some(8));
+            assert_eq!(a.last_transition_time, b.last_transition_time);
+        }
+        p.metadata.generation = None;
+        let cs = observer_conditions(Some(&p), &v, &[], &types(), t(9));
+        assert!(cs.iter().all(|c| c.observed_generation.is_none()));
     }
 
     #[test]
@@ -850,7 +1026,7 @@ mod tests {
             exited("proxy", 0, 1, "Error"),
             cv("app", 0, ContainerPhase::Running),
         ]);
-        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(1));
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(1));
         let a = find(&cs, &types().alive).unwrap();
         assert_eq!(a.status, "False");
         assert!(a
@@ -871,7 +1047,7 @@ mod tests {
         app.last_oom = Some(oom(&app, 4242, "hog", false));
         app.oom_kills = 1;
         let v = view(vec![app]);
-        let cs = observer_conditions(Some(&s), &v, &[], &types(), t(9));
+        let cs = observer_conditions(Some(&of(&s)), &v, &[], &types(), t(9));
         let o = find(&cs, &types().oom).unwrap();
         assert_eq!(
             (o.status.as_str(), o.reason.as_deref()),

@@ -174,7 +174,7 @@ impl AliveLedger {
             Some(uid) if !not_alive => view
                 .current()
                 .filter(|c| c.phase == ContainerPhase::Running)
-                .filter_map(|c| Prepared::new(types, api.spec.as_ref(), view, uid, c.id))
+                .filter_map(|c| Prepared::new(types, api, view, uid, c.id))
                 .collect(),
             _ => Vec::new(),
         };

@@ -12,9 +12,10 @@
 //!
 //! `full` mode sends only the keys the agent computes ([`COMPUTED_KEYS`]): a key absent from a
 //! strategic merge patch is left alone by the API server, so ephemeral container statuses, pod
-//! IPs, resize and resource-claim statuses, and whatever a newer kubelet adds, are never erased.
-//! Conditions are merged by type and never deleted; the atomic container status lists carry,
-//! per container, the fields the agent does not model as the API has them.
+//! IPs, resources, resize, resource-claim statuses and volume health, and whatever a newer
+//! kubelet adds, are never erased. Conditions are merged by type and never deleted; the atomic
+//! container status lists carry, per container, the fields the agent does not model as the API
+//! has them ([`keep_unmodeled`]).
 use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 use serde_json::{json, Map, Value};
 
@@ -87,9 +88,10 @@ pub(crate) fn conditions_patch(
     Ok(diff(&old, &new).map(|status| body(uid, status)))
 }
 
-/// The `PodStatus` keys `full` mode writes: what `compute` derives from the runtime, the kernel
-/// and the previous status. A computed key the computation leaves empty (a phase's reason that no
-/// longer applies) is deleted; every other key is never named.
+/// The `PodStatus` keys `full` mode writes: what `compute` derives from the runtime, the kernel,
+/// the pod and the previous status (`observedGeneration`: the pod's `metadata.generation`, the
+/// only value the admission policy lets the agent write). A computed key the computation leaves
+/// empty (a phase's reason that no longer applies) is deleted; every other key is never named.
 pub const COMPUTED_KEYS: &[&str] = &[
     "phase",
     "reason",
@@ -98,35 +100,43 @@ pub const COMPUTED_KEYS: &[&str] = &[
     "conditions",
     "containerStatuses",
     "initContainerStatuses",
+    "observedGeneration",
 ];
 
-/// The `ContainerStatus` fields the computation fills. The lists are atomic (the API server
-/// replaces them whole), so every other field is carried over from the API's status of the same
-/// container.
+/// Per container, the fields the computation does not fill, taken from the API's status. The
+/// lists are atomic (the API server replaces them whole): a field left out would be erased.
+/// Every field of 1.37's `ContainerStatus` is decided (`every_container_status_field_is_decided`):
+/// - computed: `name`, `image`, `containerID`, `state`, `lastState`, `restartCount`, `ready`,
+///   `started`, and `imageID` where the agent has it;
+/// - the runtime's report of one instance (CRI's ContainerStatus), carried only while the API's
+///   status is of the same container id: `imageID`, `user` (SupplementalGroupsPolicy),
+///   `stopSignal` (ContainerStopSignals, KEP-4960);
+/// - kubelet's per container, whichever instance runs, carried by name: `resources` and
+///   `allocatedResources` (its allocation of the spec, in-place resize), `allocatedResourcesStatus`
+///   (KEP-4680: the device manager's and DRA's health, by pod and container name),
+///   `volumeMounts` (the spec's, "immutable" in `convertContainerStatus`).
 fn keep_unmodeled(base: &[ContainerStatus], desired: &mut [ContainerStatus]) {
     for d in desired {
         let Some(b) = base.iter().find(|b| b.name == d.name) else {
             continue;
         };
         let same_instance = b.container_id.is_some() && b.container_id == d.container_id;
-        // Per instance: the runtime reports them for this container id.
         if same_instance {
             if d.image_id.is_empty() {
                 d.image_id.clone_from(&b.image_id);
             }
             d.user = d.user.take().or_else(|| b.user.clone());
             d.stop_signal = d.stop_signal.take().or_else(|| b.stop_signal.clone());
-            d.allocated_resources_status = d
-                .allocated_resources_status
-                .take()
-                .or_else(|| b.allocated_resources_status.clone());
         }
-        // Per container name: kubelet's allocation and the spec's mounts.
         d.resources = d.resources.take().or_else(|| b.resources.clone());
         d.allocated_resources = d
             .allocated_resources
             .take()
             .or_else(|| b.allocated_resources.clone());
+        d.allocated_resources_status = d
+            .allocated_resources_status
+            .take()
+            .or_else(|| b.allocated_resources_status.clone());
         d.volume_mounts = d.volume_mounts.take().or_else(|| b.volume_mounts.clone());
     }
 }
@@ -439,13 +449,142 @@ mod tests {
         }
     }
 
+    /// Every field of 1.37's `ContainerStatus` has its rule in [`keep_unmodeled`]: struct
+    /// literals without `..`, so a field k8s-openapi adds fails to compile here until it is
+    /// decided (and listed there).
     #[test]
-    fn full_mode_keeps_what_the_agent_does_not_model() {
+    fn every_container_status_field_is_decided() {
+        use k8s_openapi::api::core::v1::{
+            ContainerStateTerminated, ContainerUser, ImageVolumeStatus, LinuxContainerUser,
+            ResourceHealth, ResourceRequirements, ResourceStatus, VolumeMountStatus, VolumeStatus,
+        };
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let cpu = |v: &str| Some([("cpu".to_string(), Quantity(v.into()))].into());
+        // The API's status, every field set (as a 1.37 kubelet with every gate on writes it).
+        let api = ContainerStatus {
+            allocated_resources: cpu("250m"),
+            allocated_resources_status: Some(vec![ResourceStatus {
+                name: "example.com/gpu".into(),
+                resources: Some(vec![ResourceHealth {
+                    resource_id: "gpu-0".into(),
+                    health: Some("Healthy".into()),
+                    message: None,
+                }]),
+            }]),
+            container_id: Some("containerd://aaa".into()),
+            image: "registry.local/app:1".into(),
+            image_id: "sha256:feed".into(),
+            last_state: None,
+            name: "app".into(),
+            ready: false,
+            resources: Some(ResourceRequirements {
+                requests: cpu("250m"),
+                limits: cpu("500m"),
+                ..Default::default()
+            }),
+            restart_count: 0,
+            started: Some(false),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            stop_signal: Some("SIGUSR1".into()),
+            user: Some(ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: 1000,
+                    gid: 1000,
+                    supplemental_groups: Some(vec![1000]),
+                }),
+            }),
+            volume_mounts: Some(vec![VolumeMountStatus {
+                mount_path: "/data".into(),
+                name: "data".into(),
+                read_only: Some(true),
+                recursive_read_only: Some("Enabled".into()),
+                volume_status: Some(VolumeStatus {
+                    image: Some(ImageVolumeStatus {
+                        image_ref: "sha256:beef".into(),
+                    }),
+                }),
+            }]),
+        };
+        // What the computation fills, for an instance `id`; the rest is not the agent's.
+        let computed = |id: &str| ContainerStatus {
+            allocated_resources: None,
+            allocated_resources_status: None,
+            container_id: Some(id.into()),
+            image: "registry.local/app:1".into(),
+            image_id: String::new(),
+            last_state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            name: "app".into(),
+            ready: true,
+            resources: None,
+            restart_count: 1,
+            started: Some(true),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            stop_signal: None,
+            user: None,
+            volume_mounts: None,
+        };
+        // The same instance: every field the agent does not compute is the API's.
+        let mut same = [computed("containerd://aaa")];
+        keep_unmodeled(std::slice::from_ref(&api), &mut same);
+        let want = ContainerStatus {
+            last_state: computed("").last_state,
+            ready: true,
+            restart_count: 1,
+            started: Some(true),
+            ..api.clone()
+        };
+        assert_eq!(same[0], want);
+        // A new instance: the runtime's report of the old one is not carried; kubelet's per
+        // container values are.
+        let mut new = [computed("containerd://bbb")];
+        keep_unmodeled(std::slice::from_ref(&api), &mut new);
+        let want = ContainerStatus {
+            container_id: Some("containerd://bbb".into()),
+            image_id: String::new(),
+            stop_signal: None,
+            user: None,
+            ..want
+        };
+        assert_eq!(new[0], want);
+        // What the agent computed is never overwritten.
+        let mut own = [ContainerStatus {
+            image_id: "sha256:mine".into(),
+            ..computed("containerd://aaa")
+        }];
+        keep_unmodeled(std::slice::from_ref(&api), &mut own);
+        assert_eq!(own[0].image_id, "sha256:mine");
+    }
+
+    /// A `full` PATCH computed from a status that carries every 1.37 field the agent does not
+    /// compute (the literal without `..` fails to compile when k8s-openapi's PodStatus gains a
+    /// field) leaves each as it was: pod-level fields never named, per-container fields carried,
+    /// the conditions kubelet owns but the agent does not compute kept; `observedGeneration` is
+    /// the pod's generation.
+    #[test]
+    fn full_mode_keeps_every_field_it_does_not_compute() {
         use crate::kube::testkit::{container, cv, pod, spec, view};
         use crate::reconcile::ContainerPhase;
         use crate::status::compute::{compute_status, StatusInputs};
         use crate::status::ConditionTypes;
-        use k8s_openapi::api::core::v1::{ContainerUser, LinuxContainerUser, ResourceRequirements};
+        use k8s_openapi::api::core::v1::{
+            ContainerExtendedResourceRequest, ContainerUser, HostIP, LinuxContainerUser,
+            NodeAllocatableResourceClaimStatus, PodExtendedResourceClaimStatus, PodIP,
+            PodResourceClaimStatus, PodVolumeHealth, ResourceHealth, ResourceRequirements,
+            ResourceStatus, VolumeHealthCondition, VolumeMountStatus,
+        };
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
         let view = view(vec![cv("app", 0, ContainerPhase::Running)]);
@@ -460,6 +599,15 @@ mod tests {
             ..Default::default()
         });
         app.allocated_resources = cpu("250m");
+        app.allocated_resources_status = Some(vec![ResourceStatus {
+            name: "example.com/gpu".into(),
+            resources: Some(vec![ResourceHealth {
+                resource_id: "gpu-0".into(),
+                health: Some("Unhealthy".into()),
+                message: Some("ECC errors".into()),
+            }]),
+        }]);
+        app.stop_signal = Some("SIGUSR1".into());
         app.user = Some(ContainerUser {
             linux: Some(LinuxContainerUser {
                 uid: 1000,
@@ -467,23 +615,84 @@ mod tests {
                 supplemental_groups: Some(vec![1000]),
             }),
         });
+        app.volume_mounts = Some(vec![VolumeMountStatus {
+            mount_path: "/data".into(),
+            name: "data".into(),
+            read_only: Some(false),
+            recursive_read_only: None,
+            volume_status: None,
+        }]);
+        let kubelets = |t: &str, reason: &str| PodCondition {
+            reason: Some(reason.into()),
+            observed_generation: Some(2),
+            ..c(t, "True", 1, Some("kubelet's"))
+        };
         let api = PodStatus {
-            phase: Some("Pending".into()),
+            allocated_resources: cpu("250m"),
             conditions: Some(vec![
                 c("example.com/Synced", "True", 1, Some("a controller's")),
-                c("PodResizePending", "True", 1, Some("kubelet's resize")),
+                kubelets("PodResizePending", "Deferred"),
+                kubelets("PodResizeInProgress", "InProgress"),
+                kubelets("AllContainersRestarting", "RestartAllContainersStarted"),
             ]),
             container_statuses: Some(vec![app]),
             ephemeral_container_statuses: Some(vec![running("debugger")]),
+            extended_resource_claim_status: Some(PodExtendedResourceClaimStatus {
+                request_mappings: vec![ContainerExtendedResourceRequest {
+                    container_name: "app".into(),
+                    request_name: "container-0-request-0".into(),
+                    resource_name: "example.com/gpu".into(),
+                }],
+                resource_claim_name: "web-extended-resources-abcde".into(),
+            }),
+            host_ip: Some("192.0.2.1".into()),
+            host_ips: Some(vec![HostIP {
+                ip: "192.0.2.1".into(),
+            }]),
+            init_container_statuses: None,
+            message: None,
+            node_allocatable_resource_claim_statuses: Some(vec![
+                NodeAllocatableResourceClaimStatus {
+                    containers: Some(vec!["app".into()]),
+                    mapping: None,
+                    overhead: None,
+                    resource_claim_name: "web-cpu-claim".into(),
+                },
+            ]),
+            nominated_node_name: Some("node-2".into()),
+            observed_generation: Some(2),
+            phase: Some("Pending".into()),
             pod_ip: Some("10.0.0.10".into()),
+            pod_ips: Some(vec![PodIP {
+                ip: "10.0.0.10".into(),
+            }]),
             qos_class: Some("Burstable".into()),
+            reason: None,
             resize: Some("InProgress".into()),
-            ..Default::default()
+            resource_claim_statuses: Some(vec![PodResourceClaimStatus {
+                name: "gpu".into(),
+                resource_claim_name: Some("web-gpu-abcde".into()),
+            }]),
+            resources: Some(ResourceRequirements {
+                requests: cpu("250m"),
+                ..Default::default()
+            }),
+            start_time: Some(to_time(t(0))),
+            volume_health: Some(vec![PodVolumeHealth {
+                name: "data".into(),
+                health_conditions: Some(vec![VolumeHealthCondition {
+                    status: "Degraded".into(),
+                    reason: "SlowIO".into(),
+                    message: None,
+                }]),
+                last_transition_time: Some(to_time(t(1))),
+            }]),
         };
-        let pod = pod(
+        let mut pod = pod(
             spec("Always", vec![], vec![container("app")]),
             Some(api.clone()),
         );
+        pod.metadata.generation = Some(3);
         let computed = compute_status(&StatusInputs {
             pod: Some(&pod),
             view: &view,
@@ -502,10 +711,13 @@ mod tests {
         let mut live = serde_json::to_value(&api).unwrap();
         apply(&mut live, &patch["status"]);
         let before = serde_json::to_value(&api).unwrap();
-        for key in ["ephemeralContainerStatuses", "podIP", "qosClass", "resize"] {
-            assert_eq!(live[key], before[key], "{key} changed");
+        for (key, value) in before.as_object().unwrap() {
+            if !COMPUTED_KEYS.contains(&key.as_str()) {
+                assert_eq!(&live[key], value, "{key} changed");
+            }
         }
         assert_eq!(live["phase"], "Running", "the agent's phase written");
+        assert_eq!(live["observedGeneration"], 3, "the pod's generation");
         let kept = |t: &str| {
             live["conditions"]
                 .as_array()
@@ -514,26 +726,87 @@ mod tests {
                 .find(|c| c["type"] == t)
                 .cloned()
         };
-        assert_eq!(
-            kept("example.com/Synced"),
-            Some(before["conditions"][0].clone()),
-            "a foreign condition"
-        );
-        assert_eq!(
-            kept("PodResizePending"),
-            Some(before["conditions"][1].clone()),
-            "a kubelet condition the agent does not model"
-        );
-        assert_eq!(kept("Ready").unwrap()["status"], "True");
+        for (i, t) in [
+            "example.com/Synced",
+            "PodResizePending",
+            "PodResizeInProgress",
+            // kubelet writes it only for a pod with a RestartAllContainers rule; never deleted.
+            "AllContainersRestarting",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(kept(t), Some(before["conditions"][i].clone()), "{t}");
+        }
+        for t in [
+            "Ready",
+            "ContainersReady",
+            "Initialized",
+            "PodScheduled",
+            "PodReadyToStartContainers",
+            "observer.dev/ContainersAlive",
+        ] {
+            let c = kept(t).unwrap_or_else(|| panic!("{t} written"));
+            assert_eq!(c["observedGeneration"], 3, "{t}: {c}");
+        }
         let app = &live["containerStatuses"][0];
         let app_before = &before["containerStatuses"][0];
-        for key in ["resources", "allocatedResources", "user", "imageID"] {
-            assert_eq!(
-                app[key], app_before[key],
-                "containerStatuses[app].{key} changed"
-            );
+        for key in [
+            "resources",
+            "allocatedResources",
+            "allocatedResourcesStatus",
+            "stopSignal",
+            "user",
+            "volumeMounts",
+            "imageID",
+        ] {
+            assert_eq!(app[key], app_before[key], "containerStatuses[app].{key}");
         }
         assert_eq!(app["ready"], true, "the agent's readiness written");
+
+        // Written, the same computation sends nothing more (no dedup loop on the generation).
+        let written: PodStatus = serde_json::from_value(live.clone()).unwrap();
+        let mut pod = pod.clone();
+        pod.status = Some(written.clone());
+        let again = compute_status(&StatusInputs {
+            pod: Some(&pod),
+            view: &view,
+            previous: Some(&computed.status),
+            now: t(130),
+            runtime: "containerd",
+            types: &ConditionTypes::default(),
+        });
+        assert_eq!(status_patch("u", &written, &again.status).unwrap(), None);
+        assert!(same_status(&computed.status, &again.status));
+    }
+
+    /// `conditions` mode names the observer's conditions alone: kubelet's (PodResize*,
+    /// AllContainersRestarting, PodReadyToStartContainers) are neither written over nor dropped.
+    #[test]
+    fn conditions_mode_leaves_every_kubelet_condition() {
+        let kubelets = [
+            c("PodReadyToStartContainers", "True", 1, None),
+            c("PodResizePending", "True", 1, Some("Deferred")),
+            c("PodResizeInProgress", "True", 1, None),
+            c("AllContainersRestarting", "True", 1, None),
+            c("Ready", "True", 1, None),
+        ];
+        let mut base = kubelets.to_vec();
+        base.push(c("observer.dev/ContainersAlive", "True", 1, None));
+        let desired = [PodCondition {
+            observed_generation: Some(4),
+            ..c("observer.dev/ContainersAlive", "False", 9, Some("app died"))
+        }];
+        let p = conditions_patch("u", &base, &desired).unwrap().unwrap();
+        let mut live = json!({ "conditions": base });
+        apply(&mut live, &p["status"]);
+        let list = live["conditions"].as_array().unwrap();
+        for (i, k) in kubelets.iter().enumerate() {
+            assert_eq!(list[i], serde_json::to_value(k).unwrap(), "{}", k.type_);
+        }
+        assert_eq!(list[5]["status"], "False");
+        assert_eq!(list[5]["observedGeneration"], 4);
+        assert_eq!(list.len(), 6);
     }
 
     /// For every reason only kubelet knows, a `full` PATCH computed from a kubelet-written status

@@ -15,10 +15,10 @@
 //! need not be a death) takes the full computation.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{PodCondition, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
 use super::{
-    compute::{rfc3339_into, to_time},
+    compute::{all_containers_could_restart, rfc3339_into, to_time},
     conditions::{death_words, observer_conditions, ConditionTypes, Ending, REASON_DIED},
     patch::conditions_patch,
 };
@@ -68,19 +68,26 @@ pub struct Prepared {
     /// The body's bytes around its two holes, and which hole comes first.
     body: [Vec<u8>; 3],
     message_first: bool,
+    /// The pod's generation the condition observed (in the body already).
+    generation: Option<i64>,
 }
 
 impl Prepared {
     /// The patch for the failed death of `container` (running, the newest of its name in
-    /// `view`): `None` where that death would not be the usual transition (a container the
-    /// condition does not cover, a pod already not alive).
+    /// `view`) of `pod` (the API's): `None` where that death would not be the usual transition
+    /// (a container the condition does not cover, a pod already not alive) or depends on the
+    /// exit code beyond its failure (a RestartAllContainers rule: which code restarts every
+    /// container decides whether the completed ones are done).
     pub fn new(
         types: &ConditionTypes,
-        spec: Option<&PodSpec>,
+        pod: &Pod,
         view: &PodView,
         api_uid: &str,
         container: ContainerId,
     ) -> Option<Self> {
+        if pod.spec.as_ref().is_some_and(all_containers_could_restart) {
+            return None;
+        }
         let mut dead = view.clone();
         let c = dead.containers.iter_mut().find(|c| c.id == container)?;
         if c.phase != ContainerPhase::Running {
@@ -93,11 +100,12 @@ impl Prepared {
         c.finished_at = None;
         let (name, restart_count) = (c.name.clone(), c.restart_count);
         let at = UNIX_EPOCH + TIME;
-        let mut alive = observer_conditions(spec, &dead, &[], types, at)
+        let mut alive = observer_conditions(Some(pod), &dead, &[], types, at)
             .into_iter()
             .find(|c| c.type_ == types.alive)
             .filter(|c| c.status == "False" && c.reason.as_deref() == Some(REASON_DIED))?;
         let words = death_words(&name, restart_count, &stand_in());
+        let generation = alive.observed_generation;
         let (head, tail) = alive.message.as_deref()?.split_once(&words)?;
         let message = (head.to_string(), tail.to_string());
         let message_json = (json_content(head)?, json_content(tail)?);
@@ -125,6 +133,7 @@ impl Prepared {
                 bytes[second + second_len..].to_vec(),
             ],
             message_first: m < t,
+            generation,
         })
     }
 
@@ -198,6 +207,7 @@ impl Prepared {
             reason: Some(REASON_DIED.to_string()),
             message: Some([self.message.0.as_str(), words, self.message.1.as_str()].concat()),
             last_transition_time: Some(to_time(now)),
+            observed_generation: self.generation,
             ..Default::default()
         }
     }
@@ -220,4 +230,70 @@ fn json_content(s: &str) -> Option<Vec<u8>> {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        kernel::WaitStatus,
+        kube::testkit::{container, cv, pod, spec, t, view, UID},
+        pleg::{ContainerExit, ExitReason},
+    };
+
+    fn failed(view: &PodView, container: ContainerId) -> Death {
+        Death {
+            pod: view.uid,
+            container,
+            at: BootClock::now(),
+            exit: ContainerExit {
+                status: Some(WaitStatus::exited(1)),
+                reason: ExitReason::Error,
+                pid: Some(4242),
+                comm: None,
+            },
+        }
+    }
+
+    /// The made patch's condition observed the pod's generation, in the body sent and in the
+    /// condition the ledger keeps (the same JSON).
+    #[test]
+    fn a_made_patch_carries_the_pods_generation() {
+        let types = ConditionTypes::default();
+        let mut p = pod(spec("Always", vec![], vec![container("app")]), None);
+        p.metadata.generation = Some(5);
+        let v = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        let id = v.containers[0].id;
+        let made = Prepared::new(&types, &p, &v, UID, id).expect("a made patch");
+        let filled = made
+            .fill(&failed(&v, id), &BootClock::default(), t(100))
+            .expect("filled");
+        let body: Vec<u8> = made.body(&filled).concat();
+        let sent: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        let alive = &sent["status"]["conditions"][0];
+        assert_eq!(alive["observedGeneration"], 5, "{sent}");
+        let kept = made.condition(&types, filled.words(), t(100));
+        assert_eq!(kept.observed_generation, Some(5));
+        assert_eq!(serde_json::to_value(&kept).expect("JSON"), *alive);
+    }
+
+    /// Under a RestartAllContainers rule a failure's code decides whether the completed
+    /// containers run again (and so the message): no patch is made ahead.
+    #[test]
+    fn no_patch_is_made_ahead_under_a_restart_all_containers_rule() {
+        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let types = ConditionTypes::default();
+        let mut trigger = container("app");
+        trigger.restart_policy = Some("Never".into());
+        trigger.restart_policy_rules = Some(vec![ContainerRestartRule {
+            action: "RestartAllContainers".into(),
+            exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![42]),
+            }),
+        }]);
+        let p = pod(spec("Never", vec![], vec![trigger]), None);
+        let v = view(vec![cv("app", 0, ContainerPhase::Running)]);
+        assert!(Prepared::new(&types, &p, &v, UID, v.containers[0].id).is_none());
+    }
 }

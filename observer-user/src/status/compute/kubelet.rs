@@ -1,22 +1,36 @@
-//! kubelet's status functions, one for one, on the API types: `getPhase`,
+//! kubelet's status functions, one for one, on the API types (Kubernetes 1.37: getPhase,
 //! `convertToAPIContainerStatuses`, `status.Generate*Condition`, `PodSandboxChanged`,
-//! `ShouldContainerBeRestarted`, `ContainerShouldRestart`. Inputs kubelet takes from its own
-//! state (the pod worker's `podIsTerminal`, the prober, the reason cache) are parameters here,
-//! so that kubelet's test cases run against them as they are written; `compute.rs` says where
-//! the agent's values for them come from.
+//! `ShouldContainerBeRestarted`, `ShouldAllContainersRestart`, and podutil's
+//! `ContainerShouldRestart`, `FindMatchingContainerRestartRule`, `AllContainersCouldRestart`,
+//! `Calculate*ObservedGeneration`). Inputs kubelet takes from its own state (the pod worker's
+//! `podIsTerminal`, the prober, the reason cache, `podRestarting`) are parameters here, so that
+//! kubelet's test cases run against them as they are written; `compute.rs` says where the
+//! agent's values for them come from.
+//!
+//! Feature gates are 1.37's defaults: ContainerRestartRules (beta, 1.35),
+//! RestartAllContainersOnContainerExits (beta, 1.36) and PodObservedGenerationTracking (GA,
+//! 1.35) on. A 1.35 kubelet has RestartAllContainers off; it then declares no such node feature
+//! and the scheduler (NodeDeclaredFeatures) places no pod that uses the action on its node.
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
+    Container, ContainerRestartRule, ContainerState, ContainerStateRunning,
+    ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
+    PodStatus,
 };
 
 use super::{to_time, RestartPolicy, CONTAINER_CREATING, POD_INITIALIZING, STATUS_UNKNOWN};
 use crate::reconcile::{ContainerPhase, ContainerView, PodView};
 use crate::status::conditions::is_sidecar;
 
-/// The reason kubelet 1.35+ gives containers removed to restart all of a pod's containers
-/// (RestartAllContainers). The agent writes it never; a status that carries it counts as
-/// restarting, as in kubelet's `getPhase`.
+/// The reason kubelet (1.35+, RestartAllContainers) gives the containers it removed to restart
+/// all of a pod's containers in place, waiting and in their last state.
 pub(crate) const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
+/// Their message (kubelet_pods.go).
+pub(crate) const RESTARTING_ALL_CONTAINERS_MESSAGE: &str =
+    "The container is removed because RestartAllContainers in place";
+/// The restart rule action that restarts every container of the pod (KEP-5532).
+pub(crate) const RESTART_ALL_CONTAINERS: &str = "RestartAllContainers";
+/// kubelet's condition of a pod restarting all its containers in place (1.36+).
+pub(crate) const ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
 
 /// kubelet's condition reasons (pkg/kubelet/status).
 pub(crate) const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
@@ -25,6 +39,17 @@ pub(crate) const POD_FAILED: &str = "PodFailed";
 pub(crate) const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
 pub(crate) const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
 pub(crate) const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+pub(crate) const RESTART_ALL_CONTAINERS_STARTED: &str = "RestartAllContainersStarted";
+/// PodReadyToStartContainers' False (kubelet 1.37, pkg/kubelet/types): the reason, and why a
+/// new sandbox is needed as its message.
+pub(crate) const POD_SANDBOX_NOT_READY: &str = "PodSandboxNotReady";
+pub(crate) const SANDBOX_MSG_NONE: &str = "no pod sandbox exists";
+pub(crate) const SANDBOX_MSG_MULTIPLE: &str =
+    "multiple pod sandboxes are ready and need to be reconciled";
+pub(crate) const SANDBOX_MSG_NOT_READY: &str = "pod sandbox is not ready";
+pub(crate) const SANDBOX_MSG_NAMESPACE: &str =
+    "network namespace mode changed and sandbox needs to be recreated";
+pub(crate) const SANDBOX_MSG_NO_IP: &str = "pod sandbox has no IP address";
 
 fn state(s: &ContainerStatus) -> ContainerState {
     s.state.clone().unwrap_or_default()
@@ -38,22 +63,48 @@ fn find<'s>(statuses: &'s [ContainerStatus], name: &str) -> Option<&'s Container
     statuses.iter().find(|s| s.name == name)
 }
 
-/// `podutil.ContainerShouldRestart`: the container's own restart policy and rules
-/// (ContainerRestartRules, 1.34) before the pod's.
+fn terminated_state(t: ContainerStateTerminated) -> ContainerState {
+    ContainerState {
+        terminated: Some(t),
+        ..Default::default()
+    }
+}
+
+/// `podutil.CalculatePodConditionObservedGeneration` and `CalculatePodStatusObservedGeneration`
+/// with PodObservedGenerationTracking on (GA and locked from 1.35): the pod's
+/// `metadata.generation`. None where the API server sets none (before 1.33): Go's 0 is omitted.
+pub(crate) fn observed_generation(pod: &Pod) -> Option<i64> {
+    pod.metadata.generation.filter(|g| *g != 0)
+}
+
+/// `podutil.FindMatchingContainerRestartRule`: the first of the container's rules whose exit
+/// codes match (`In` listed, `NotIn` not listed; a rule without exit codes or with another
+/// operator never matches).
+pub(crate) fn matching_rule(c: &Container, exit_code: i32) -> Option<&ContainerRestartRule> {
+    c.restart_policy_rules.iter().flatten().find(|r| {
+        r.exit_codes.as_ref().is_some_and(|e| {
+            let listed = e.values.iter().flatten().any(|v| *v == exit_code);
+            match e.operator.as_str() {
+                "In" => listed,
+                "NotIn" => !listed,
+                _ => false,
+            }
+        })
+    })
+}
+
+/// `podutil.ContainerShouldRestart`: whether kubelet runs container `c` again after an instance
+/// of it ended with `exit_code`. Its own restart rules first (a `Restart` or
+/// `RestartAllContainers` action restarts it; an action this release does not know falls through
+/// to its policy), then its own restart policy, then the pod's (Always when unset). The one
+/// answer every "will it restart" of the agent comes from: the phase, the waiting reason
+/// between restarts, ContainersAlive.
 pub(crate) fn container_should_restart(c: &Container, spec: &PodSpec, exit_code: i32) -> bool {
     if let Some(policy) = c.restart_policy.as_deref() {
-        let rule = c.restart_policy_rules.iter().flatten().find(|r| {
-            r.exit_codes.as_ref().is_some_and(|e| {
-                let listed = e.values.iter().flatten().any(|v| *v == exit_code);
-                match e.operator.as_str() {
-                    "In" => listed,
-                    "NotIn" => !listed,
-                    _ => false,
-                }
-            })
-        });
-        if let Some(rule) = rule {
-            return matches!(rule.action.as_str(), "Restart" | "RestartAllContainers");
+        if let Some(rule) = matching_rule(c, exit_code) {
+            if matches!(rule.action.as_str(), "Restart" | RESTART_ALL_CONTAINERS) {
+                return true;
+            }
         }
         match policy {
             "Always" => return true,
@@ -69,11 +120,125 @@ pub(crate) fn container_should_restart(c: &Container, spec: &PodSpec, exit_code:
     }
 }
 
-/// Whether a terminated state (of `c`, exit `code`, reason `reason`) will be restarted: its
-/// policy says so, or kubelet is restarting all the pod's containers.
+/// getPhase's question of a terminated state: its container restarts by
+/// [`container_should_restart`], or it was removed to restart all the pod's containers.
 fn restartable(c: &Container, spec: &PodSpec, t: &ContainerStateTerminated) -> bool {
     container_should_restart(c, spec, t.exit_code)
         || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
+}
+
+/// `podutil.AllContainersCouldRestart`: a container or init container has a
+/// `RestartAllContainers` rule.
+pub(crate) fn all_containers_could_restart(spec: &PodSpec) -> bool {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .flat_map(|c| c.restart_policy_rules.iter().flatten())
+        .any(|r| r.action == RESTART_ALL_CONTAINERS)
+}
+
+/// The runtime's instances of a container, newest first (kubelet's `podStatus.ContainerStatuses`
+/// order: by creation time).
+pub(crate) fn instances<'v>(view: &'v PodView, name: &str) -> Vec<&'v ContainerView> {
+    let mut v: Vec<&ContainerView> = view.containers.iter().filter(|c| c.name == name).collect();
+    v.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.restart_count)));
+    v
+}
+
+/// An exited instance's code where the exit is not known: what a killed container gives.
+pub(crate) fn exit_code(v: &ContainerView) -> i32 {
+    v.exit_code.unwrap_or(137)
+}
+
+/// `kubecontainer.ShouldAllContainersRestart`: the pod restarts all its containers in place
+/// (kubelet's `podRestarting`): `old` (kubelet's last status) says AllContainersRestarting, or a
+/// container's newest instance in the runtime, or its terminated state in `old`, ended with a
+/// code a `RestartAllContainers` rule of it matches.
+pub(crate) fn should_all_containers_restart(
+    pod: &Pod,
+    view: &PodView,
+    old: Option<&PodStatus>,
+) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let conditions = old.and_then(|o| o.conditions.as_deref()).unwrap_or(&[]);
+    if conditions
+        .iter()
+        .any(|c| c.type_ == ALL_CONTAINERS_RESTARTING && c.status == "True")
+    {
+        return true;
+    }
+    let restarts_all = |c: &Container, code: i32| {
+        matching_rule(c, code).is_some_and(|r| r.action == RESTART_ALL_CONTAINERS)
+    };
+    // By name, a regular container's status over an init container's (kubelet's map).
+    let api = |name: &str| {
+        let lists = old.into_iter().flat_map(|o| {
+            [&o.container_statuses, &o.init_container_statuses]
+                .into_iter()
+                .flatten()
+        });
+        lists.flatten().find(|s| s.name == name)
+    };
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .any(|c| {
+            let runtime = instances(view, &c.name)
+                .first()
+                .filter(|v| v.phase == ContainerPhase::Exited)
+                .is_some_and(|v| restarts_all(c, exit_code(v)));
+            let kubelets = api(&c.name)
+                .and_then(|s| s.state.as_ref()?.terminated.as_ref())
+                .is_some_and(|t| restarts_all(c, t.exit_code));
+            runtime || kubelets
+        })
+}
+
+/// `kubecontainer.AllContainersRestartCleanedUp`: the runtime has no instance of any of the
+/// pod's containers left.
+pub(crate) fn all_containers_restart_cleaned_up(pod: &Pod, view: &PodView) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .all(|c| instances(view, &c.name).is_empty())
+}
+
+/// `status.GenerateAllContainersRestartingCondition` (kubelet sets no observedGeneration on it).
+pub(crate) fn all_containers_restarting_condition(
+    pod: &Pod,
+    view: &PodView,
+    old: Option<&PodStatus>,
+    phase: &str,
+) -> PodCondition {
+    let (ok, reason, message) = match phase {
+        "Succeeded" => (false, Some(POD_COMPLETED), None),
+        "Failed" => (false, Some(POD_FAILED), None),
+        _ if !should_all_containers_restart(pod, view, old)
+            || all_containers_restart_cleaned_up(pod, view) =>
+        {
+            (false, None, None)
+        }
+        _ => (
+            true,
+            Some(RESTART_ALL_CONTAINERS_STARTED),
+            Some("container exited with restart policy rule".to_string()),
+        ),
+    };
+    PodCondition {
+        type_: ALL_CONTAINERS_RESTARTING.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.map(str::to_string),
+        message,
+        ..Default::default()
+    }
 }
 
 /// kubetypes.IsStaticPod: a pod from a file or URL source, seen through its mirror.
@@ -218,23 +383,34 @@ pub(crate) struct Sandbox {
     pub host_network: Option<bool>,
 }
 
-/// kubelet's `PodSandboxChanged`: whether a new sandbox is needed. `sandboxes` newest first.
-pub(crate) fn pod_sandbox_changed(pod: &Pod, sandboxes: &[Sandbox]) -> bool {
+/// kubelet's `PodSandboxChanged`: why a new sandbox is needed (1.37's message for it), or
+/// `None`. `sandboxes` newest first. What the view does not say (a sandbox's IP and namespace
+/// mode) is never a reason.
+pub(crate) fn pod_sandbox_changed(pod: &Pod, sandboxes: &[Sandbox]) -> Option<&'static str> {
     let Some(newest) = sandboxes.first() else {
-        return true;
+        return Some(SANDBOX_MSG_NONE);
     };
     let host_network = pod
         .spec
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false);
-    sandboxes.iter().filter(|s| s.ready).count() > 1
-        || !newest.ready
-        || newest.host_network.is_some_and(|h| h != host_network)
-        || (!host_network && newest.ip.as_deref() == Some(""))
+    if sandboxes.iter().filter(|s| s.ready).count() > 1 {
+        Some(SANDBOX_MSG_MULTIPLE)
+    } else if !newest.ready {
+        Some(SANDBOX_MSG_NOT_READY)
+    } else if newest.host_network.is_some_and(|h| h != host_network) {
+        Some(SANDBOX_MSG_NAMESPACE)
+    } else if !host_network && newest.ip.as_deref() == Some("") {
+        Some(SANDBOX_MSG_NO_IP)
+    } else {
+        None
+    }
 }
 
+/// A condition of kubelet's, with the pod's generation observed.
 pub(super) fn condition(
+    pod: &Pod,
     type_: &str,
     ok: bool,
     reason: Option<&str>,
@@ -245,22 +421,26 @@ pub(super) fn condition(
         status: if ok { "True" } else { "False" }.to_string(),
         reason: reason.map(str::to_string),
         message,
+        observed_generation: observed_generation(pod),
         ..Default::default()
     }
 }
 
-/// `status.GeneratePodReadyToStartContainersCondition` as kubelet 1.34 writes it (a False
-/// condition without reason or message).
+/// `status.GeneratePodReadyToStartContainersCondition` (1.37: a False one says why).
 pub(crate) fn ready_to_start_containers_condition(
     pod: &Pod,
     sandboxes: &[Sandbox],
 ) -> PodCondition {
-    condition(
-        "PodReadyToStartContainers",
-        !pod_sandbox_changed(pod, sandboxes),
-        None,
-        None,
-    )
+    match pod_sandbox_changed(pod, sandboxes) {
+        None => condition(pod, "PodReadyToStartContainers", true, None, None),
+        Some(why) => condition(
+            pod,
+            "PodReadyToStartContainers",
+            false,
+            Some(POD_SANDBOX_NOT_READY),
+            Some(why.to_string()),
+        ),
+    }
 }
 
 /// Go's `fmt.Sprintf("%s", []string)`: `[a b]`.
@@ -277,6 +457,7 @@ pub(crate) fn containers_ready_condition(
 ) -> PodCondition {
     let Some(statuses) = statuses else {
         return condition(
+            pod,
             "ContainersReady",
             false,
             Some(UNKNOWN_CONTAINER_STATUSES),
@@ -300,7 +481,7 @@ pub(crate) fn containers_ready_condition(
         }
     }
     if (phase == "Succeeded" && unknown.is_empty()) || phase == "Failed" {
-        return terminal_ready_condition("ContainersReady", phase);
+        return terminal_ready_condition(pod, "ContainersReady", phase);
     }
     let mut msgs = Vec::new();
     if !unknown.is_empty() {
@@ -316,9 +497,10 @@ pub(crate) fn containers_ready_condition(
         ));
     }
     if msgs.is_empty() {
-        condition("ContainersReady", true, None, None)
+        condition(pod, "ContainersReady", true, None, None)
     } else {
         condition(
+            pod,
             "ContainersReady",
             false,
             Some(CONTAINERS_NOT_READY),
@@ -328,13 +510,13 @@ pub(crate) fn containers_ready_condition(
 }
 
 /// `generate{ContainersReady,PodReady}ConditionForTerminalPhase`.
-pub(crate) fn terminal_ready_condition(type_: &str, phase: &str) -> PodCondition {
+pub(crate) fn terminal_ready_condition(pod: &Pod, type_: &str, phase: &str) -> PodCondition {
     let reason = match phase {
         "Failed" => Some(POD_FAILED),
         "Succeeded" => Some(POD_COMPLETED),
         _ => None,
     };
-    condition(type_, false, reason, None)
+    condition(pod, type_, false, reason, None)
 }
 
 /// `status.GeneratePodReadyCondition`: ContainersReady, then every readiness gate's condition
@@ -368,9 +550,10 @@ pub(crate) fn pod_ready_condition(
         }
     }
     if msgs.is_empty() {
-        condition("Ready", true, None, None)
+        condition(pod, "Ready", true, None, None)
     } else {
         condition(
+            pod,
             "Ready",
             false,
             Some(READINESS_GATES_NOT_READY),
@@ -392,9 +575,12 @@ pub(crate) fn has_any_regular_container_started(
 }
 
 /// `status.GeneratePodInitializedCondition`. A regular init container is done when ready, a
-/// sidecar when started; a regular container that ran means the pod was initialized.
+/// sidecar when started; a regular container that ran means the pod was initialized; and a pod
+/// `old` (kubelet's last status) says was initialized stays so while its init containers run
+/// again in an in-place restart of all its containers.
 pub(crate) fn initialized_condition(
     pod: &Pod,
+    old: &PodStatus,
     statuses: Option<&[ContainerStatus]>,
     phase: &str,
 ) -> PodCondition {
@@ -404,7 +590,13 @@ pub(crate) fn initialized_condition(
     let statuses = match statuses {
         Some(s) => s,
         None if !init_specs.is_empty() => {
-            return condition("Initialized", false, Some(UNKNOWN_CONTAINER_STATUSES), None)
+            return condition(
+                pod,
+                "Initialized",
+                false,
+                Some(UNKNOWN_CONTAINER_STATUSES),
+                None,
+            )
         }
         None => &[],
     };
@@ -426,10 +618,10 @@ pub(crate) fn initialized_condition(
         }
     }
     if phase == "Succeeded" && unknown.is_empty() {
-        return condition("Initialized", true, Some(POD_COMPLETED), None);
+        return condition(pod, "Initialized", true, Some(POD_COMPLETED), None);
     }
     if has_any_regular_container_started(spec, statuses) {
-        return condition("Initialized", true, None, None);
+        return condition(pod, "Initialized", true, None, None);
     }
     let mut msgs = Vec::new();
     if !unknown.is_empty() {
@@ -445,15 +637,23 @@ pub(crate) fn initialized_condition(
         ));
     }
     if msgs.is_empty() {
-        condition("Initialized", true, None, None)
-    } else {
-        condition(
-            "Initialized",
-            false,
-            Some(CONTAINERS_NOT_INITIALIZED),
-            Some(msgs.join(", ")),
-        )
+        return condition(pod, "Initialized", true, None, None);
     }
+    let was_initialized = old
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Initialized" && c.status == "True");
+    if was_initialized {
+        return condition(pod, "Initialized", true, None, None);
+    }
+    condition(
+        pod,
+        "Initialized",
+        false,
+        Some(CONTAINERS_NOT_INITIALIZED),
+        Some(msgs.join(", ")),
+    )
 }
 
 /// kubelet's reason cache: the last error of a container's start (`CrashLoopBackOff` while it
@@ -469,6 +669,9 @@ pub(crate) struct Convert<'a> {
     /// Scheme of container ids: `containerd` gives `containerd://<id>`.
     pub runtime: &'a str,
     pub reasons: &'a dyn ReasonCache,
+    /// kubelet's `podRestarting`: the pod restarts all its containers in place
+    /// ([`should_all_containers_restart`]).
+    pub pod_restarting: bool,
 }
 
 impl Convert<'_> {
@@ -478,14 +681,7 @@ impl Convert<'_> {
 
     /// The runtime's instances of a container, newest first (kubelet sorts by creation time).
     pub(super) fn instances(&self, name: &str) -> Vec<&ContainerView> {
-        let mut v: Vec<&ContainerView> = self
-            .view
-            .containers
-            .iter()
-            .filter(|c| c.name == name)
-            .collect();
-        v.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.restart_count)));
-        v
+        instances(self.view, name)
     }
 
     pub(super) fn container_id(&self, v: &ContainerView) -> String {
@@ -505,8 +701,10 @@ impl Convert<'_> {
         })
     }
 
-    /// `kubecontainer.ShouldContainerBeRestarted`.
-    fn should_be_restarted(&self, c: &Container) -> bool {
+    /// `kubecontainer.ShouldContainerBeRestarted`: never for a deleted pod; a container never
+    /// created (or all of whose instances the runtime removed), unknown or only created is
+    /// started; an exited one as [`container_should_restart`] says for its newest exit.
+    pub(super) fn should_be_restarted(&self, c: &Container) -> bool {
         if self.deleting() {
             return false;
         }
@@ -519,12 +717,13 @@ impl Convert<'_> {
             ContainerPhase::Exited => {
                 let empty = PodSpec::default();
                 let spec = self.pod.spec.as_ref().unwrap_or(&empty);
-                container_should_restart(c, spec, cur.exit_code.unwrap_or(137))
+                container_should_restart(c, spec, exit_code(cur))
             }
         }
     }
 
-    /// kubelet's `convertContainerStatus`: one runtime instance.
+    /// kubelet's `convertContainerStatus`: one runtime instance, with the old status of its
+    /// container (by name).
     fn convert_one(&self, v: &ContainerView, old: Option<&ContainerStatus>) -> ContainerStatus {
         let id = self.container_id(v);
         let mut s = ContainerStatus {
@@ -540,41 +739,59 @@ impl Convert<'_> {
             volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
             ..Default::default()
         };
+        if let Some(o) = old {
+            // RestartAllContainers (on from 1.36) removes the old instances: the restart count
+            // never goes down, and the termination before a new instance is the old status's.
+            s.restart_count = s.restart_count.max(o.restart_count);
+            match (state(o).terminated, last_terminated(o)) {
+                (Some(t), _) if o.container_id.as_deref() != Some(id.as_str()) => {
+                    s.last_state = Some(terminated_state(t));
+                }
+                (_, Some(t)) => s.last_state = Some(terminated_state(t.clone())),
+                _ => {}
+            }
+        }
         s.state = Some(match v.phase {
-            ContainerPhase::Running => ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: v.started_at.map(to_time),
-                }),
-                ..Default::default()
-            },
+            ContainerPhase::Running => {
+                // Running again after a termination the runtime no longer has.
+                if let Some(o) = old.filter(|o| {
+                    state(o).terminated.is_some() && o.restart_count >= v.restart_count as i32
+                }) {
+                    s.restart_count = o.restart_count + 1;
+                }
+                ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: v.started_at.map(to_time),
+                    }),
+                    ..Default::default()
+                }
+            }
             ContainerPhase::Created => waiting(None, None),
-            ContainerPhase::Exited => ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: v.exit_code.unwrap_or(137),
-                    signal: v.signal.map(i32::from),
-                    reason: Some(super::terminated_reason(v)),
-                    message: message(v, old, &id),
-                    started_at: v.started_at.map(to_time),
-                    finished_at: v.finished_at.map(to_time),
-                    container_id: Some(id),
-                }),
-                ..Default::default()
-            },
+            ContainerPhase::Exited => terminated_state(ContainerStateTerminated {
+                exit_code: exit_code(v),
+                signal: v.signal.map(i32::from),
+                reason: Some(super::terminated_reason(v)),
+                message: message(v, old, &id),
+                started_at: v.started_at.map(to_time),
+                finished_at: v.finished_at.map(to_time),
+                container_id: Some(id),
+            }),
             ContainerPhase::Unknown => match old {
                 Some(o) if state(o).running.is_some() => {
                     s.restart_count = o.restart_count + 1;
-                    ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            reason: Some(STATUS_UNKNOWN.into()),
-                            message: Some(
-                                "The container could not be located when the pod was terminated"
-                                    .into(),
-                            ),
-                            exit_code: 137,
-                            ..Default::default()
-                        }),
+                    let reason = if self.pod_restarting {
+                        RESTARTING_ALL_CONTAINERS
+                    } else {
+                        STATUS_UNKNOWN
+                    };
+                    terminated_state(ContainerStateTerminated {
+                        reason: Some(reason.into()),
+                        message: Some(
+                            "The container could not be located when the pod was terminated".into(),
+                        ),
+                        exit_code: 137,
                         ..Default::default()
-                    }
+                    })
                 }
                 _ => waiting(None, None),
             },
@@ -618,8 +835,7 @@ impl Convert<'_> {
                 s
             })
             .collect();
-        // A container the runtime lost that kubelet had seen running: it terminated, how is
-        // unknown, and (unless the pod is being deleted) it was restarted.
+        // Containers the runtime has no instance of, that kubelet had seen.
         for s in statuses.iter_mut() {
             if !self.instances(&s.name).is_empty() {
                 continue;
@@ -628,6 +844,23 @@ impl Convert<'_> {
                 continue;
             };
             let os = state(o);
+            // Removed to restart all the pod's containers in place: waiting to run again.
+            if self.pod_restarting && os.waiting.is_none() {
+                s.state = Some(waiting(
+                    Some(RESTARTING_ALL_CONTAINERS),
+                    Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+                ));
+                s.last_state = Some(terminated_state(ContainerStateTerminated {
+                    reason: Some(RESTARTING_ALL_CONTAINERS.into()),
+                    message: Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+                    exit_code: 137,
+                    ..Default::default()
+                }));
+                s.restart_count = o.restart_count + 1;
+                continue;
+            }
+            // Lost while kubelet had seen it running: it terminated, how is unknown, and
+            // (unless the pod is being deleted) it was restarted.
             if os.terminated.is_some() || os.running.is_none() {
                 continue;
             }
@@ -637,19 +870,16 @@ impl Convert<'_> {
             if !default || last_terminated(s).is_some() {
                 continue;
             }
-            s.last_state = Some(ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    reason: Some(STATUS_UNKNOWN.into()),
-                    message: Some(
-                        "The container could not be located when the pod was deleted.  The \
-                         container used to be Running"
-                            .into(),
-                    ),
-                    exit_code: 137,
-                    ..Default::default()
-                }),
+            s.last_state = Some(terminated_state(ContainerStateTerminated {
+                reason: Some(STATUS_UNKNOWN.into()),
+                message: Some(
+                    "The container could not be located when the pod was deleted.  The \
+                     container used to be Running"
+                        .into(),
+                ),
+                exit_code: 137,
                 ..Default::default()
-            });
+            }));
             if !self.deleting() {
                 s.restart_count += 1;
             }
@@ -686,19 +916,16 @@ impl Convert<'_> {
                     && !is_sidecar(c)
                     && state(s).waiting.is_some()
                 {
-                    s.state = Some(ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            reason: Some("Completed".into()),
-                            message: Some(
-                                "Unable to get init container status from container runtime \
-                                 and pod has been initialized, treat it as exited normally"
-                                    .into(),
-                            ),
-                            exit_code: 0,
-                            ..Default::default()
-                        }),
+                    s.state = Some(terminated_state(ContainerStateTerminated {
+                        reason: Some("Completed".into()),
+                        message: Some(
+                            "Unable to get init container status from container runtime \
+                             and pod has been initialized, treat it as exited normally"
+                                .into(),
+                        ),
+                        exit_code: 0,
                         ..Default::default()
-                    });
+                    }));
                     continue;
                 }
             }

@@ -209,6 +209,68 @@ fn oomed(
     c
 }
 
+/// A container with its own restart policy.
+fn own_policy(name: &str, policy: &str) -> k8s_openapi::api::core::v1::Container {
+    let mut c = container(name);
+    c.restart_policy = Some(policy.into());
+    c
+}
+
+/// A container with its own restart policy and one rule: `action` on exit code `code`.
+fn ruled(
+    name: &str,
+    policy: &str,
+    action: &str,
+    code: i32,
+) -> k8s_openapi::api::core::v1::Container {
+    let mut c = own_policy(name, policy);
+    c.restart_policy_rules = Some(vec![ContainerRestartRule {
+        action: action.into(),
+        exit_codes: Some(ContainerRestartRuleOnExitCodes {
+            operator: "In".into(),
+            values: Some(vec![code]),
+        }),
+    }]);
+    c
+}
+
+/// An init container `setup`, a `job` and a `trigger` that restarts every container on 42.
+fn restart_all_pod() -> Pod {
+    pod(
+        spec(
+            "Never",
+            vec![container("setup")],
+            vec![
+                container("job"),
+                ruled("trigger", "Never", "RestartAllContainers", 42),
+            ],
+        ),
+        None,
+    )
+}
+
+const RAC_WAITING: &str = "waiting:RestartingAllContainers";
+const RAC_LAST_STATE: &str = "terminated:RestartingAllContainers:137";
+
+/// An instance whose start failed, as containerd reports it.
+fn never_started(restart: u32) -> crate::reconcile::ContainerView {
+    let mut c = exited("app", restart, 128, "StartError");
+    c.started_at = Some(std::time::UNIX_EPOCH);
+    c
+}
+
+/// A container status waiting for `reason`, as kubelet wrote it.
+fn waiting_for(name: &str, reason: &str) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(super::kubelet::waiting(
+            Some(reason),
+            Some(format!("kubelet's words for {reason}")),
+        )),
+        ..Default::default()
+    }
+}
+
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -691,6 +753,195 @@ fn cases() -> Vec<Case> {
                 ..Default::default()
             },
         },
+        // Between restarts under a container's own policy and rules (ContainerRestartRules):
+        // kubelet's ShouldContainerBeRestarted decides who waits out a back-off.
+        Case {
+            name: "a_restart_rule_on_its_exit_code_waits_out_the_back_off",
+            pod: Some(pod(
+                spec("Never", vec![], vec![ruled("app", "Never", "Restart", 3)]),
+                None,
+            )),
+            previous: None,
+            view: view(vec![exited("app", 0, 3, "Error"), exited("app", 1, 3, "Error")]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Running"),
+                containers: &[("app", "waiting:CrashLoopBackOff", 1, "terminated:Error:3")],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "an_exit_code_no_rule_matches_is_its_end",
+            pod: Some(pod(
+                spec("Never", vec![], vec![ruled("app", "Never", "Restart", 3)]),
+                None,
+            )),
+            previous: None,
+            view: view(vec![exited("app", 0, 3, "Error"), exited("app", 1, 4, "Error")]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Failed"),
+                containers: &[("app", "terminated:Error:4", 1, "terminated:Error:3")],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "its_own_never_under_the_pods_always_is_its_end",
+            pod: Some(pod(
+                spec("Always", vec![], vec![own_policy("app", "Never")]),
+                None,
+            )),
+            previous: None,
+            view: view(vec![exited("app", 0, 1, "Error")]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Failed"),
+                containers: &[("app", "terminated:Error:1", 0, "-")],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "its_own_always_under_the_pods_never_backs_off_after_a_success",
+            pod: Some(pod(
+                spec("Never", vec![], vec![own_policy("app", "Always")]),
+                None,
+            )),
+            previous: None,
+            view: view(vec![
+                exited("app", 0, 0, "Completed"),
+                exited("app", 1, 0, "Completed"),
+            ]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Running"),
+                containers: &[(
+                    "app",
+                    "waiting:CrashLoopBackOff",
+                    1,
+                    "terminated:Completed:0",
+                )],
+                ..Default::default()
+            },
+        },
+        // A start that failed (containerd: StartError, exit 128, started at 1970): kubelet's
+        // back-off runs from when it created the instance, not from a start it never had.
+        Case {
+            name: "a_start_that_failed_backs_off_like_a_crash",
+            pod: Some(always(&["app"])),
+            previous: None,
+            view: view(vec![never_started(0), never_started(1)]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Running"),
+                containers: &[(
+                    "app",
+                    "waiting:CrashLoopBackOff",
+                    1,
+                    "terminated:StartError:128",
+                )],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "a_back_off_starts_over_only_after_more_than_600s",
+            pod: Some(always(&["app"])),
+            previous: None,
+            // Created at t(30), ended exactly 600 s later: kubelet's entry has not expired.
+            view: view(vec![exited("app", 0, 1, "Error"), {
+                let mut c = exited("app", 3, 1, "Error");
+                c.finished_at = Some(t(30 + 600));
+                c
+            }]),
+            now: t(30 + 601),
+            expect: Expect {
+                containers: &[("app", "waiting:CrashLoopBackOff", 3, "terminated:Error:1")],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "a_created_container_that_did_not_start_waits_for_kubelets_reason",
+            pod: Some(pod_with(
+                always(&["app", "side"]),
+                api_status(
+                    "Pending",
+                    vec![waiting_for("app", "RunContainerError"), waiting_for("side", "ErrImagePull")],
+                    vec![],
+                ),
+            )),
+            previous: None,
+            view: view(vec![cv("app", 0, Created), cv("side", 0, Created)]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Pending"),
+                // An image pull error is older than a created container: not kept.
+                containers: &[
+                    ("app", "waiting:RunContainerError", 0, "-"),
+                    ("side", "waiting:", 0, "-"),
+                ],
+                unknown: vec![Unknown::KubeletReason("app".into())],
+                ..Default::default()
+            },
+        },
+        // RestartAllContainers (KEP-5532): the trigger's exit, then every container removed.
+        Case {
+            name: "restart_all_containers_starts_with_kubelets_condition",
+            pod: Some(restart_all_pod()),
+            previous: None,
+            view: view(vec![
+                exited("setup", 0, 0, "Completed"),
+                cv("job", 0, Running),
+                exited("trigger", 0, 42, "Error"),
+            ]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Running"),
+                containers: &[
+                    ("job", "running", 0, "-"),
+                    ("trigger", "terminated:Error:42", 0, "-"),
+                ],
+                conditions: &[
+                    ("AllContainersRestarting", "True", "RestartAllContainersStarted"),
+                    ("Initialized", "True", ""),
+                ],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "restart_all_containers_every_removed_container_waits_to_run_again",
+            pod: Some(restart_all_pod()),
+            previous: Some(PodStatus {
+                phase: Some("Running".into()),
+                init_container_statuses: Some(vec![kstatus("setup:T0,ready")]),
+                container_statuses: Some(vec![kstatus("job:R,ready"), kstatus("trigger:T42")]),
+                conditions: Some(
+                    [("AllContainersRestarting", "True"), ("Initialized", "True")]
+                        .map(|(t, s)| PodCondition {
+                            type_: t.into(),
+                            status: s.into(),
+                            ..Default::default()
+                        })
+                        .to_vec(),
+                ),
+                ..Default::default()
+            }),
+            view: view(vec![]),
+            now: t(20),
+            expect: Expect {
+                phase: Some("Running"),
+                init: &[("setup", RAC_WAITING, 1, RAC_LAST_STATE)],
+                containers: &[
+                    ("job", RAC_WAITING, 1, RAC_LAST_STATE),
+                    ("trigger", RAC_WAITING, 1, RAC_LAST_STATE),
+                ],
+                conditions: &[
+                    // Every container removed: kubelet starts them again.
+                    ("AllContainersRestarting", "False", ""),
+                    // Initialized before, it stays so while the init containers run again.
+                    ("Initialized", "True", ""),
+                ],
+                ..Default::default()
+            },
+        },
         Case {
             name: "on_failure_does_not_back_off_a_success",
             pod: Some(policy("OnFailure", &["job"])),
@@ -1124,7 +1375,12 @@ fn cases() -> Vec<Case> {
             now: t(100),
             expect: Expect {
                 phase: Some("Pending"),
-                conditions: &[("PodReadyToStartContainers", "False", "")],
+                // 1.37 says why (GeneratePodReadyToStartContainersCondition).
+                conditions: &[("PodReadyToStartContainers", "False", "PodSandboxNotReady")],
+                extra: Some(|out| {
+                    let c = cond(&out.status, "PodReadyToStartContainers").unwrap();
+                    assert_eq!(c.message.as_deref(), Some("pod sandbox is not ready"));
+                }),
                 ..Default::default()
             },
         },
@@ -1271,10 +1527,12 @@ fn times_are_whole_seconds_in_json() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// kubelet's own test cases (pkg/kubelet: kubelet_pods_test.go, kubelet_test.go,
-// status/generate_test.go), one named case each, `<kubelet test>/<case>` (`#i` for kubelet's
-// unnamed table rows), with kubelet's expected output. Cases whose inputs the agent cannot have
-// are in `LEFT_OUT`, each with its reason.
+// kubelet's own test cases (Kubernetes 1.37.2: pkg/kubelet's kubelet_pods_test.go,
+// kubelet_test.go, status/generate_test.go, status/status_manager_test.go,
+// container/helpers_test.go, kuberuntime/kuberuntime_manager_test.go, and
+// pkg/api/v1/pod/util_test.go), one named case each, `<kubelet test>/<case>` (`#i` for
+// kubelet's unnamed table rows), with kubelet's expected output. Cases whose inputs the agent
+// cannot have are in `LEFT_OUT`, each with its reason.
 // ---------------------------------------------------------------------------------------------
 
 use k8s_openapi::api::core::v1::{
@@ -1283,8 +1541,9 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::kubelet::{
-    containers_ready_condition, get_phase, initialized_condition, pod_ready_condition,
-    ready_to_start_containers_condition, Convert, ReasonCache, Sandbox,
+    all_containers_restarting_condition, containers_ready_condition, get_phase,
+    initialized_condition, matching_rule, pod_ready_condition, ready_to_start_containers_condition,
+    Convert, ReasonCache, Sandbox,
 };
 
 const RAC_MSG: &str = "The container is removed because RestartAllContainers in place";
@@ -1723,16 +1982,16 @@ const INITIALIZED_ROWS: &[&str] = &[
     "#10 | 1234 | regular | 1234:W regular:T0 | Running | True |",
 ];
 
-/// PodReadyToStartContainers rows: `case | hostNetwork | sandboxes newest first, R (ready) or
-/// N, then :ip | status`. kubelet 1.36+ adds a reason and message to the False condition; the
-/// 1.34 kubelet the cluster runs writes none, so only the status is kubelet's across releases.
+/// PodReadyToStartContainers rows (status/generate_test.go): `case | hostNetwork | sandboxes
+/// newest first, R (ready) or N, then :ip | status | reason | message`. The reason and message
+/// of a False one are 1.37's (the 1.35 and 1.36 kubelets write none).
 const SANDBOX_ROWS: &[&str] = &[
-    "Empty pod status | F | | False",
-    "Pod sandbox status not ready | F | N:10.0.0.10 | False",
-    "Pod with multiple ready sandboxes | F | R:10.0.0.10 R:10.0.0.11 | False",
-    "Pod sandbox status ready but network namespace mode changed | T | R:10.0.0.10 | False",
-    "Pod sandbox status ready but no IP configured | F | R: | False",
-    "Pod sandbox status ready and IP configured | F | R:10.0.0.10 | True",
+    "Empty pod status | F | | False | PodSandboxNotReady | no pod sandbox exists",
+    "Pod sandbox status not ready | F | N:10.0.0.10 | False | PodSandboxNotReady | pod sandbox is not ready",
+    "Pod with multiple ready sandboxes | F | R:10.0.0.10 R:10.0.0.11 | False | PodSandboxNotReady | multiple pod sandboxes are ready and need to be reconciled",
+    "Pod sandbox status ready but network namespace mode changed | T | R:10.0.0.10 | False | PodSandboxNotReady | network namespace mode changed and sandbox needs to be recreated",
+    "Pod sandbox status ready but no IP configured | F | R: | False | PodSandboxNotReady | pod sandbox has no IP address",
+    "Pod sandbox status ready and IP configured | F | R:10.0.0.10 | True | |",
 ];
 
 fn ksandboxes(list: &str) -> Vec<Sandbox> {
@@ -1847,6 +2106,8 @@ struct ConvertCase {
     has_init: bool,
     is_init: bool,
     reasons: &'static [(&'static str, &'static str)],
+    /// kubelet's `podRestarting` (RestartAllContainers in place).
+    pod_restarting: bool,
     want: Vec<(String, String, i32, String)>,
 }
 
@@ -1867,6 +2128,7 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: false,
         is_init: false,
         reasons: &[],
+        pod_restarting: false,
         want: want(&[
             ("A", "waiting:ContainerCreating", 0, LOST_ON_DELETE),
             ("B", "waiting:ContainerCreating", 0, LOST_ON_DELETE),
@@ -1880,6 +2142,7 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: false,
         is_init: false,
         reasons: &[],
+        pod_restarting: false,
         want: want(&[
             ("A", "waiting:ContainerCreating", 1, LOST_ON_DELETE),
             ("B", "waiting:ContainerCreating", 1, LOST_ON_DELETE),
@@ -1893,11 +2156,108 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: false,
         is_init: false,
         reasons: &[],
+        pod_restarting: false,
         want: want(&[
             ("A", "terminated::-1", 5, "-"),
             ("B", "terminated::-1", 5, "-"),
         ]),
     });
+    // RestartAllContainers (on from 1.36): kubelet_pods_test.go runs these with the gate on.
+    let rc = |mut s: ContainerStatus, n: i32| {
+        s.restart_count = n;
+        s
+    };
+    const RAC_WAIT: &str =
+        "waiting:RestartingAllContainers|The container is removed because RestartAllContainers in place";
+    const RAC_LAST: &str = "terminated:RestartingAllContainers:137|The container is removed because RestartAllContainers in place";
+    let mut restarting = |case: &str,
+                          previous: Vec<ContainerStatus>,
+                          runtime: Vec<crate::reconcile::ContainerView>,
+                          pod_restarting: bool,
+                          rows: &[(&str, &str, i32, &str)]| {
+        v.push(ConvertCase {
+            name: format!("{t}/{case}"),
+            pod: ab(),
+            previous,
+            runtime,
+            has_init: false,
+            is_init: false,
+            reasons: &[],
+            pod_restarting,
+            want: want(rows),
+        });
+    };
+    restarting(
+        "currently running with lower restartCount; should keeping previous restartCount",
+        vec![rc(kstatus("A:T-1"), 5), rc(kstatus("B:T-1"), 5)],
+        vec![cv("A", 0, Running), cv("B", 0, Running)],
+        false,
+        &[
+            ("A", "running", 6, "terminated::-1"),
+            ("B", "running", 6, "terminated::-1"),
+        ],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place",
+        vec![kstatus("A:R"), kstatus("B:R")],
+        vec![cv("A", 0, Running), ex("B", 0, 42)],
+        true,
+        &[
+            ("A", "running", 0, "-"),
+            ("B", "terminated:Error:42", 0, "-"),
+        ],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA killed",
+        vec![kstatus("A:R"), kstatus("B:T42")],
+        vec![ex("A", 0, 137)],
+        true,
+        &[
+            ("A", "terminated:Error:137", 0, "-"),
+            ("B", RAC_WAIT, 1, RAC_LAST),
+        ],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA killed then removed",
+        vec![kstatus("A:T137"), kstatus("B:T42")],
+        vec![],
+        true,
+        &[("A", RAC_WAIT, 1, RAC_LAST), ("B", RAC_WAIT, 1, RAC_LAST)],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA killed and removed together",
+        vec![kstatus("A:R"), kstatus("B:T42")],
+        vec![],
+        true,
+        &[("A", RAC_WAIT, 1, RAC_LAST), ("B", RAC_WAIT, 1, RAC_LAST)],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA rerun",
+        vec![rc(kstatus("A:WRAC"), 1), kstatus("B:T42")],
+        vec![cv("A", 0, Running)],
+        true,
+        &[("A", "running", 1, RAC_LAST), ("B", RAC_WAIT, 1, RAC_LAST)],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA succeeded",
+        vec![rc(kstatus("A:R"), 1), kstatus("B:T42")],
+        vec![ex("A", 0, 0)],
+        true,
+        &[
+            ("A", "terminated:Completed:0", 1, "-"),
+            ("B", RAC_WAIT, 1, RAC_LAST),
+        ],
+    );
+    restarting(
+        "containerB dies and triggers RestartAllContainers in place, containerA failed",
+        vec![rc(kstatus("A:R"), 1), kstatus("B:T42")],
+        vec![ex("A", 0, 1)],
+        true,
+        &[
+            ("A", "terminated:Error:1", 1, "-"),
+            ("B", RAC_WAIT, 1, RAC_LAST),
+        ],
+    );
     v.push(ConvertCase {
         name: format!("{t}/Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally"),
         pod: kpod("Always", "init-1", "containerA"),
@@ -1906,6 +2266,7 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: true,
         is_init: true,
         reasons: &[],
+        pod_restarting: false,
         want: want(&[(
             "init-1",
             "terminated:Completed:0|Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally",
@@ -1921,6 +2282,7 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: true,
         is_init: true,
         reasons: &[],
+        pod_restarting: false,
         want: want(&[("sidecar-1", "waiting:PodInitializing", 0, "-")]),
     });
 
@@ -1952,6 +2314,7 @@ fn convert_cases() -> Vec<ConvertCase> {
             has_init: is_init,
             is_init,
             reasons: &[],
+            pod_restarting: false,
             want: want(&[
                 ("with-old-record", default, 0, "terminated::0"),
                 ("without-old-record", default, 0, "-"),
@@ -1965,6 +2328,7 @@ fn convert_cases() -> Vec<ConvertCase> {
             has_init: is_init,
             is_init,
             reasons: &[],
+            pod_restarting: false,
             want: want(&[("running", "running", 1, "terminated:Error:1")]),
         });
         v.push(ConvertCase {
@@ -1980,6 +2344,7 @@ fn convert_cases() -> Vec<ConvertCase> {
             has_init: is_init,
             is_init,
             reasons: &[("with-reason", "test-error")],
+            pod_restarting: false,
             want: want(&[
                 ("with-reason", "waiting:test-error", 1, "terminated:Error:2"),
                 (
@@ -1998,6 +2363,7 @@ fn convert_cases() -> Vec<ConvertCase> {
             has_init: is_init,
             is_init,
             reasons: &[],
+            pod_restarting: false,
             want: want(&[("unknown", LOST_ON_TERMINATE, 1, "running")]),
         });
         let t = "TestGenerateAPIPodStatusWithDifferentRestartPolicies";
@@ -2044,12 +2410,78 @@ fn convert_cases() -> Vec<ConvertCase> {
                 has_init: is_init,
                 is_init,
                 reasons: &[("succeed", "test-error"), ("failed", "test-error")],
+                pod_restarting: false,
                 want: want(&[
                     ("failed", failed.0, 1, failed.1),
                     ("succeed", succeed.0, 1, succeed.1),
                 ]),
             });
         }
+    }
+    // kubelet_test.go: the waiting state (the reason cache's) or the end kubelet shows under a
+    // container's own restart policy and rules (ContainerRestartRules), pod policy Always.
+    let t = "TestGenerateAPIPodStatusWithContainerRestartPolicies";
+    for (case, containers, rows) in [
+        (
+            "container restart policy rules match",
+            vec![ruled("failed", "Never", "Restart", 1)],
+            &[("failed", "waiting:test-error", 1, "terminated:Error:1")][..],
+        ),
+        (
+            "container restart policy rules not match",
+            vec![ruled("failed", "Never", "Restart", 2)],
+            &[("failed", "terminated:Error:1", 1, "terminated:Error:3")][..],
+        ),
+        (
+            "container restart policy never",
+            vec![
+                own_policy("succeed", "Never"),
+                own_policy("failed", "Never"),
+            ],
+            &[
+                ("failed", "terminated:Error:1", 1, "terminated:Error:3"),
+                ("succeed", "terminated:Completed:0", 1, "terminated:Error:2"),
+            ][..],
+        ),
+        (
+            "container restart policy OnFailure",
+            vec![
+                own_policy("succeed", "OnFailure"),
+                own_policy("failed", "OnFailure"),
+            ],
+            &[
+                ("failed", "waiting:test-error", 1, "terminated:Error:1"),
+                ("succeed", "terminated:Completed:0", 1, "terminated:Error:2"),
+            ][..],
+        ),
+        (
+            "container restart policy Always",
+            vec![
+                own_policy("succeed", "Always"),
+                own_policy("failed", "Always"),
+            ],
+            &[
+                ("failed", "waiting:test-error", 1, "terminated:Error:1"),
+                ("succeed", "waiting:test-error", 1, "terminated:Completed:0"),
+            ][..],
+        ),
+    ] {
+        v.push(ConvertCase {
+            name: format!("{t}/{case}"),
+            pod: pod(spec("Always", vec![], containers), None),
+            previous: vec![],
+            runtime: vec![
+                ex("succeed", 1, 0),
+                ex("failed", 1, 1),
+                ex("succeed", 0, 2),
+                ex("failed", 0, 3),
+            ],
+            has_init: false,
+            is_init: false,
+            reasons: &[("succeed", "test-error"), ("failed", "test-error")],
+            pod_restarting: false,
+            want: want(rows),
+        });
     }
     let names: Vec<String> = (0..10).map(|i| format!("{i}container")).collect();
     let mut shuffled: Vec<_> = names.iter().map(|n| cv(n, 0, Running)).collect();
@@ -2063,6 +2495,7 @@ fn convert_cases() -> Vec<ConvertCase> {
         has_init: false,
         is_init: false,
         reasons: &[],
+        pod_restarting: false,
         want: names
             .iter()
             .map(|n| (n.clone(), "running".to_string(), 0, "-".to_string()))
@@ -2079,6 +2512,7 @@ fn run_convert(c: &ConvertCase) {
         view: &view,
         runtime: "containerd",
         reasons: &reasons,
+        pod_restarting: c.pod_restarting,
     };
     let spec = c.pod.spec.as_ref().expect("a spec");
     let specs = if c.is_init {
@@ -2163,7 +2597,7 @@ const RUNNING_CONDITIONS: &[(&str, &str, &str)] = &[
 ];
 
 const COMPLETED_NO_SANDBOX: &[(&str, &str, &str)] = &[
-    ("PodReadyToStartContainers", "False", ""),
+    ("PodReadyToStartContainers", "False", "PodSandboxNotReady"),
     ("Initialized", "True", "PodCompleted"),
     ("Ready", "False", "PodCompleted"),
     ("ContainersReady", "False", "PodCompleted"),
@@ -2457,24 +2891,530 @@ fn run_generate(c: &GenerateCase) {
     );
 }
 
+/// Runtime instances as kubelet's tests list them in a `kubecontainer.PodStatus`, newest first
+/// per name: `name:STATE[#restart]`, STATE `R` running, `C` created, `U` unknown, `T<code>`
+/// exited. Without `#`, the first listed of a name is its newest.
+fn kruntime(list: &str) -> Vec<crate::reconcile::ContainerView> {
+    let toks: Vec<&str> = list.split_whitespace().collect();
+    toks.iter()
+        .enumerate()
+        .map(|(i, tok)| {
+            let (name, rest) = tok.split_once(':').expect("name:STATE");
+            let (st, restart) = match rest.split_once('#') {
+                Some((st, r)) => (st, r.parse::<u32>().expect("a restart count")),
+                None => {
+                    let later = toks[i + 1..]
+                        .iter()
+                        .filter(|t| t.split_once(':').map(|(n, _)| n) == Some(name))
+                        .count();
+                    (rest, later as u32)
+                }
+            };
+            match st {
+                "R" => cv(name, restart, Running),
+                "C" => cv(name, restart, Created),
+                "U" => cv(name, restart, Lost),
+                _ => ex(
+                    name,
+                    restart,
+                    st.strip_prefix('T')
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or_else(|| panic!("unknown state {st}")),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Restart rules, `;`-separated: `Action:Operator:code,code`.
+fn krules(list: &str) -> Option<Vec<ContainerRestartRule>> {
+    let rules: Vec<ContainerRestartRule> = list
+        .split(';')
+        .filter(|r| !r.is_empty())
+        .map(|r| {
+            let [action, op, codes] = r.splitn(3, ':').collect::<Vec<_>>()[..] else {
+                panic!("{r}: Action:Operator:codes")
+            };
+            ContainerRestartRule {
+                action: action.into(),
+                exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                    operator: op.into(),
+                    values: Some(
+                        codes
+                            .split(',')
+                            .map(|c| c.parse().expect("a code"))
+                            .collect(),
+                    ),
+                }),
+            }
+        })
+        .collect();
+    (!rules.is_empty()).then_some(rules)
+}
+
+fn opt(f: &str) -> Option<String> {
+    (!f.is_empty()).then(|| f.to_string())
+}
+
+/// `TestContainerHasRestartablePolicy` (api/v1/pod/util_test.go, podutil's
+/// `ContainerShouldRestart` with ContainerRestartRules and RestartAllContainers on): `case |
+/// container policy | rules | pod policy | exit code | restarts`.
+const SHOULD_RESTART_ROWS: &[&str] = &[
+    "Rule: 'In' operator matches with 'Restart' action | Never | Restart:In:42,50,60 | | 42 | T",
+    "Rule: 'NotIn' operator matches with 'Restart' action | Never | Restart:NotIn:0,1,2 | | 99 | T",
+    "Rule: 'In' operator matches with 'RestartAllContainers' action | Never | RestartAllContainers:In:42,50,60 | | 42 | T",
+    "Rule: 'In' operator does not match, should fall back to container policy | Never | Restart:In:10,20 | | 30 | F",
+    "Rule: 'NotIn' operator does not match, should fall back to container policy | Never | Restart:NotIn:10,20 | | 10 | F",
+    "Container Policy: 'Always' | Always | | Never | 0 | T",
+    "Container Policy: 'OnFailure' with exit code 0 | OnFailure | | Never | 0 | F",
+    "Container Policy: 'OnFailure' with non-zero exit code | OnFailure | | Never | 1 | T",
+    "Container Policy: 'Never' should return false | Never | | Always | 1 | F",
+    "Pod Policy: Fallback to pod 'Always' | | | Always | 0 | T",
+    "Pod Policy: Fallback to pod 'OnFailure' with non-zero exit code | | | OnFailure | 1 | T",
+    "Pod Policy: Fallback to pod 'Never' | | | Never | 1 | F",
+    "Pod Policy: Fallback with no policies specified should return true | | | | 0 | T",
+];
+
+/// `TestFindMatchingContainerRestartRule` (api/v1/pod/util_test.go): `case | rules | exit code |
+/// the matched rule's index, or -`.
+const MATCHING_RULE_ROWS: &[&str] = &[
+    "a rule with op In matches | Restart:In:42,50,60 | 42 | 0",
+    "a rule with op NotIn matches | Restart:NotIn:0,1,2 | 99 | 0",
+    "matches the first rule if two rules both matched | Restart:In:42,50,60;Restart:In:42 | 42 | 0",
+    "no rules matched | Restart:In:42,50,60 | 100 | -",
+    "no rules defined | | 0 | -",
+];
+
+/// `TestAllContainersCouldRestart` (api/v1/pod/util_test.go): `case | init | containers |
+/// expected` (kcontainer tokens: `!code` a RestartAllContainers rule).
+const COULD_RESTART_ROWS: &[&str] = &[
+    "Pod with rules in init containers | c!1 | | T",
+    "Pod with rules in sidecar containers | c*!1 | | T",
+    "Pod with rules in regular containers | | c@Always!1 | T",
+    "Pod without rules | | | F",
+];
+
+/// `TestShouldAllContainersRestart` (container/helpers_test.go): `case | init | containers |
+/// runtime | kubelet's AllContainersRestarting True | expected`.
+const ALL_RESTART_ROWS: &[&str] = &[
+    "pod marked with condition | | regular@Never | regular:R | T | T",
+    "regular container exited with matching rules | | regular@Never!42 | regular:T42 | F | T",
+    "init container exited with matching rules | init@Never!42 | | init:T42 | F | T",
+    "sidecar container exited with matching rules | init*!42 | | init:T42 | F | T",
+    "container exited without rules | | regular | regular:T1 | F | F",
+];
+
+/// `TestGenerateAllContainersRestartingCondition` (status/generate_test.go), its pod's
+/// `container1` and `trigger` (Never, RestartAllContainers on 42): `case | runtime | kubelet's
+/// AllContainersRestarting True | phase | status | reason | message`.
+const ALL_RESTARTING_ROWS: &[&str] = &[
+    "pod pending | | F | Pending | False | |",
+    "pod failed | | F | Failed | False | PodFailed |",
+    "pod succeeded | | F | Succeeded | False | PodCompleted |",
+    "container triggers RestartAllContainers rule | container:R trigger:T42 | F | Running | True | RestartAllContainersStarted | container exited with restart policy rule",
+    "container triggres RestartAllContainers rule, cleaning up | container:T0 trigger:T42 | T | Running | True | RestartAllContainersStarted | container exited with restart policy rule",
+    "container triggres RestartAllContainers rule, cleaned up | | T | Pending | False | |",
+];
+
+/// `TestShouldContainerBeRestarted` (container/helpers_test.go): `pod restart policy | deleted |
+/// whether no-history, alive, succeed, failed and unknown are restarted`, on its runtime.
+const BE_RESTARTED_ROWS: &[&str] = &[
+    "Never | F | T F F F T",
+    "OnFailure | F | T F F T T",
+    "Always | F | T F T T T",
+    "Never | T | F F F F F",
+    "OnFailure | T | F F F F F",
+    "Always | T | F F F F F",
+];
+
+/// `TestComputePodActionsWithContainerRestartRules` (kuberuntime/kuberuntime_manager_test.go)
+/// on `makeBasePodAndStatus`'s foo1..3: `case | pod policy | containers | runtime | the
+/// stopped containers kubelet starts again`. What the status shows of it: those wait (the
+/// reason cache's `CrashLoopBackOff` here) with their termination as the last state; the
+/// others keep their state.
+const POD_ACTION_ROWS: &[&str] = &[
+    "restart exited containers if RestartPolicy == Always | Never | foo1@Always,foo2@Always,foo3 | foo1:T0 foo2:T111 foo3:R | foo1 foo2",
+    "restart failed containers if RestartPolicy == OnFailure | Never | foo1@OnFailure,foo2@OnFailure,foo3 | foo1:T0 foo2:T111 foo3:R | foo2",
+    "restart created but not started containers if RestartPolicy == OnFailure | Never | foo1@OnFailure,foo2@OnFailure,foo3 | foo1:T0 foo2:C foo3:R | foo2",
+    "don't restart containers if RestartPolicy == Never | Always | foo1@Never,foo2@Never,foo3 | foo1:T0 foo2:T111 foo3:R |",
+    "Kill pod and recreate all containers (except for the succeeded one) if the pod sandbox is dead | Always | foo1,foo2@OnFailure,foo3 | foo1:R foo2:T0 foo3:R |",
+];
+
+/// `TestDoBackOff` (kuberuntime/kuberuntime_manager_test.go): `case | runtime | the waiting
+/// reason` at the instance's end, with kubelet's back-off (an entry once kubelet restarted it).
+const BACKOFF_ROWS: &[&str] = &[
+    "container running | foocontainer:R | -",
+    "not in backoff | foocontainer:T1#0 | -",
+    "in backoff | foocontainer:T1#1 | CrashLoopBackOff",
+];
+
+/// A status field, and a change of it.
+type FieldChange = (&'static str, fn(&mut PodStatus));
+
+/// The restart rules', RestartAllContainers', back-off's and observedGeneration's cases of
+/// kubelet 1.37.2, beside the tables above.
+fn restart_rows() -> Vec<(String, Box<dyn Fn()>)> {
+    let mut out: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    for row in SHOULD_RESTART_ROWS {
+        let [case, policy, rules, pod_policy, code, want] = fields::<6>(row);
+        let c = k8s_openapi::api::core::v1::Container {
+            restart_policy: opt(policy),
+            restart_policy_rules: krules(rules),
+            ..Default::default()
+        };
+        let spec = k8s_openapi::api::core::v1::PodSpec {
+            restart_policy: opt(pod_policy),
+            ..Default::default()
+        };
+        let (code, want) = (code.parse().expect("a code"), flag(want));
+        let name = format!("TestContainerHasRestartablePolicy/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                assert_eq!(container_should_restart(&c, &spec, code), want, "{label}");
+            }),
+        ));
+    }
+    for row in MATCHING_RULE_ROWS {
+        let [case, rules, code, want] = fields::<4>(row);
+        let c = k8s_openapi::api::core::v1::Container {
+            restart_policy_rules: krules(rules),
+            ..Default::default()
+        };
+        let code: i32 = code.parse().expect("a code");
+        let want = want.parse::<usize>().ok();
+        let name = format!("TestFindMatchingContainerRestartRule/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let rules = c.restart_policy_rules.as_deref().unwrap_or(&[]);
+                let got = matching_rule(&c, code).map(|r| {
+                    rules
+                        .iter()
+                        .position(|x| std::ptr::eq(x, r))
+                        .expect("one of its rules")
+                });
+                assert_eq!(got, want, "{label}");
+            }),
+        ));
+    }
+    for row in COULD_RESTART_ROWS {
+        let [case, init, containers, want] = fields::<4>(row);
+        let pod = kpod("", init, containers);
+        let want = flag(want);
+        let name = format!("TestAllContainersCouldRestart/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let spec = pod.spec.as_ref().expect("a spec");
+                assert_eq!(all_containers_could_restart(spec), want, "{label}");
+            }),
+        ));
+    }
+    for row in ALL_RESTART_ROWS {
+        let [case, init, containers, runtime, marked, want] = fields::<6>(row);
+        let pod = kpod("", init, containers);
+        let v = view(kruntime(runtime));
+        let api = flag(marked).then(|| PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "AllContainersRestarting".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let want = flag(want);
+        let name = format!("TestShouldAllContainersRestart/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let got = should_all_containers_restart(&pod, &v, api.as_ref());
+                assert_eq!(got, want, "{label}");
+            }),
+        ));
+    }
+    for row in ALL_RESTARTING_ROWS {
+        let [case, runtime, marked, phase, status, reason, message] = fields::<7>(row);
+        let pod = kpod("", "", "container1,trigger@Never!42");
+        let v = view(kruntime(runtime));
+        let old = flag(marked).then(|| PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "AllContainersRestarting".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let (phase, want) = (
+            phase.to_string(),
+            [status, reason, message].map(String::from),
+        );
+        let name = format!("TestGenerateAllContainersRestartingCondition/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let c = all_containers_restarting_condition(&pod, &v, old.as_ref(), &phase);
+                assert_eq!(c.type_, "AllContainersRestarting", "{label}");
+                assert_eq!(csum(&c), want, "{label}");
+                // kubelet's whole condition: no generation, no times of its own.
+                assert_eq!(
+                    (
+                        c.observed_generation,
+                        c.last_transition_time,
+                        c.last_probe_time
+                    ),
+                    (None, None, None),
+                    "{label}"
+                );
+            }),
+        ));
+    }
+    for row in BE_RESTARTED_ROWS {
+        let [policy, deleted, want] = fields::<3>(row);
+        let mut pod = kpod(policy, "", "no-history,alive,succeed,failed,unknown");
+        if flag(deleted) {
+            pod = self::deleted(pod);
+        }
+        let v = view(kruntime(
+            "alive:R succeed:T0 failed:T1 alive:T2 unknown:U failed:T3",
+        ));
+        let want: Vec<bool> = want.split_whitespace().map(flag).collect();
+        let name = if flag(deleted) {
+            format!("TestShouldContainerBeRestarted/deleted pod/{policy}")
+        } else {
+            format!("TestShouldContainerBeRestarted/{policy}")
+        };
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let conv = Convert {
+                    pod: &pod,
+                    view: &v,
+                    runtime: "containerd",
+                    reasons: &Reasons(&[]),
+                    pod_restarting: false,
+                };
+                let spec = pod.spec.as_ref().expect("a spec");
+                let got: Vec<bool> = spec
+                    .containers
+                    .iter()
+                    .map(|c| conv.should_be_restarted(c))
+                    .collect();
+                assert_eq!(got, want, "{label}");
+            }),
+        ));
+    }
+    for row in POD_ACTION_ROWS {
+        let [case, policy, containers, runtime, started] = fields::<5>(row);
+        let pod = kpod(policy, "", containers);
+        let v = view(kruntime(runtime));
+        let started: Vec<String> = started.split_whitespace().map(String::from).collect();
+        let name = format!("TestComputePodActionsWithContainerRestartRules/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                const LOOPING: &[(&str, &str)] = &[
+                    ("foo1", "CrashLoopBackOff"),
+                    ("foo2", "CrashLoopBackOff"),
+                    ("foo3", "CrashLoopBackOff"),
+                ];
+                let conv = Convert {
+                    pod: &pod,
+                    view: &v,
+                    runtime: "containerd",
+                    reasons: &Reasons(LOOPING),
+                    pod_restarting: false,
+                };
+                let spec = pod.spec.as_ref().expect("a spec");
+                let statuses = conv.statuses(&spec.containers, &[], false, false);
+                for c in &spec.containers {
+                    let inst = conv.instances(&c.name);
+                    let stopped = inst.first().is_none_or(|i| i.phase != Running);
+                    let again = started.contains(&c.name);
+                    if stopped {
+                        assert_eq!(conv.should_be_restarted(c), again, "{label}: {}", c.name);
+                    }
+                    let s = statuses
+                        .iter()
+                        .find(|s| s.name == c.name)
+                        .expect("a status");
+                    let waits = describe(s.state.as_ref()) == "waiting:CrashLoopBackOff";
+                    assert_eq!(waits, again, "{label}: {} {:?}", c.name, s.state);
+                    // Waiting out the back-off, the termination is the last state.
+                    if again
+                        && inst
+                            .first()
+                            .is_some_and(|i| i.phase == ContainerPhase::Exited)
+                    {
+                        let last = describe(s.last_state.as_ref());
+                        assert!(last.starts_with("terminated:"), "{label}: {last}");
+                    }
+                }
+            }),
+        ));
+    }
+    for row in BACKOFF_ROWS {
+        let [case, runtime, want] = fields::<3>(row);
+        let v = view(kruntime(runtime));
+        let now = v.containers[0].finished_at.unwrap_or(t(100));
+        let name = format!("TestDoBackOff/{case}");
+        let label = name.clone();
+        out.push((
+            name,
+            Box::new(move || {
+                let reasons = BackOff::new(&v, now, None);
+                let got = reasons.get("foocontainer");
+                match want {
+                    "-" => assert_eq!(got, None, "{label}"),
+                    reason => {
+                        let (r, m) = got.unwrap_or_else(|| panic!("{label}: no reason"));
+                        assert_eq!(r, reason, "{label}");
+                        let m = m.unwrap_or_default();
+                        assert!(
+                            m.starts_with("back-off 10s restarting failed container=foocontainer pod=web_default("),
+                            "{label}: {m}"
+                        );
+                    }
+                }
+            }),
+        ));
+    }
+    // The status's and a condition's observedGeneration (podutil's Calculate*ObservedGeneration,
+    // api/v1/pod/util_test.go), through the whole computation: the pod's generation 5.
+    let generation_case = |observed: Option<i64>, on_condition: bool| {
+        move || {
+            let mut pod = kpod("Always", "", "app");
+            pod.metadata.generation = Some(5);
+            let mut status = PodStatus::default();
+            if on_condition {
+                status.conditions = Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "False".into(),
+                    observed_generation: observed,
+                    ..Default::default()
+                }]);
+            } else {
+                status.observed_generation = observed;
+            }
+            pod.status = Some(status);
+            let types = ConditionTypes::default();
+            let out = compute_status(&StatusInputs {
+                pod: Some(&pod),
+                view: &view(vec![cv("app", 0, Running)]),
+                previous: None,
+                now: t(100),
+                runtime: "containerd",
+                types: &types,
+            });
+            assert_eq!(out.status.observed_generation, Some(5));
+            let ready = cond(&out.status, "Ready").expect("Ready");
+            assert_eq!(ready.observed_generation, Some(5));
+        }
+    };
+    for (case, observed) in [
+        (
+            "pod with no observedGeneration/PodObservedGenerationTracking=true",
+            None,
+        ),
+        (
+            "pod with observedGeneration/PodObservedGenerationTracking=true",
+            Some(5),
+        ),
+    ] {
+        out.push((
+            format!("TestCalculatePodStatusObservedGeneration/{case}"),
+            Box::new(generation_case(observed, false)),
+        ));
+        out.push((
+            format!("TestCalculatePodConditionObservedGeneration/{case}"),
+            Box::new(generation_case(observed, true)),
+        ));
+    }
+    // status/status_manager_test.go: a change of any field kubelet owns is a change (the agent's
+    // dedup compares the whole normalised status: every field is owned).
+    out.push((
+        "TestIsPodStatusByKubeletEqualFutureProof/owned fields are not ignored".into(),
+        Box::new(|| {
+            use crate::status::patch::same_status;
+            use k8s_openapi::api::core::v1::{HostIP, PodIP, ResourceRequirements};
+            use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+            let base = status_of("Running", &["app:R"]);
+            let cpu = || Some([("cpu".to_string(), Quantity("100m".into()))].into());
+            let changes: [FieldChange; 17] = [
+                ("Phase", |s| s.phase = Some("Succeeded".into())),
+                ("Conditions", |s| {
+                    s.conditions = Some(vec![PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    }])
+                }),
+                ("Message", |s| s.message = Some("test message".into())),
+                ("Reason", |s| s.reason = Some("TestReason".into())),
+                ("NominatedNodeName", |s| {
+                    s.nominated_node_name = Some("test-node".into())
+                }),
+                ("HostIP", |s| s.host_ip = Some("192.168.1.1".into())),
+                ("HostIPs", |s| {
+                    s.host_ips = Some(vec![HostIP {
+                        ip: "192.168.1.1".into(),
+                    }])
+                }),
+                ("PodIP", |s| s.pod_ip = Some("1.2.3.4".into())),
+                ("PodIPs", |s| {
+                    s.pod_ips = Some(vec![PodIP {
+                        ip: "1.2.3.5".into(),
+                    }])
+                }),
+                ("StartTime", |s| s.start_time = Some(to_time(t(7)))),
+                ("InitContainerStatuses", |s| {
+                    s.init_container_statuses = Some(vec![kstatus("init-container:R")])
+                }),
+                ("ContainerStatuses", |s| {
+                    s.container_statuses = Some(vec![kstatus("container:R")])
+                }),
+                ("QOSClass", |s| s.qos_class = Some("Guaranteed".into())),
+                ("EphemeralContainerStatuses", |s| {
+                    s.ephemeral_container_statuses = Some(vec![kstatus("ephemeral-container:R")])
+                }),
+                ("Resize", |s| s.resize = Some("InProgress".into())),
+                ("ObservedGeneration", |s| s.observed_generation = Some(1)),
+                ("Resources", |s| {
+                    s.resources = Some(ResourceRequirements {
+                        requests: Some([("cpu".to_string(), Quantity("100m".into()))].into()),
+                        ..Default::default()
+                    })
+                }),
+            ];
+            for (field, change) in changes {
+                let mut modified = base.clone();
+                change(&mut modified);
+                assert!(!same_status(&base, &modified), "{field}: change ignored");
+            }
+            let mut modified = base.clone();
+            modified.allocated_resources = cpu();
+            assert!(
+                !same_status(&base, &modified),
+                "AllocatedResources: change ignored"
+            );
+        }),
+    ));
+    out
+}
+
 /// kubelet cases kept out, each with why. Where a whole table is out, its name stands for all
 /// its rows (their count in brackets).
 const LEFT_OUT: &[(&str, &str)] = &[
-    ("TestConvertToAPIContainerStatuses/currently running with lower restartCount; should keeping previous restartCount",
-     "RestartAllContainersOnContainerExits (1.35 alpha): not in the 1.34 kubelet"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA killed", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA killed then removed", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA killed and removed together", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA rerun", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA succeeded", "RestartAllContainersOnContainerExits (1.35 alpha)"),
-    ("TestConvertToAPIContainerStatuses/containerB dies and triggers RestartAllContainers in place, containerA failed", "RestartAllContainersOnContainerExits (1.35 alpha)"),
     ("TestConvertToAPIContainerStatusesWithImageVolumeDigest [2]", "cannot know: image digests come from the runtime's image service, not in the view"),
     ("TestConvertToAPIContainerStatusesForResources [16]", "cannot know: container resources are kubelet's allocation and CRI's ContainerResources; full mode keeps the API's"),
     ("TestConvertToAPIContainerStatusesForUser [6]", "cannot know: the container's user is in CRI's status, not in the view; full mode keeps the API's"),
-    ("TestGenerateAllContainersRestartingCondition [6]", "RestartAllContainersOnContainerExits (1.35 alpha): the condition is not in the 1.34 API"),
-    ("TestGenerateInsecureIDCondition [18]", "KEP-2172 conditions: not in the 1.34 kubelet"),
-    ("TestIsPodExplicitlyInsecureID [14]", "KEP-2172 helpers: not in the 1.34 kubelet"),
     ("Test_generateAPIPodStatus/current status ready, with previous statuses and deletion, InPlacePodLevelResourcesVerticalScaling enabled",
      "cannot know: pod-level resources (kubelet's allocation, pod cgroup); the rest is the case without the gate"),
     ("Test_generateAPIPodStatus/current status ready, with previous statuses and no deletion, InPlacePodLevelResourcesVerticalScaling enabled",
@@ -2488,13 +3428,34 @@ const LEFT_OUT: &[(&str, &str)] = &[
     ("TestNodeAddressUpdatesGenerateAPIPodStatusHostNetworkPodIPs [6]", "cannot know: pod IPs; kept from the API"),
     ("TestGenerateAPIPodStatusPodIPs [11]", "cannot know: pod IPs; kept from the API"),
     ("TestSortPodIPs [12]", "cannot know: pod IPs; kept from the API"),
+    // Restart rules, RestartAllContainers, observedGeneration and stop signals (1.37.2).
+    ("TestComputePodActionsForRestartAllContainers [10]", "kuberuntime/kuberuntime_manager_test.go: which containers kubelet kills and removes; the agent reports status, the resulting removals reach it as the runtime's (TestConvertToAPIContainerStatuses' RestartAllContainers cases)"),
+    ("TestSyncPodWithRestartAllContainers [1]", "kuberuntime/kuberuntime_manager_test.go: kubelet's SyncPod against a fake runtime"),
+    ("TestIsContainerRestartable [8]", "api/v1/pod/util_test.go: podutil.IsContainerRestartable decides kubelet's pod cgroup after its own restart, no status"),
+    ("TestIsPodStatusByKubeletEqualFutureProof/ignored fields are ignored", "status/status_manager_test.go: the agent's dedup compares its whole desired status (the resource claims copied from the API); a change there is a recompute whose patch names none of them (patch::COMPUTED_KEYS)"),
+    ("TestPodResizeConditions [10]", "status/status_manager_test.go: the resize conditions and their observedGeneration are kubelet's status manager's; kept from the API"),
+    ("TestClearPodResizeInProgressCondition [2]", "status/status_manager_test.go: kubelet's status manager's state"),
+    ("TestBackfillPodResizeConditions [1]", "status/status_manager_test.go: kubelet's status manager's state"),
+    ("TestDoProbeWithContainerRestartRules [8]", "prober/worker_test.go: whether kubelet's prober keeps probing a stopped container; probe results are kubelet's (Unknown::Readiness, Unknown::Startup)"),
+    ("TestDoProbeWithContainerRestartAllContainers [3]", "prober/worker_test.go: kubelet's prober, as above"),
+    ("TestSyncPodRestartAllContainersRequeue [1]", "kubelet_test.go: kubelet's pod worker requeues a pod it reset"),
+    ("TestSyncPodWithErrorsDuringInPlacePodResize [4]", "kubelet_test.go: the resize conditions (their observedGeneration) and Events are kubelet's status manager's; kept from the API"),
+    ("TestGenerateContainerConfig [1]", "kuberuntime/kuberuntime_container_linux_test.go: the container's CRI config (its stop signal among it); status.stopSignal is the runtime's report, kept from the API for the same instance"),
 ];
 
 /// The parts of pinned cases not compared, each with why (the rest of each case is).
 const NOT_COMPARED: &[(&str, &str)] = &[
     (
-        "TestGeneratePodReadyToStartContainersCondition/*: reason and message",
-        "kubelet 1.36+ constants; the 1.34 kubelet writes a False condition without them",
+        "TestConvertToAPIContainerStatuses/*: a terminated reason kubelet's fake runtime leaves empty",
+        "the agent's is the kernel's account of the exit (Completed, Error), never empty",
+    ),
+    (
+        "TestComputePodActionsWithContainerRestartRules/*: kills, the sandbox's recreation and the running containers it restarts",
+        "kubelet's actions; compared: which stopped containers kubelet starts again, and their waiting state",
+    ),
+    (
+        "TestDoBackOff/*: the back-off's length",
+        "the test's fake back-off starts at 1 s; compared with kubelet's own, 10 s (kubelet.go)",
     ),
     (
         "Test_generateAPIPodStatus/*: hostIP, hostIPs, qosClass, resources",
@@ -2506,9 +3467,16 @@ const NOT_COMPARED: &[(&str, &str)] = &[
     ),
 ];
 
-/// The number of named cases run here (164 kubelet cases, 7 of them twice: for regular and for
+/// The number of named cases run here (229 kubelet cases, 7 of them twice: for regular and for
 /// init containers, as kubelet runs them); a change to the tables must change it.
-const PINNED: usize = 94 + 11 + 14 + 11 + 6 + 5 + 2 * (4 + 3) + 1 + 14 + 1;
+const PINNED: usize = 94 + 11 + 14 + 11 + 6 + 5 + 2 * (4 + 3) + 1 + 14 + 1 + 8 + 5 + RESTART_CASES;
+
+/// `restart_rows`: ContainerShouldRestart 13, FindMatchingContainerRestartRule 5,
+/// AllContainersCouldRestart 4, ShouldAllContainersRestart 5,
+/// GenerateAllContainersRestartingCondition 6, ShouldContainerBeRestarted 6,
+/// ComputePodActionsWithContainerRestartRules 5, DoBackOff 3, the two observedGeneration
+/// tests 2 + 2, IsPodStatusByKubeletEqualFutureProof 1.
+const RESTART_CASES: usize = 13 + 5 + 4 + 5 + 6 + 6 + 5 + 3 + 4 + 1;
 
 #[test]
 fn kubelet_cases() {
@@ -2521,6 +3489,9 @@ fn kubelet_cases() {
         names.push(name);
     };
     for (name, f) in phase_rows() {
+        check(name, &*f);
+    }
+    for (name, f) in restart_rows() {
         check(name, &*f);
     }
     for row in CONTAINERS_READY_ROWS {
@@ -2549,14 +3520,15 @@ fn kubelet_cases() {
         let name = format!("TestGeneratePodInitializedCondition/{case}");
         check(name.clone(), &|| {
             let pod = kpod("Always", init, containers);
-            let c = initialized_condition(&pod, kstatuses(statuses).as_deref(), phase);
+            let old = PodStatus::default();
+            let c = initialized_condition(&pod, &old, kstatuses(statuses).as_deref(), phase);
             assert_eq!(c.type_, "Initialized");
             let [status, reason, _] = csum(&c);
             assert_eq!([status.as_str(), reason.as_str()], [s, r], "{name}");
         });
     }
     for row in SANDBOX_ROWS {
-        let [case, host, sandboxes, want] = fields::<4>(row);
+        let [case, host, sandboxes, status, reason, message] = fields::<6>(row);
         let name = format!("TestGeneratePodReadyToStartContainersCondition/{case}");
         check(name.clone(), &|| {
             let mut pod = kpod("Always", "", "");
@@ -2564,11 +3536,8 @@ fn kubelet_cases() {
                 spec.host_network = Some(flag(host));
             }
             let c = ready_to_start_containers_condition(&pod, &ksandboxes(sandboxes));
-            assert_eq!(
-                (c.type_.as_str(), c.status.as_str()),
-                ("PodReadyToStartContainers", want),
-                "{name}"
-            );
+            assert_eq!(c.type_, "PodReadyToStartContainers", "{name}");
+            assert_eq!(csum(&c), [status, reason, message], "{name}");
         });
     }
     for case in convert_cases() {
@@ -2619,7 +3588,7 @@ fn kubelet_cases() {
                 .unwrap_or(1)
         })
         .sum();
-    assert_eq!(left_out, 116, "kubelet cases left out");
+    assert_eq!(left_out, 120, "kubelet cases left out");
     for (out, why) in LEFT_OUT {
         assert!(!why.is_empty());
         assert!(
@@ -2662,4 +3631,57 @@ fn rfc3339_is_jiffs_and_the_apis() {
     }
     let last = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
     assert_eq!(rfc3339(last), "9999-12-31T23:59:59Z");
+}
+
+/// A rule whose action this release does not know falls through to the container's own policy
+/// (`podutil.ContainerShouldRestart`'s `default:`), never to "does not restart".
+#[test]
+fn an_unknown_rule_action_falls_through_to_the_containers_policy() {
+    let s = spec("Never", vec![], vec![]);
+    assert!(container_should_restart(
+        &ruled("app", "Always", "SomethingNew", 1),
+        &s,
+        1
+    ));
+    assert!(!container_should_restart(
+        &ruled("app", "Never", "SomethingNew", 1),
+        &s,
+        1
+    ));
+    assert!(container_should_restart(
+        &ruled("app", "Never", "Restart", 1),
+        &s,
+        1
+    ));
+}
+
+/// `observedGeneration` never goes below the last status's or the API's (kubelet's
+/// `updateStatusInternal`), so a `full` patch never deletes it, even where the pod carries no
+/// generation.
+#[test]
+fn observed_generation_never_goes_back_nor_away() {
+    let mut p = kpod("Always", "", "app");
+    p.metadata.generation = None;
+    p.status = Some(PodStatus {
+        observed_generation: Some(2),
+        ..Default::default()
+    });
+    let previous = PodStatus::default();
+    let out = compute_status(&StatusInputs {
+        pod: Some(&p),
+        view: &view(vec![cv("app", 0, Running)]),
+        previous: Some(&previous),
+        now: t(100),
+        runtime: "containerd",
+        types: &ConditionTypes::default(),
+    });
+    assert_eq!(out.status.observed_generation, Some(2));
+    let api = p.status.as_ref().unwrap();
+    let patch = crate::status::patch::status_patch("u", api, &out.status)
+        .unwrap()
+        .unwrap();
+    assert!(
+        patch["status"].get("observedGeneration").is_none(),
+        "{patch}"
+    );
 }

@@ -137,7 +137,7 @@ async fn no_write_when_the_api_already_says_so() {
     let mut p = app_pod();
     p.status = Some(PodStatus {
         conditions: Some(vec![observer_conditions(
-            p.spec.as_ref(),
+            Some(&app_pod()),
             &view(vec![cv("app", 0, Running)]),
             &[],
             &ConditionTypes::default(),
@@ -1115,4 +1115,65 @@ async fn listed_pods_raise_no_doubt() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(log.lines(), Vec::<String>::new());
     assert_eq!(server::patches(&log_api).len(), 1);
+}
+
+/// A spec change (an in-place resize, a new activeDeadlineSeconds) bumps the pod's generation:
+/// the next write carries it (the agent's conditions in `conditions` mode; the status's and
+/// every condition's in `full` mode), and the same generation again writes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_new_generation_is_written_once_in_either_mode() {
+    for mode in [StatusMode::Conditions, StatusMode::Full] {
+        let (client, handle) = api::client();
+        let _log = server::serve(handle, vec![], vec![]);
+        let (mut m, _h) = StatusManager::new(
+            client,
+            StatusConfig::new("node-1", mode),
+            ReconcileHandle::detached(),
+        );
+        let v = view(vec![cv("app", 0, Running)]);
+        m.state.insert(
+            v.uid,
+            PodState {
+                view: Some(v.clone()),
+                ..Default::default()
+            },
+        );
+        let mut p = app_pod();
+        let mut written = 0;
+        for (generation, writes) in [(1, true), (1, false), (2, true), (2, false)] {
+            p.metadata.generation = Some(generation);
+            m.write(&v, &Arc::new(p.clone()), SystemTime::now());
+            let st = m.state.get_mut(&v.uid).unwrap();
+            let sent = st.submitted.clone().expect("submitted");
+            written += usize::from(writes);
+            assert_eq!(
+                StatusStats::get(&m.stats.submitted),
+                written as u64,
+                "{mode}: generation {generation}"
+            );
+            // The API accepted it: the pod holds what was written.
+            st.written = Some(Arc::clone(&sent));
+            let status: PodStatus = match mode {
+                StatusMode::Full => serde_json::from_value((*sent).clone()).unwrap(),
+                _ => PodStatus {
+                    conditions: serde_json::from_value((*sent).clone()).unwrap(),
+                    ..Default::default()
+                },
+            };
+            let conditions = status.conditions.clone().unwrap_or_default();
+            assert!(!conditions.is_empty());
+            for c in &conditions {
+                let agents = c.type_.starts_with("observer.dev/");
+                let kubelets =
+                    crate::status::compute::KUBELET_CONDITIONS.contains(&c.type_.as_str());
+                if agents || kubelets {
+                    assert_eq!(c.observed_generation, Some(generation), "{mode}: {c:?}");
+                }
+            }
+            if mode == StatusMode::Full {
+                assert_eq!(status.observed_generation, Some(generation), "{mode}");
+            }
+            p.status = Some(status);
+        }
+    }
 }

@@ -135,7 +135,7 @@ impl StatusManager {
                     .filter(|c| !st.conditions.iter().any(|o| o.type_ == c.type_))
                     .cloned(),
             );
-            let desired = observer_conditions(pod.spec.as_ref(), view, &old, &self.types, now);
+            let desired = observer_conditions(Some(pod), view, &old, &self.types, now);
             let normal = serde_json::to_value(&desired).map_err(crate::kube::KubeError::from);
             // What the API has: the reflector's copy, but this manager's conditions as the API
             // last accepted them and the fast path's False once the API accepted it. The
