@@ -1,6 +1,6 @@
 //! A recording stand-in for the Kubernetes API server, kept only for what the real one-node
 //! cluster (tests/src/cluster.rs) cannot do on demand: answer 409, 429 or 500, refuse a
-//! connection, hang mid-request, or count every byte the agent sends with no audit-log delay (the
+//! connection, hang mid-request, answer without end ([`Hostile`]), or count every byte the agent sends with no audit-log delay (the
 //! fault suite, the api_path and footprint benches). Everything a real API server can show runs
 //! against the real one (tests/tests/cluster.rs). It is a recorder, not an API server: it serves the pods
 //! the test gives it (list, get, and a watch that stays open), the discovery documents a client
@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 pub struct Recorded {
     /// Its place in the order of arrival (0, 1, ...).
     pub seq: usize,
-    /// What the stand-in answered.
+    /// What the stand-in answered (0: no answer that ends: held, or [`Hostile`]).
     pub code: u16,
     /// When its headers had arrived.
     pub at: std::time::SystemTime,
@@ -68,6 +68,77 @@ struct State {
     /// While true, writes are recorded (code 0) and held unanswered: a hung API server. Released,
     /// they are answered 504.
     hang: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How the fast path's own writes are answered, when not as a server would.
+    hostile: Option<Hostile>,
+    hostile_counts: Arc<HostileCounts>,
+}
+
+/// An answer to the fast path's writes (its own connections: `User-Agent: observer/…`) that a
+/// client must not read without end: a broken server, or something on the way. The status
+/// manager's writes are answered as the API would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hostile {
+    /// 200, chunked, a body that never ends.
+    EndlessChunked,
+    /// 200 with a `Content-Length` of 1 TiB, and a body to match.
+    HugeContentLength,
+    /// A head of 4 MiB (one header), then a body that never ends.
+    HugeHead,
+}
+
+/// What the hostile answers came to.
+#[derive(Debug, Default)]
+struct HostileCounts {
+    /// Body bytes handed to the connection.
+    sent: std::sync::atomic::AtomicU64,
+    /// Hostile answers whose connection ended (the client hung up: nothing else ends them).
+    ended: std::sync::atomic::AtomicU64,
+}
+
+/// Counts a hostile answer's end when the connection drops its body.
+struct EndOf(Arc<HostileCounts>);
+
+impl Drop for EndOf {
+    fn drop(&mut self) {
+        self.0
+            .ended
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The hostile answer of `kind`: its body runs until the client hangs up.
+fn hostile_answer(kind: Hostile, counts: Arc<HostileCounts>) -> Response<Body> {
+    let piece = Bytes::from(vec![b' '; 16 << 10]);
+    let end = EndOf(Arc::clone(&counts));
+    let endless = futures::stream::repeat_with(move || {
+        let _ = &end;
+        counts
+            .sent
+            .fetch_add(piece.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok::<_, Infallible>(Frame::data(piece.clone()))
+    });
+    let mut r = Response::new(StreamBody::new(endless).boxed());
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    match kind {
+        Hostile::EndlessChunked => {}
+        Hostile::HugeContentLength => {
+            h.insert(
+                hyper::header::CONTENT_LENGTH,
+                hyper::header::HeaderValue::from(1u64 << 40),
+            );
+        }
+        Hostile::HugeHead => {
+            let pad = Bytes::from(vec![b'a'; 4 << 20]);
+            if let Ok(v) = hyper::header::HeaderValue::from_maybe_shared(pad) {
+                h.insert("x-stand-in-padding", v);
+            }
+        }
+    }
+    r
 }
 
 impl State {
@@ -271,6 +342,16 @@ async fn handle(
         }
         (Method::PATCH | Method::POST | Method::PUT, _) => {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let hostile = {
+                let st = state.lock().expect("state");
+                st.hostile
+                    .filter(|_| user_agent.starts_with("observer/"))
+                    .map(|h| (h, Arc::clone(&st.hostile_counts)))
+            };
+            if let Some((kind, counts)) = hostile {
+                state.lock().expect("state").record(recorded(0, body));
+                return hostile_answer(kind, counts);
+            }
             let hang = state.lock().expect("state").hang.clone();
             if let Some(mut hang) = hang.filter(|h| *h.borrow()) {
                 state.lock().expect("state").record(recorded(0, body));
@@ -329,6 +410,10 @@ async fn handle(
                         },
                         &ev,
                     )
+                }
+                // A pod's report (server-side apply): taken as the API would store it.
+                ["apis", "observer.dev", "v1alpha1", "namespaces", _, "podreports", _] => {
+                    respond(StatusCode::OK, &body)
                 }
                 _ => respond(
                     StatusCode::NOT_FOUND,
@@ -506,6 +591,20 @@ impl ApiStandIn {
         self.state.lock().expect("state").refuse = code;
     }
 
+    /// Answer the fast path's own writes with `kind` from now on (`None`: as the API would).
+    pub fn hostile_fast_writes(&self, kind: Option<Hostile>) {
+        self.state.lock().expect("state").hostile = kind;
+    }
+
+    /// Hostile answers whose connection the client hung up, and the body bytes handed to
+    /// their connections by then (the socket's buffers hold some of them).
+    pub fn hostile_ended(&self) -> (u64, u64) {
+        let st = self.state.lock().expect("state");
+        let c = &st.hostile_counts;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        (load(&c.ended), load(&c.sent))
+    }
+
     /// The pod as the stand-in serves it now (with the conditions written to it).
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
         self.state
@@ -600,5 +699,61 @@ mod tests {
             ])
         );
         assert_eq!(pod["metadata"]["resourceVersion"], "5");
+    }
+
+    /// Each hostile answer is what it says on the wire, to the fast path's writes only; its
+    /// end is counted once the client hangs up.
+    #[tokio::test]
+    async fn hostile_answers_are_what_they_say_to_the_fast_path_only() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let api = ApiStandIn::start().await.unwrap();
+        let patch = |agent: &str| {
+            format!("PATCH /api/v1/namespaces/default/pods/p/status HTTP/1.1\r\nHost: x\r\nUser-Agent: {agent}\r\nContent-Length: 2\r\n\r\n{{}}")
+        };
+        // The head, as far as 64 KiB of it.
+        let head = |agent: String| {
+            let addr = api.addr;
+            async move {
+                let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+                c.write_all(agent.as_bytes()).await.unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                while got.len() < 64 << 10 && !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = c.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                    got.extend_from_slice(&buf[..n]);
+                }
+                String::from_utf8_lossy(&got).to_ascii_lowercase()
+            }
+        };
+        for (kind, says) in [
+            (Hostile::EndlessChunked, "transfer-encoding: chunked\r\n"),
+            (
+                Hostile::HugeContentLength,
+                "content-length: 1099511627776\r\n",
+            ),
+            (Hostile::HugeHead, "x-stand-in-padding: aaaaaaaa"),
+        ] {
+            api.hostile_fast_writes(Some(kind));
+            let (ended, _) = api.hostile_ended();
+            let h = head(patch("observer/0.1.0")).await;
+            assert!(
+                h.starts_with("http/1.1 200 ok\r\n") && h.contains(says),
+                "{kind:?}: {h:.300}"
+            );
+            // The connection is dropped with the head read: the answer ends.
+            let over = crate::poll_until_async(Duration::from_secs(10), || {
+                (api.hostile_ended().0 > ended).then_some(())
+            })
+            .await;
+            assert!(over.is_some(), "{kind:?}: its end was not counted");
+            // The status manager's write is answered as the API would (no pod: 404).
+            let h = head(patch("observer")).await;
+            assert!(
+                h.starts_with("http/1.1 404 not found\r\n"),
+                "{kind:?}: {h:.300}"
+            );
+        }
+        assert!(api.recorded().iter().filter(|r| r.code == 0).count() == 3);
     }
 }

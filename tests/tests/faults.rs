@@ -18,7 +18,11 @@
 //! - credentials rotated on disk and the API answering 401: the fast path reads them again and
 //!   its next request carries the new token;
 //! - the agent's port flooded with connections that never finish a request, from eight
-//!   addresses: `/healthz` answers, a death reaches the API, the refusals are said.
+//!   addresses: `/healthz` answers, a death reaches the API, the refusals are said;
+//! - the fast path's write answered without end (an endless chunked body, a body of a huge
+//!   length, a head of 4 MiB): the connection is dropped once the answer passed its cap, long
+//!   before the request timeout, the death is written by the status manager, the next death
+//!   still leaves the fast path at once, and the cause is said once.
 //!
 //! The ring buffer overflowing is covered by the kernel suite (tests/tests/kernel.rs).
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
@@ -32,7 +36,7 @@ use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use observer_tests::{
     agent::WAIT,
-    apiserver::{ApiStandIn, Recorded},
+    apiserver::{ApiStandIn, Hostile, Recorded},
     containerd::StopSignal,
     endpoint::{free_listen, metric, ok},
     eventually_async,
@@ -88,6 +92,9 @@ impl Agent {
             NODE.into(),
             "--cri-endpoint".into(),
             ctrd.socket().display().to_string(),
+            // A stand-in API reviews no tokens: the scrapes here are on loopback.
+            "--metrics-access".into(),
+            "open".into(),
             "--listen".into(),
             listen.to_string(),
             "--state-dir".into(),
@@ -677,4 +684,105 @@ async fn a_401_makes_the_fast_path_read_its_credentials_again() -> Result<()> {
         agent.stderr()
     );
     Ok(())
+}
+
+/// The fast path's writes answered without end (`kind`), two deaths one after the other: each
+/// connection is dropped once its answer passed the fast path's cap (1 MiB), long before the
+/// request timeout would have given it up; each death is written all the same, by the status
+/// manager; the second death leaves the fast path at once (the real-time thread is not held
+/// reading the first answer); the cause is counted, and said once.
+async fn hostile_answers_drop_the_connection(kind: Hostile) -> Result<()> {
+    let Some((scene, specs)) =
+        Scene::start_with(&["first", "second"], &["--realtime-priority", "10"]).await?
+    else {
+        return Ok(());
+    };
+    let (first, p1) = scene.alive(&specs[0], Some(3)).await?;
+    let (second, p2) = scene.alive(&specs[1], Some(4)).await?;
+    let Scene { api, agent, .. } = &scene;
+    let too_large = || metric(agent.listen, "observer_fast_path_responses_too_large_total");
+    assert_eq!(too_large(), Some(0.0), "{}", agent.stderr());
+    api.hostile_fast_writes(Some(kind));
+    for (pod, pid) in [(&first, p1), (&second, p2)] {
+        let before = api.recorded().len();
+        let (ended, _) = api.hostile_ended();
+        go(pid)?;
+        let told = std::time::SystemTime::now();
+        // The fast path's write, answered without end.
+        let hostile = api
+            .wait_for(WAIT, |r| {
+                r.seq >= before
+                    && r.code == 0
+                    && status_patch_of(r, &pod.name)
+                    && alive_status(r) == Some("False")
+                    && r.user_agent.starts_with("observer/")
+            })
+            .await
+            .with_context(|| format!("{}: no fast path write\n{}", pod.name, agent.stderr()))?;
+        let sent_after = hostile.at.duration_since(told).unwrap_or_default();
+        // Dropped by the agent: nothing else ends the answer. Well within the request timeout,
+        // which would give the connection up too, later.
+        let dropped = eventually_async(REQUEST_TIMEOUT / 2, || api.hostile_ended().0 > ended).await;
+        let (_, sent) = api.hostile_ended();
+        assert!(
+            dropped,
+            "{}: the endless answer was still read after {:?} ({sent} B)\n{}",
+            pod.name,
+            REQUEST_TIMEOUT / 2,
+            agent.stderr()
+        );
+        tracing::info!(?kind, pod = %pod.name, ?sent_after, sent, "the fast path dropped the connection");
+        // The status manager writes the death (every fast write is answered without end).
+        let written = alive_patch(api, &pod.name, "False", before, RECOVERY)
+            .await
+            .with_context(|| {
+                format!(
+                    "{}: the death never reached the API\n{}",
+                    pod.name,
+                    agent.stderr()
+                )
+            })?;
+        assert_eq!(written.user_agent, "observer", "{written:#?}");
+        assert_eq!(
+            served_alive(api, pod).map(|c| c["status"].clone()),
+            Some("False".into())
+        );
+        // Sent at once from the real-time thread, for the second death too.
+        assert!(
+            sent_after < Duration::from_secs(2),
+            "{}: the fast path wrote the death {sent_after:?} after it\n{}",
+            pod.name,
+            agent.stderr()
+        );
+        assert!(agent.healthy(), "{}", agent.stderr());
+    }
+    assert!(
+        eventually_async(WAIT, || too_large().is_some_and(|n| n >= 2.0)).await,
+        "the dropped connections were not counted: {:?}\n{}",
+        too_large(),
+        agent.stderr()
+    );
+    let said = |stderr: &str| stderr.matches("went past 1048576 bytes").count();
+    assert!(
+        eventually_async(WAIT, || said(&agent.stderr()) >= 1).await,
+        "the cause is said:\n{}",
+        agent.stderr()
+    );
+    assert_eq!(said(&agent.stderr()), 1, "said once:\n{}", agent.stderr());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_chunked_answer_drops_the_fast_connection() -> Result<()> {
+    hostile_answers_drop_the_connection(Hostile::EndlessChunked).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_content_length_drops_the_fast_connection() -> Result<()> {
+    hostile_answers_drop_the_connection(Hostile::HugeContentLength).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_cap_drops_the_fast_connection() -> Result<()> {
+    hostile_answers_drop_the_connection(Hostile::HugeHead).await
 }

@@ -12,7 +12,7 @@
 use std::{
     net::{TcpStream, ToSocketAddrs},
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicUsize, Ordering},
         mpsc, Arc,
     },
     time::Duration,
@@ -23,7 +23,7 @@ use rustls::{pki_types::ServerName, ClientConfig, ClientConnection};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use super::{
-    wire::{Conn, ConnError, Stream, Template},
+    wire::{Conn, ConnError, Part, Stream, Template, MAX_RESPONSE_BYTES},
     Tag,
 };
 use crate::kube::transport::api_message;
@@ -55,7 +55,14 @@ struct Shared {
     held: AtomicUsize,
     /// The API server answered 401: the credentials are read again before the next dial.
     refused: std::sync::atomic::AtomicBool,
+    /// A connection was dropped for an answer past the cap ([`TOO_LARGE_HEAD`] or
+    /// [`TOO_LARGE_BODY`]): said by the dialer, at normal priority (the reader's thread never
+    /// logs above debug).
+    too_large: AtomicU8,
 }
+
+const TOO_LARGE_HEAD: u8 = 1;
+const TOO_LARGE_BODY: u8 = 2;
 
 /// The reader's end: connections as they are opened.
 pub struct Dialed {
@@ -78,8 +85,15 @@ impl Dialed {
         self.wanted.ring();
     }
 
-    /// A connection was given up: the dialer opens another.
-    pub fn lost(&self) {
+    /// A connection was given up (`why`): the dialer opens another.
+    pub fn lost(&self, why: &ConnError) {
+        if let Some(part) = why.too_large() {
+            let code = match part {
+                Part::Head => TOO_LARGE_HEAD,
+                Part::Body => TOO_LARGE_BODY,
+            };
+            self.shared.too_large.store(code, Ordering::Relaxed);
+        }
         self.shared.held.fetch_sub(1, Ordering::Relaxed);
         self.wanted.ring();
     }
@@ -216,9 +230,19 @@ impl Dialer {
         let mut taken = tokio::time::Instant::now();
         let mut failures = 0u64;
         let mut reload_failed = false;
+        let mut said_too_large = false;
         // The last capture failed: taken again at the next turn, not at the next refresh.
         let mut stale = false;
         loop {
+            let too_large = self.shared.too_large.swap(0, Ordering::Relaxed);
+            if too_large != 0 && !std::mem::replace(&mut said_too_large, true) {
+                let part = if too_large == TOO_LARGE_HEAD {
+                    "head"
+                } else {
+                    "body"
+                };
+                tracing::warn!("the API server answered the fast status path with a response whose {part} went past {MAX_RESPONSE_BYTES} bytes: the connection was dropped and its deaths left to the status manager (said once; counted in observer_fast_path_responses_too_large_total; check what answers for the API server)");
+            }
             let refused = self.shared.refused.swap(false, Ordering::Relaxed);
             if refused || taken.elapsed() >= REFRESH {
                 if refused {

@@ -81,6 +81,8 @@ pub struct FastStats {
     /// Patches accepted by the API, and those that were not (the normal path writes them).
     pub written: AtomicU64,
     pub failed: AtomicU64,
+    /// Connections dropped because an answer went past [`wire::MAX_RESPONSE_BYTES`].
+    pub too_large: AtomicU64,
     /// From the kernel's exit to the request written, observed at normal priority.
     pub write_latency: crate::exposition::Latency,
 }
@@ -103,6 +105,7 @@ impl FastStats {
             ("fast_path_waited", "Deaths that waited for one of the fast path's request slots (a burst: gated pods' first)", g(&self.waited)),
             ("fast_path_writes", "ContainersAlive=False patches of the fast path the API accepted", g(&self.written)),
             ("fast_path_write_errors", "Fast status writes not accepted (the status manager writes them)", g(&self.failed)),
+            ("fast_path_responses_too_large", "Connections of the fast path dropped because an answer of the API server went past 1 MiB (their deaths went to the status manager)", g(&self.too_large)),
         ] {
             crate::exposition::counter(e, name, help, v)?;
         }
@@ -494,10 +497,13 @@ impl FastDeaths {
     fn give_up(&mut self, i: usize, why: &wire::ConnError) {
         let conn = self.conns.swap_remove(i);
         tracing::debug!("fast status path: connection given up: {why}");
+        if why.too_large().is_some() {
+            bump(&self.decider.stats.too_large);
+        }
         for tag in conn.into_unanswered() {
             self.unanswered(tag);
         }
-        self.dialed.lost();
+        self.dialed.lost(why);
         if self.conns.is_empty() {
             self.decider.ledger.writer_running(false);
         }
@@ -728,7 +734,7 @@ fn decide_in_full(
             return None;
         }
         let old: Vec<PodCondition> = known.cloned().into_iter().collect();
-        let desired = observer_conditions(pod.spec.as_ref(), &dead, &old, &cfg.types, now);
+        let desired = observer_conditions(Some(pod), &dead, &old, &cfg.types, now);
         desired
             .into_iter()
             .find(|c| c.type_ == cfg.types.alive)

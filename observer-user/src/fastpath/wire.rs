@@ -8,7 +8,8 @@
 //! about 250 µs of the 360 µs from the kernel's exit to the wire on a busy node. What the fast
 //! path sends is narrow (a PATCH with a body, and a GET to keep the connection alive, both
 //! HTTP/1.1 with a known length), so its framing is small: the request head is written here,
-//! responses are parsed with `httparse`, and TLS is rustls with kube's own configuration.
+//! responses are framed as their bytes arrive ([`Framer`], with `httparse`; one past
+//! [`MAX_RESPONSE_BYTES`] drops the connection), and TLS is rustls with kube's own configuration.
 //!
 //! Requests are pipelined (HTTP/1.1 answers them in order): a death never waits for another's
 //! answer to be written. A connection is non-blocking throughout; the reader's poll(2) waits on
@@ -142,10 +143,16 @@ impl Stream {
         }
     }
 
-    /// Appends what arrived to `into`: all of it on a non-blocking socket, the first read's on
-    /// a blocking one (`once`). Says whether the connection is still open, and whether the
-    /// socket gave anything (a blocking socket's read timeout passed when it did not).
-    fn receive(&mut self, into: &mut Vec<u8>, once: bool) -> io::Result<(bool, bool)> {
+    /// Hands what arrived to `sink`, a read at a time: all of it on a non-blocking socket, the
+    /// first read's on a blocking one (`once`). Says whether the connection is still open, and
+    /// whether the socket gave anything (a blocking socket's read timeout passed when it did
+    /// not). The sink's error ends the reading at once: a server that sends without end holds
+    /// the thread no longer than the sink takes to refuse it.
+    fn receive(
+        &mut self,
+        once: bool,
+        mut sink: impl FnMut(&[u8]) -> Result<(), ConnError>,
+    ) -> Result<(bool, bool), ConnError> {
         let mut buf = [0u8; 8192];
         let mut got = false;
         match self {
@@ -154,14 +161,14 @@ impl Stream {
                     Ok(0) => return Ok((false, true)),
                     Ok(n) => {
                         got = true;
-                        into.extend_from_slice(&buf[..n]);
+                        sink(&buf[..n])?;
                         if once {
                             return Ok((true, got));
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((true, got)),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             },
             Stream::Tls(t) => {
@@ -180,7 +187,7 @@ impl Stream {
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e),
+                        Err(e) => return Err(e.into()),
                     };
                     c.process_new_packets().map_err(io::Error::other)?;
                     // Drained after every read: rustls takes no more records while its plaintext
@@ -191,14 +198,14 @@ impl Stream {
                                 open = false;
                                 break;
                             }
-                            Ok(n) => into.extend_from_slice(&buf[..n]),
+                            Ok(n) => sink(&buf[..n])?,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                             // Closed without close_notify.
                             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                                 open = false;
                                 break;
                             }
-                            Err(e) => return Err(e),
+                            Err(e) => return Err(e.into()),
                         }
                     }
                     if !open || read == 0 || once {
@@ -215,8 +222,16 @@ impl Stream {
     }
 }
 
+/// The most one answer may take on the wire: its head and body, with the interim (1xx) answers
+/// before it. What the fast path is answered is a Pod (a few KiB, rarely a few hundred) or a
+/// Status; past this the server (or something on the way) is not answering what was asked, and
+/// the connection is dropped rather than read without end on the real-time thread (its
+/// requests go to the status manager, as on any lost connection). It bounds what a connection
+/// holds too: a head, a kept body, a chunk-size line each fit in it.
+pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
 /// One response, framed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
     /// Seconds, as `Retry-After` gave them.
@@ -227,37 +242,223 @@ pub struct Response {
     pub close: bool,
 }
 
+/// Which part of an answer went past [`MAX_RESPONSE_BYTES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Head,
+    Body,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Head => "head",
+            Part::Body => "body",
+        })
+    }
+}
+
 /// A response that is not HTTP/1.1 the fast path can read: the connection is given up.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("malformed HTTP response: {0}")]
     Head(#[from] httparse::Error),
+    #[error("malformed HTTP response: its head does not parse where it ends")]
+    HeadEnd,
     #[error("malformed chunk in an HTTP response")]
     Chunk,
     #[error("HTTP response body without a length")]
     NoLength,
+    #[error(
+        "an HTTP response larger than {} bytes (its {part} went past)",
+        MAX_RESPONSE_BYTES
+    )]
+    TooLarge { part: Part },
 }
 
-/// The first complete response in `buf` and its length in bytes; `None` while incomplete.
-/// Informational (1xx) answers are skipped.
-pub(crate) fn frame(buf: &[u8]) -> Result<Option<(Response, usize)>, FrameError> {
-    let mut at = 0;
-    loop {
+/// Where the framer is in the answer it reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum State {
+    /// The head, up to its blank line: how much of that line ending is seen (0: within a
+    /// line, 1: after a line's `\n`, 2: after `\n\r`).
+    #[default]
+    Head,
+    /// A body of known length: the bytes still to come.
+    Length(usize),
+    /// A chunk's size line (gathered in `line`).
+    ChunkSize,
+    /// A chunk's data still to come.
+    ChunkData(usize),
+    /// The CRLF after a chunk's data: how much of it came.
+    ChunkEnd(usize),
+    /// The trailers after the last chunk: whether the line so far has more than `\r`.
+    Trailers { content: bool },
+}
+
+/// Answers framed as their bytes arrive, whatever the reads' sizes: the head's end is looked
+/// for in new bytes only and the head parsed once, a body is counted (kept only when the answer
+/// is not 2xx) and a chunked one decoded as it comes. Each byte is looked at a bounded number
+/// of times, so a large answer arriving in small reads costs its length, not its length
+/// squared; an answer past [`MAX_RESPONSE_BYTES`] is an error before more of it is looked at.
+#[derive(Debug, Default)]
+pub(crate) struct Framer {
+    state: State,
+    /// In [`State::Head`]: how much of the blank line that ends it was seen.
+    blank: u8,
+    /// The head so far, then a chunk-size line so far.
+    line: Vec<u8>,
+    /// The answer as its head gave it, its body as it comes.
+    answer: Response,
+    /// Whether the body is kept.
+    keep: bool,
+    /// The answer's bytes so far (its interim answers' included).
+    taken: usize,
+}
+
+impl Framer {
+    /// Frames from the front of `data`, taking what it reads: the next answer once it is
+    /// complete (call again for the rest of `data`); `None` when `data` is used up within one.
+    /// After an error nothing more is to be read on the connection.
+    pub(crate) fn next(&mut self, data: &mut &[u8]) -> Result<Option<Response>, FrameError> {
+        while !data.is_empty() {
+            match self.state {
+                State::Head => {
+                    let mut end = None;
+                    for (i, &b) in data.iter().enumerate() {
+                        self.blank = match (b, self.blank) {
+                            (b'\n', 1 | 2) => {
+                                end = Some(i + 1);
+                                break;
+                            }
+                            (b'\n', _) => 1,
+                            (b'\r', 1) => 2,
+                            _ => 0,
+                        };
+                    }
+                    let part = self.take(data, end.unwrap_or(data.len()), Part::Head)?;
+                    self.line.extend_from_slice(part);
+                    if end.is_some() {
+                        self.blank = 0;
+                        if let Some(r) = self.head()? {
+                            return Ok(Some(r));
+                        }
+                    }
+                }
+                State::Length(left) => {
+                    let part = self.take(data, left.min(data.len()), Part::Body)?;
+                    if self.keep {
+                        self.answer.body.extend_from_slice(part);
+                    }
+                    if left == part.len() {
+                        return Ok(Some(self.done()));
+                    }
+                    self.state = State::Length(left - part.len());
+                }
+                State::ChunkSize => {
+                    let eol = data.iter().position(|&b| b == b'\n');
+                    let part = self.take(data, eol.map_or(data.len(), |i| i + 1), Part::Body)?;
+                    self.line.extend_from_slice(part);
+                    if eol.is_some() {
+                        let size = match httparse::parse_chunk_size(&self.line) {
+                            Ok(httparse::Status::Complete((n, size))) if n == self.line.len() => {
+                                size
+                            }
+                            _ => return Err(FrameError::Chunk),
+                        };
+                        self.line.clear();
+                        // A size past the cap is refused before its data comes.
+                        let size = usize::try_from(size)
+                            .ok()
+                            .filter(|s| self.taken.saturating_add(*s) <= MAX_RESPONSE_BYTES)
+                            .ok_or(FrameError::TooLarge { part: Part::Body })?;
+                        self.state = if size == 0 {
+                            State::Trailers { content: false }
+                        } else {
+                            State::ChunkData(size)
+                        };
+                    }
+                }
+                State::ChunkData(left) => {
+                    let part = self.take(data, left.min(data.len()), Part::Body)?;
+                    if self.keep {
+                        self.answer.body.extend_from_slice(part);
+                    }
+                    self.state = match left - part.len() {
+                        0 => State::ChunkEnd(0),
+                        left => State::ChunkData(left),
+                    };
+                }
+                State::ChunkEnd(seen) => {
+                    let b = self.take(data, 1, Part::Body)?[0];
+                    if b != b"\r\n"[seen] {
+                        return Err(FrameError::Chunk);
+                    }
+                    self.state = if seen == 0 {
+                        State::ChunkEnd(1)
+                    } else {
+                        State::ChunkSize
+                    };
+                }
+                State::Trailers { mut content } => {
+                    let mut end = None;
+                    for (i, &b) in data.iter().enumerate() {
+                        match b {
+                            b'\n' if !content => {
+                                end = Some(i + 1);
+                                break;
+                            }
+                            b'\n' => content = false,
+                            b'\r' => {}
+                            _ => content = true,
+                        }
+                    }
+                    self.take(data, end.unwrap_or(data.len()), Part::Body)?;
+                    if end.is_some() {
+                        return Ok(Some(self.done()));
+                    }
+                    self.state = State::Trailers { content };
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first `n` bytes of `data`, counted against the cap.
+    fn take<'a>(
+        &mut self,
+        data: &mut &'a [u8],
+        n: usize,
+        part: Part,
+    ) -> Result<&'a [u8], FrameError> {
+        self.taken += n;
+        if self.taken > MAX_RESPONSE_BYTES {
+            return Err(FrameError::TooLarge { part });
+        }
+        let (taken, rest) = data.split_at(n);
+        *data = rest;
+        Ok(taken)
+    }
+
+    /// The head is in `line`, whole: what its answer is and how its body comes. The answer, if
+    /// it has no body.
+    fn head(&mut self) -> Result<Option<Response>, FrameError> {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut r = httparse::Response::new(&mut headers);
-        let httparse::Status::Complete(head) = r.parse(&buf[at..])? else {
-            return Ok(None);
-        };
+        match r.parse(&self.line)? {
+            httparse::Status::Complete(n) if n == self.line.len() => {}
+            _ => return Err(FrameError::HeadEnd),
+        }
         let status = r.code.unwrap_or(0);
         if (100..200).contains(&status) {
-            at += head;
-            continue;
+            // Interim: the answer follows (and counts against the same cap).
+            self.line.clear();
+            return Ok(None);
         }
         let (mut length, mut chunked, mut close, mut retry_after) = (None, false, false, None);
         for h in r.headers.iter() {
             let v = std::str::from_utf8(h.value).unwrap_or("").trim();
             if h.name.eq_ignore_ascii_case("content-length") {
-                length = Some(v.parse::<usize>().map_err(|_| FrameError::NoLength)?);
+                length = Some(v.parse::<u64>().map_err(|_| FrameError::NoLength)?);
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = v.to_ascii_lowercase().ends_with("chunked");
             } else if h.name.eq_ignore_ascii_case("connection") {
@@ -269,76 +470,40 @@ pub(crate) fn frame(buf: &[u8]) -> Result<Option<(Response, usize)>, FrameError>
         if r.version == Some(0) {
             close = true;
         }
-        let keep = !(200..300).contains(&status);
-        let start = at + head;
-        let no_body = status == 204 || status == 304;
-        let (body, end) = if no_body {
-            (Vec::new(), start)
-        } else if chunked {
-            match dechunk(&buf[start..], keep)? {
-                Some((body, n)) => (body, start + n),
-                None => return Ok(None),
-            }
-        } else if let Some(n) = length {
-            if buf.len() < start + n {
-                return Ok(None);
-            }
-            let body = if keep {
-                buf[start..start + n].to_vec()
-            } else {
-                Vec::new()
-            };
-            (body, start + n)
-        } else {
-            // Only the connection's end would say where it ends.
-            return Err(FrameError::NoLength);
+        self.line.clear();
+        self.keep = !(200..300).contains(&status);
+        self.answer = Response {
+            status,
+            retry_after,
+            body: Vec::new(),
+            close,
         };
-        return Ok(Some((
-            Response {
-                status,
-                retry_after,
-                body,
-                close,
-            },
-            end,
-        )));
-    }
-}
-
-/// A chunked body at the start of `buf`: its bytes (when `keep`) and its length on the wire.
-fn dechunk(buf: &[u8], keep: bool) -> Result<Option<(Vec<u8>, usize)>, FrameError> {
-    let mut at = 0;
-    let mut body = Vec::new();
-    loop {
-        let (head, size) = match httparse::parse_chunk_size(&buf[at..]) {
-            Ok(httparse::Status::Complete(c)) => c,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(FrameError::Chunk),
-        };
-        let size = usize::try_from(size).map_err(|_| FrameError::Chunk)?;
-        at += head;
-        if size == 0 {
-            // Trailers, if any, then the empty line.
-            loop {
-                let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
-                    return Ok(None);
-                };
-                at += eol + 2;
-                if eol == 0 {
-                    return Ok(Some((body, at)));
-                }
-            }
+        if status == 204 || status == 304 {
+            return Ok(Some(self.done()));
         }
-        if buf.len() < at + size + 2 {
+        if chunked {
+            self.state = State::ChunkSize;
             return Ok(None);
         }
-        if keep {
-            body.extend_from_slice(&buf[at..at + size]);
+        // Only the connection's end would say where it ends.
+        let length = length.ok_or(FrameError::NoLength)?;
+        // A length past the cap is refused before its body comes.
+        let length = usize::try_from(length)
+            .ok()
+            .filter(|l| self.taken.saturating_add(*l) <= MAX_RESPONSE_BYTES)
+            .ok_or(FrameError::TooLarge { part: Part::Body })?;
+        if length == 0 {
+            return Ok(Some(self.done()));
         }
-        if &buf[at + size..at + size + 2] != b"\r\n" {
-            return Err(FrameError::Chunk);
-        }
-        at += size + 2;
+        self.state = State::Length(length);
+        Ok(None)
+    }
+
+    /// The answer is complete: the next starts.
+    fn done(&mut self) -> Response {
+        self.state = State::Head;
+        self.taken = 0;
+        std::mem::take(&mut self.answer)
     }
 }
 
@@ -357,11 +522,22 @@ pub enum ConnError {
     Unasked,
 }
 
+impl ConnError {
+    /// The answer went past [`MAX_RESPONSE_BYTES`]: which part of it.
+    pub fn too_large(&self) -> Option<Part> {
+        match self {
+            ConnError::Frame(FrameError::TooLarge { part }) => Some(*part),
+            _ => None,
+        }
+    }
+}
+
 /// A connection with its requests in flight, oldest first (`T` says what each was for).
 pub struct Conn<T> {
     stream: Stream,
     out: Vec<u8>,
-    inbuf: Vec<u8>,
+    /// What arrived is framed at once: no answer's bytes wait in a buffer of their own.
+    framer: Framer,
     pending: VecDeque<(T, Instant)>,
     /// When the last request was written, or the last answer read.
     used: Instant,
@@ -374,7 +550,7 @@ impl<T> Conn<T> {
         Self {
             stream,
             out: Vec::new(),
-            inbuf: Vec::new(),
+            framer: Framer::default(),
             pending: VecDeque::new(),
             used: Instant::now(),
             closing: false,
@@ -450,15 +626,18 @@ impl<T> Conn<T> {
             }
         }
         if readable {
-            let open = match self.stream.receive(&mut self.inbuf, false) {
-                Ok((open, _)) => open,
-                Err(e) => return (answered, Some(e.into())),
-            };
-            if let Err(e) = self.answers(&mut answered) {
-                return (answered, Some(e));
+            let (framer, pending, closing) =
+                (&mut self.framer, &mut self.pending, &mut self.closing);
+            let received = self.stream.receive(false, |data| {
+                answers(framer, pending, closing, &mut answered, data)
+            });
+            if !answered.is_empty() {
+                self.used = Instant::now();
             }
-            if !open {
-                return (answered, Some(ConnError::Closed));
+            match received {
+                Ok((true, _)) => {}
+                Ok((false, _)) => return (answered, Some(ConnError::Closed)),
+                Err(e) => return (answered, Some(e)),
             }
         }
         // No way to take back a pipelined request: the connection goes.
@@ -483,32 +662,22 @@ impl<T> Conn<T> {
         self.stream.flush(&mut self.out)?;
         loop {
             let mut answered = Vec::new();
-            self.answers(&mut answered)?;
+            let (framer, pending, closing) =
+                (&mut self.framer, &mut self.pending, &mut self.closing);
+            let received = self.stream.receive(true, |data| {
+                answers(framer, pending, closing, &mut answered, data)
+            })?;
             if let Some(a) = answered.into_iter().next() {
+                self.used = Instant::now();
                 return Ok(a);
             }
-            match self.stream.receive(&mut self.inbuf, true)? {
+            match received {
                 (false, _) => return Err(ConnError::Closed),
                 // The socket's read timeout passed with nothing.
                 (true, false) => return Err(ConnError::Timeout),
                 (true, true) => {}
             }
         }
-    }
-
-    fn answers(&mut self, answered: &mut Vec<(T, Response)>) -> Result<(), ConnError> {
-        let mut used = 0;
-        while let Some((r, n)) = frame(&self.inbuf[used..])? {
-            used += n;
-            let (tag, _) = self.pending.pop_front().ok_or(ConnError::Unasked)?;
-            self.closing |= r.close;
-            answered.push((tag, r));
-        }
-        if used > 0 {
-            self.inbuf.drain(..used);
-            self.used = Instant::now();
-        }
-        Ok(())
     }
 
     /// Whether it is to be dropped: the server closes it and nothing is in flight.
@@ -530,6 +699,23 @@ impl<T> Conn<T> {
     }
 }
 
+/// Frames `data` (what was read next) and pairs each answer with the oldest request. An answer
+/// nobody asked for is an error at once: a server sending answers without end is not read on.
+fn answers<T>(
+    framer: &mut Framer,
+    pending: &mut VecDeque<(T, Instant)>,
+    closing: &mut bool,
+    answered: &mut Vec<(T, Response)>,
+    mut data: &[u8],
+) -> Result<(), ConnError> {
+    while let Some(r) = framer.next(&mut data)? {
+        let (tag, _) = pending.pop_front().ok_or(ConnError::Unasked)?;
+        *closing |= r.close;
+        answered.push((tag, r));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -541,29 +727,75 @@ pub(crate) mod tests {
         )
     }
 
+    const CHUNKED_409: &str = "HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\nRetry-After: 3\r\n\r\n5\r\n{\"mes\r\n10;ext=1\r\nsage\":\"conflict\"\r\n1\r\n}\r\n0\r\nX-Trailer: y\r\n\r\n";
+
+    /// What `parts` frame to, fed one after another, and whether the framer was left between
+    /// answers; an error as its message.
+    fn frame_parts<'a>(
+        parts: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(Vec<Response>, bool), String> {
+        let mut f = Framer::default();
+        let mut got = Vec::new();
+        for mut part in parts {
+            while let Some(r) = f.next(&mut part).map_err(|e| format!("{e:?}"))? {
+                got.push(r);
+            }
+            assert!(part.is_empty(), "a part left unread");
+        }
+        let between = f.state == State::Head && f.line.is_empty() && f.taken == 0;
+        Ok((got, between))
+    }
+
+    /// Answers the fast path meets, in a row: interim, 2xx with a length, non-2xx chunked with
+    /// extensions and trailers, 204 closing.
+    fn pipelined() -> Vec<u8> {
+        [
+            "HTTP/1.1 100 Continue\r\n\r\n".to_string(),
+            ok("{\"kind\":\"Pod\"}"),
+            CHUNKED_409.to_string(),
+            "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n".to_string(),
+        ]
+        .concat()
+        .into_bytes()
+    }
+
+    /// Every wire of the split tests: what it frames to in one piece.
+    fn wires() -> Vec<Vec<u8>> {
+        let boom = "{\"kind\":\"Status\",\"message\":\"boom\"}";
+        let mut many_chunks =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n".to_vec();
+        for i in 0..40 {
+            many_chunks.extend_from_slice(
+                format!("{:x}\r\n{}\r\n", i % 7 + 1, &"abcdefg"[..i % 7 + 1]).as_bytes(),
+            );
+        }
+        many_chunks.extend_from_slice(b"0\r\n\r\n");
+        vec![
+            pipelined(),
+            format!(
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\n\r\n{boom}{}",
+                boom.len(),
+                ok("{}")
+            )
+            .into_bytes(),
+            // HTTP/1.0 closes; bare `\n` line ends; a zero length.
+            b"HTTP/1.0 401 Unauthorized\nContent-Length: 2\n\nnoHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            many_chunks,
+            // Malformed, part of the way in: the same error wherever the cut.
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd".to_vec(),
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+            b"HTTP/1.1 200 OK\r\n\r\n{}".to_vec(),
+            b"garbage\r\n\r\n".to_vec(),
+        ]
+    }
+
     /// Pipelined answers, cut anywhere: each comes out whole, once, in order.
     #[test]
     fn pipelined_answers_are_framed_whatever_the_cut() {
-        let chunked = "HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\nRetry-After: 3\r\n\r\n5\r\n{\"mes\r\n10;ext=1\r\nsage\":\"conflict\"\r\n1\r\n}\r\n0\r\nX-Trailer: y\r\n\r\n";
-        let wire = [
-            "HTTP/1.1 100 Continue\r\n\r\n".to_string(),
-            ok("{\"kind\":\"Pod\"}"),
-            chunked.to_string(),
-            "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n".to_string(),
-        ]
-        .concat();
-        let wire = wire.as_bytes();
-        for cut in 0..wire.len() {
-            let mut buf = Vec::new();
-            let mut got = Vec::new();
-            for part in [&wire[..cut], &wire[cut..]] {
-                buf.extend_from_slice(part);
-                while let Some((r, n)) = frame(&buf).unwrap() {
-                    buf.drain(..n);
-                    got.push(r);
-                }
-            }
-            assert!(buf.is_empty(), "cut at {cut}: {:?} left", buf.len());
+        let wire = pipelined();
+        for cut in 0..=wire.len() {
+            let (got, between) = frame_parts([&wire[..cut], &wire[cut..]]).unwrap();
+            assert!(between, "cut at {cut}: an answer left half read");
             let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
             assert_eq!(statuses, [200, 409, 204], "cut at {cut}");
             assert!(got[0].body.is_empty(), "a 2xx body is not kept");
@@ -573,14 +805,257 @@ pub(crate) mod tests {
         }
     }
 
+    /// Split at every byte boundary, fed a byte at a time, cut at two places: the same answers
+    /// (or the same error) as the wire framed in one piece.
+    #[test]
+    fn a_split_frames_as_one_piece_does() {
+        for wire in wires() {
+            let one = frame_parts([&wire[..]]);
+            let what = String::from_utf8_lossy(&wire).into_owned();
+            for cut in 0..=wire.len() {
+                assert_eq!(
+                    frame_parts([&wire[..cut], &wire[cut..]]),
+                    one,
+                    "{what:?} cut at {cut}"
+                );
+            }
+            assert_eq!(
+                frame_parts(wire.chunks(1)),
+                one,
+                "{what:?} a byte at a time"
+            );
+            for a in (0..=wire.len()).step_by(3) {
+                for b in (a..=wire.len()).step_by(5) {
+                    let parts = [&wire[..a], &wire[a..b], &wire[b..]];
+                    assert_eq!(frame_parts(parts), one, "{what:?} cut at {a} and {b}");
+                }
+            }
+        }
+        // And what that is, for the well-formed ones.
+        let (got, _) = frame_parts([&wires()[2][..]]).unwrap();
+        assert_eq!(
+            got,
+            [
+                Response {
+                    status: 401,
+                    retry_after: None,
+                    body: b"no".to_vec(),
+                    close: true
+                },
+                Response {
+                    status: 200,
+                    ..Response::default()
+                }
+            ]
+        );
+        let (got, _) = frame_parts([&wires()[3][..]]).unwrap();
+        assert_eq!(
+            got,
+            [Response {
+                status: 200,
+                ..Response::default()
+            }]
+        );
+    }
+
     #[test]
     fn what_cannot_be_framed_is_an_error() {
-        assert!(frame(b"HTTP/1.1 200 OK\r\n\r\n{}").is_err(), "no length");
-        assert!(frame(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
-        assert!(frame(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
-        assert!(frame(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd").is_err());
-        assert!(frame(b"garbage\r\n\r\n").is_err());
-        assert!(frame(b"HTTP/1.1 200 OK\r\nContent-Len").unwrap().is_none());
+        let err = |w: &[u8]| frame_parts([w]).unwrap_err();
+        assert!(
+            err(b"HTTP/1.1 200 OK\r\n\r\n{}").contains("NoLength"),
+            "no length"
+        );
+        assert!(err(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").contains("NoLength"));
+        assert!(
+            err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").contains("Chunk")
+        );
+        assert!(
+            err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd")
+                .contains("Chunk")
+        );
+        assert!(
+            err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x\nab\r\n")
+                .contains("Chunk")
+        );
+        assert!(err(b"garbage\r\n\r\n").contains("Head"));
+        assert_eq!(
+            frame_parts([&b"HTTP/1.1 200 OK\r\nContent-Len"[..]]),
+            Ok((Vec::new(), false))
+        );
+    }
+
+    /// `n` bytes of a chunked answer's body in chunks of `chunk`, as a server that never ends
+    /// it sends them.
+    fn endless_chunks(chunk: usize) -> Vec<u8> {
+        let mut c = format!("{chunk:x}\r\n").into_bytes();
+        c.resize(c.len() + chunk, b' ');
+        c.extend_from_slice(b"\r\n");
+        c
+    }
+
+    /// Feeds `head` then `piece` again and again in reads of 8 KiB until the framer refuses:
+    /// the error and the bytes fed by then.
+    fn feed_until_refused(head: &[u8], piece: &[u8]) -> (FrameError, usize) {
+        let mut f = Framer::default();
+        let mut wire = head.to_vec();
+        let mut fed = 0;
+        loop {
+            while wire.len() < 8192 {
+                wire.extend_from_slice(piece);
+            }
+            let mut read = &wire[..8192];
+            match f.next(&mut read) {
+                Ok(None) => {}
+                Ok(Some(r)) => panic!("an endless answer was framed: {r:?}"),
+                Err(e) => return (e, fed),
+            }
+            fed += 8192;
+            wire.drain(..8192);
+            assert!(fed <= 2 * MAX_RESPONSE_BYTES, "read on past the cap");
+            assert!(
+                f.line.len() <= MAX_RESPONSE_BYTES && f.answer.body.len() <= MAX_RESPONSE_BYTES
+            );
+        }
+    }
+
+    /// An answer that does not end (a body, a head, a line, interim answers) is refused once
+    /// it went past the cap, and no later: nothing past it is looked at, what is held stays
+    /// under it.
+    #[test]
+    fn an_endless_answer_is_refused_at_the_cap() {
+        let too_large = |part| move |e: &FrameError| matches!(e, FrameError::TooLarge { part: p } if *p == part);
+        let cases: [(&str, &[u8], Vec<u8>, Part); 6] = [
+            (
+                "endless chunked 2xx",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                endless_chunks(8000),
+                Part::Body,
+            ),
+            (
+                "endless chunked 5xx (kept)",
+                b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n",
+                endless_chunks(100),
+                Part::Body,
+            ),
+            (
+                "endless chunk-size line",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;",
+                b"x".to_vec(),
+                Part::Body,
+            ),
+            (
+                "endless headers",
+                b"HTTP/1.1 200 OK\r\n",
+                b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n".to_vec(),
+                Part::Head,
+            ),
+            (
+                "endless header line",
+                b"HTTP/1.1 200 OK\r\nX-Pad: ",
+                b"a".to_vec(),
+                Part::Head,
+            ),
+            (
+                "endless interim answers",
+                b"",
+                b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(),
+                Part::Head,
+            ),
+        ];
+        for (what, head, piece, part) in cases {
+            let (e, fed) = feed_until_refused(head, &piece);
+            assert!(too_large(part)(&e), "{what}: {e:?}");
+            // A chunk that would cross the cap is refused at its size line, its 8000 bytes
+            // before.
+            assert!(
+                fed <= MAX_RESPONSE_BYTES && fed + 2 * 8192 > MAX_RESPONSE_BYTES,
+                "{what}: refused after {fed} bytes"
+            );
+        }
+        // A length or a chunk past the cap is refused at its head, before its body comes.
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n",
+        ] {
+            let mut read = head;
+            let e = Framer::default().next(&mut read).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    FrameError::TooLarge { part: Part::Body } | FrameError::NoLength
+                ),
+                "{e:?}"
+            );
+        }
+    }
+
+    /// The cap is on one answer, head and body: an answer of exactly the cap is read (its body
+    /// kept when it is not 2xx), one byte more is not; the next answer has a cap of its own.
+    #[test]
+    fn an_answer_of_the_cap_is_read_one_byte_more_is_not() {
+        let answer = |total: usize, status: &str| {
+            let head = |n: usize| format!("HTTP/1.1 {status}\r\nContent-Length: {n:07}\r\n\r\n");
+            let n = total - head(0).len();
+            let mut a = head(n).into_bytes();
+            a.resize(total, b'x');
+            a
+        };
+        for status in ["200 OK", "500 Internal Server Error"] {
+            let mut wire = answer(MAX_RESPONSE_BYTES, status);
+            wire.extend_from_slice(&answer(MAX_RESPONSE_BYTES, status));
+            let (got, between) = frame_parts(wire.chunks(1000)).unwrap();
+            assert_eq!(got.len(), 2, "{status}");
+            assert!(between);
+            let kept = status != "200 OK";
+            assert_eq!(got[1].body.len() > MAX_RESPONSE_BYTES / 2, kept, "{status}");
+            let over = frame_parts(answer(MAX_RESPONSE_BYTES + 1, status).chunks(1000));
+            assert!(over.unwrap_err().contains("TooLarge"), "{status}");
+        }
+        let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        while chunked.len() + 8000 < MAX_RESPONSE_BYTES {
+            chunked.extend_from_slice(&endless_chunks(4000));
+        }
+        let end = chunked.len();
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(frame_parts(chunked.chunks(777)).unwrap().0.len(), 1);
+        chunked.truncate(end);
+        chunked.extend_from_slice(&endless_chunks(MAX_RESPONSE_BYTES - end));
+        assert!(frame_parts(chunked.chunks(777))
+            .unwrap_err()
+            .contains("TooLarge"));
+    }
+
+    /// A 1 MiB chunked answer arriving a TCP segment at a time costs about what it costs in one
+    /// piece (framing it anew at each read cost its length squared).
+    #[test]
+    fn small_reads_cost_no_more_than_one() {
+        let mut wire = b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        while wire.len() + 200 < MAX_RESPONSE_BYTES {
+            wire.extend_from_slice(&endless_chunks(100));
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        let time = |parts: &mut dyn Iterator<Item = &[u8]>| {
+            let start = Instant::now();
+            let (got, _) = frame_parts(parts).unwrap();
+            assert_eq!(got.len(), 1);
+            start.elapsed()
+        };
+        let mut one = Duration::MAX;
+        let mut small = Duration::MAX;
+        for _ in 0..5 {
+            one = one.min(time(&mut std::iter::once(&wire[..])));
+            small = small.min(time(&mut wire.chunks(1448)));
+        }
+        eprintln!(
+            "a {} B chunked answer: {one:?} in one piece, {small:?} in 1448 B reads",
+            wire.len()
+        );
+        assert!(
+            small < one * 8 + Duration::from_millis(20),
+            "{small:?} against {one:?}"
+        );
     }
 
     /// A server on loopback that reads `requests` requests (heads without bodies), then writes
@@ -612,6 +1087,38 @@ pub(crate) mod tests {
         (addr, t)
     }
 
+    /// A hostile server on loopback: reads a request's head, writes `head`, then `piece` again
+    /// and again as fast as the socket takes it, until the client hangs up. Returns what it
+    /// wrote.
+    fn serve_endless(
+        head: &'static [u8],
+        piece: Vec<u8>,
+    ) -> (std::net::SocketAddr, std::thread::JoinHandle<usize>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the client hung up before its request");
+                got.extend_from_slice(&buf[..n]);
+            }
+            let mut sent = 0;
+            if s.write_all(head).is_err() {
+                return sent;
+            }
+            sent += head.len();
+            let piece = piece.repeat(65536 / piece.len() + 1);
+            while s.write_all(&piece).is_ok() {
+                sent += piece.len();
+            }
+            sent
+        });
+        (addr, t)
+    }
+
     fn connect(addr: std::net::SocketAddr) -> Conn<u32> {
         let s = TcpStream::connect(addr).unwrap();
         s.set_nodelay(true).unwrap();
@@ -635,6 +1142,14 @@ pub(crate) mod tests {
         unsafe { libc::poll(&mut p, 1, ms) == 1 }
     }
 
+    fn template(addr: std::net::SocketAddr) -> Template {
+        Template {
+            prefix: String::new(),
+            host: addr.to_string(),
+            headers: Vec::new(),
+        }
+    }
+
     /// Three requests written one after the other without waiting (the server sees all three
     /// before it answers any), answered in order; then the server hangs up.
     #[test]
@@ -651,11 +1166,7 @@ pub(crate) mod tests {
         .concat();
         let (addr, server) = serve(3, answer, true);
         let mut c = connect(addr);
-        let t = Template {
-            prefix: String::new(),
-            host: addr.to_string(),
-            headers: Vec::new(),
-        };
+        let t = template(addr);
         for tag in 1..=3 {
             let r = t.request("GET", &format!("/r{tag}"), "", b"");
             c.send(tag, &r, Duration::from_secs(10)).unwrap();
@@ -683,20 +1194,75 @@ pub(crate) mod tests {
         assert_eq!(seen.matches("GET /r").count(), 3, "{seen}");
     }
 
+    /// A server answering without end (a chunked body, a body of a huge length, a head): the
+    /// connection is given up once the answer went past the cap, well within the request's
+    /// timeout; no call to `ready` holds the thread long, and the request is handed back.
+    #[test]
+    fn an_endless_answer_on_a_socket_gives_the_connection_up() {
+        let cases: [(&str, &'static [u8], Vec<u8>, Part); 3] = [
+            (
+                "endless chunked body",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                endless_chunks(8000),
+                Part::Body,
+            ),
+            (
+                "huge Content-Length",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n",
+                vec![b' '; 4096],
+                Part::Body,
+            ),
+            (
+                "endless head",
+                b"HTTP/1.1 200 OK\r\n",
+                b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n".to_vec(),
+                Part::Head,
+            ),
+        ];
+        for (what, head, piece, part) in cases {
+            let (addr, server) = serve_endless(head, piece);
+            let mut c = connect(addr);
+            let timeout = Duration::from_secs(30);
+            c.send(
+                7,
+                &template(addr).request("GET", "/version", "", b""),
+                timeout,
+            )
+            .unwrap();
+            let start = Instant::now();
+            let mut longest = Duration::ZERO;
+            let mut failed = None;
+            while failed.is_none() && wait_readable(&c, start + timeout) {
+                let turn = Instant::now();
+                let (answered, f) = c.ready(true, false, Instant::now());
+                longest = longest.max(turn.elapsed());
+                assert!(answered.is_empty(), "{what}: an endless answer was framed");
+                failed = f;
+            }
+            let took = start.elapsed();
+            let failed = failed.unwrap_or_else(|| panic!("{what}: never given up"));
+            assert_eq!(failed.too_large(), Some(part), "{what}: {failed}");
+            assert_eq!(c.into_unanswered().collect::<Vec<_>>(), vec![7], "{what}");
+            // Dropped: the server's writes fail.
+            let sent = server.join().unwrap();
+            eprintln!("{what}: given up after {took:?} (the longest turn {longest:?}); the server wrote {sent} B");
+            assert!(took < Duration::from_secs(5), "{what}: {took:?}");
+            assert!(
+                longest < Duration::from_secs(1),
+                "{what}: a turn took {longest:?}"
+            );
+        }
+    }
+
     /// A server that does not answer: the request's deadline gives the connection up, and the
     /// request is handed back unanswered.
     #[test]
     fn an_unanswered_request_times_out_and_is_handed_back() {
         let (addr, server) = serve(1, String::new(), false);
         let mut c = connect(addr);
-        let t = Template {
-            prefix: String::new(),
-            host: addr.to_string(),
-            headers: Vec::new(),
-        };
         c.send(
             7,
-            &t.request("GET", "/version", "", b""),
+            &template(addr).request("GET", "/version", "", b""),
             Duration::from_millis(200),
         )
         .unwrap();

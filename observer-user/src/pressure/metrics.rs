@@ -1,5 +1,6 @@
 //! The memory-pressure metrics: limit hits and warnings per container and scope, and each
 //! container's unreclaimable share of its limit at its latest reading. Series of a pod go with it.
+//! And the processes a warning left out (`read.rs`: no longer in their cgroup once read).
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
@@ -37,6 +38,8 @@ pub struct PressureMetrics {
     hits: Family<ScopedLabels, Counter>,
     warnings: Family<ScopedLabels, Counter>,
     ratio: Family<ContainerLabels, Gauge<f64, AtomicU64>>,
+    /// Shared with the reader ([`super::MemoryReader::counting_in`]).
+    pub(crate) processes_dropped: Counter,
 }
 
 impl PressureMetrics {
@@ -106,6 +109,12 @@ impl PressureMetrics {
             "Memory the kernel cannot reclaim without swap (anon, shmem, unreclaimable kernel) over the limit that was hit, at the container's latest limit hit",
             None,
             &self.ratio,
+        )?;
+        crate::exposition::counter(
+            e,
+            "memory_processes_dropped",
+            "Processes a memory warning did not name: no longer in the cgroup that listed them once their name and memory were read (exited or moved, their pid possibly reused by another cgroup's process)",
+            self.processes_dropped.get(),
         )
     }
 }

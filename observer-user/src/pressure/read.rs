@@ -1,12 +1,15 @@
 //! Reading a memory cgroup at its limit: which of the container's cgroups it is, what fills it,
 //! and its largest processes. Everything read here is the node's, so it is bounded and checked:
-//! a `memory.stat` line that does not parse is skipped, a process name is made printable.
+//! a `memory.stat` line that does not parse is skipped, a process name is made printable, and a
+//! process is named only if it is still in the cgroup once read (a pid is reused).
 use std::{
+    collections::HashSet,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     time::SystemTime,
 };
 
+use prometheus_client::metrics::counter::Counter;
 use thiserror::Error;
 
 use super::{Breakdown, Process, Reading, Scope};
@@ -43,6 +46,8 @@ pub struct MemoryReader {
     v2: bool,
     /// `/proc`, for processes' names and resident memory.
     proc: PathBuf,
+    /// Processes left out: no longer in the cgroup that listed them once read.
+    dropped: Counter,
 }
 
 impl MemoryReader {
@@ -60,7 +65,14 @@ impl MemoryReader {
             mount,
             v2,
             proc: PathBuf::from("/proc"),
+            dropped: Counter::default(),
         })
+    }
+
+    /// Counts the processes it leaves out in `metrics` (`observer_memory_processes_dropped_total`).
+    pub fn counting_in(mut self, metrics: &super::metrics::PressureMetrics) -> Self {
+        self.dropped = metrics.processes_dropped.clone();
+        self
     }
 
     pub fn is_v2(&self) -> bool {
@@ -238,7 +250,20 @@ impl MemoryReader {
 
     /// The largest processes of the cgroup and its children (one level: a pod's containers).
     fn largest(&self, dir: &Path) -> Vec<Process> {
-        let mut pids = Vec::new();
+        self.largest_with(dir, || {})
+    }
+
+    /// [`Self::largest`], running `between` after the cgroups' processes are listed and before
+    /// they are read (tests: a pid reused there).
+    ///
+    /// A pid names a process only while it lives: one that exited after `cgroup.procs` was read
+    /// may be reused by another tenant's process before its `/proc` entry is, and that name must
+    /// not reach this pod's Event. So each cgroup's `cgroup.procs` is read again once its
+    /// processes are, and one no longer listed is left out (and counted). A pid listed both
+    /// times was the cgroup's when read: reused in between, it would have to be reused again,
+    /// into this cgroup. (Not `/proc/<pid>/cgroup`: in the agent's cgroup namespace its paths
+    /// are relative to the namespace's root, not to the hierarchy's.)
+    fn largest_with(&self, dir: &Path, between: impl FnOnce()) -> Vec<Process> {
         let mut dirs = vec![dir.to_path_buf()];
         if let Ok(entries) = std::fs::read_dir(dir) {
             dirs.extend(
@@ -248,38 +273,67 @@ impl MemoryReader {
                     .map(|e| e.path()),
             );
         }
+        let mut listed: Vec<(PathBuf, Vec<u32>)> = Vec::new();
+        let mut count = 0;
         for d in dirs {
-            let Ok(text) = read_bounded(&d.join("cgroup.procs")) else {
+            let Some(pids) = procs(&d) else {
                 continue;
             };
-            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-            if pids.len() >= MAX_PROCESSES {
-                pids.truncate(MAX_PROCESSES);
+            let pids: Vec<u32> = pids.into_iter().take(MAX_PROCESSES - count).collect();
+            count += pids.len();
+            listed.push((d, pids));
+            if count >= MAX_PROCESSES {
                 break;
             }
         }
-        let page = 4096u64;
-        let mut procs: Vec<Process> = pids
-            .into_iter()
-            .filter_map(|pid| {
-                let base = self.proc.join(pid.to_string());
-                let statm = read_bounded(&base.join("statm")).ok()?;
-                let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-                let comm = read_bounded(&base.join("comm")).unwrap_or_default();
-                Some(Process {
-                    pid,
-                    comm: printable(comm.trim_end_matches('\n'))
-                        .chars()
-                        .take(64)
-                        .collect(),
-                    rss_bytes: rss_pages * page,
-                })
-            })
-            .collect();
-        procs.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes));
-        procs.truncate(TOP);
-        procs
+        between();
+        let mut found = Vec::new();
+        for (d, pids) in listed {
+            let read: Vec<Process> = pids.into_iter().filter_map(|p| self.process(p)).collect();
+            if read.is_empty() {
+                continue;
+            }
+            // Gone with its cgroup: none of them can be told apart from a reused pid.
+            let still: HashSet<u32> = procs(&d).unwrap_or_default().into_iter().collect();
+            for p in read {
+                if still.contains(&p.pid) {
+                    found.push(p);
+                } else {
+                    self.dropped.inc();
+                }
+            }
+        }
+        found.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes));
+        found.truncate(TOP);
+        found
     }
+
+    /// A process's name and resident memory, from `/proc`.
+    fn process(&self, pid: u32) -> Option<Process> {
+        let page = 4096u64;
+        let base = self.proc.join(pid.to_string());
+        let statm = read_bounded(&base.join("statm")).ok()?;
+        let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        let comm = read_bounded(&base.join("comm")).unwrap_or_default();
+        Some(Process {
+            pid,
+            comm: printable(comm.trim_end_matches('\n'))
+                .chars()
+                .take(64)
+                .collect(),
+            rss_bytes: rss_pages * page,
+        })
+    }
+}
+
+/// The pids a cgroup's `cgroup.procs` lists; `None` when it cannot be read.
+fn procs(dir: &Path) -> Option<Vec<u32>> {
+    let text = read_bounded(&dir.join("cgroup.procs")).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .collect(),
+    )
 }
 
 /// The cgroup and its parents up to the hierarchy's root (excluded: it has no limit).
@@ -374,4 +428,99 @@ pub(crate) fn breakdown_v1(stat: &str) -> Breakdown {
     b.file = lru_file;
     b.locked = cache.saturating_sub(b.shmem).saturating_sub(lru_file);
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{cgroup::CgroupVersion, pressure::metrics::PressureMetrics};
+
+    /// A memory hierarchy and a `/proc`, in a directory.
+    struct Fake(tempfile::TempDir);
+
+    impl Fake {
+        fn new() -> Self {
+            Self(tempfile::tempdir().unwrap())
+        }
+
+        fn cgroup(&self, rel: &str) -> PathBuf {
+            self.0.path().join("cgroup").join(rel)
+        }
+
+        /// `rel`'s `cgroup.procs` says `pids`.
+        fn procs(&self, rel: &str, pids: &[u32]) {
+            let dir = self.cgroup(rel);
+            std::fs::create_dir_all(&dir).unwrap();
+            let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+            std::fs::write(dir.join("cgroup.procs"), text).unwrap();
+        }
+
+        /// Process `pid` is `comm`, with `rss_pages` resident.
+        fn process(&self, pid: u32, comm: &str, rss_pages: u64) {
+            let dir = self.0.path().join("proc").join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("statm"), format!("9000 {rss_pages} 10 1 0 50 0\n")).unwrap();
+            std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        }
+
+        fn reader(&self) -> MemoryReader {
+            MemoryReader {
+                mount: HierarchyMount {
+                    version: CgroupVersion::V2,
+                    mount_point: self.cgroup(""),
+                    root: "/".into(),
+                },
+                v2: true,
+                proc: self.0.path().join("proc"),
+                dropped: Counter::default(),
+            }
+        }
+    }
+
+    fn names(ps: Vec<Process>) -> Vec<String> {
+        ps.into_iter().map(|p| p.comm).collect()
+    }
+
+    /// A pid listed in the pod's cgroups that, by the time `/proc` is read, is another tenant's
+    /// process (its own exited, the pid reused) is not named, and is counted; so are the
+    /// processes of a cgroup gone in between. The others are named as before.
+    #[test]
+    fn a_process_no_longer_in_its_cgroup_once_read_is_not_named() {
+        let f = Fake::new();
+        f.procs("pod", &[]);
+        f.procs("pod/app", &[41, 42]);
+        f.procs("pod/proxy", &[43]);
+        f.process(41, "hold.sh", 100);
+        f.process(42, "dd", 5000);
+        f.process(43, "envoy", 300);
+        let metrics = PressureMetrics::default();
+        let r = f.reader().counting_in(&metrics);
+        let pod = f.cgroup("pod");
+        assert_eq!(names(r.largest(&pod)), ["dd", "envoy", "hold.sh"]);
+        assert_eq!(metrics.processes_dropped.get(), 0);
+
+        // dd exits after the listing; its pid is another tenant's process when /proc is read.
+        let named = r.largest_with(&pod, || {
+            f.procs("pod/app", &[41]);
+            f.procs("other-pod/app", &[42]);
+            f.process(42, "other-tenant", 9000);
+        });
+        assert_eq!(names(named), ["envoy", "hold.sh"]);
+        assert_eq!(metrics.processes_dropped.get(), 1);
+
+        // The proxy's cgroup goes in between (its container ended): its pid is not named.
+        let named = r.largest_with(&pod, || {
+            std::fs::remove_file(f.cgroup("pod/proxy/cgroup.procs")).unwrap();
+        });
+        assert_eq!(names(named), ["hold.sh"]);
+        assert_eq!(metrics.processes_dropped.get(), 2);
+
+        // A pid reused into the same cgroup is that cgroup's process: named.
+        f.procs("pod/proxy", &[43]);
+        let named = r.largest_with(&pod, || {
+            f.process(43, "envoy-restarted", 200);
+        });
+        assert_eq!(names(named), ["envoy-restarted", "hold.sh"]);
+        assert_eq!(metrics.processes_dropped.get(), 2);
+    }
 }
