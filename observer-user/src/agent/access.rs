@@ -1,17 +1,19 @@
-//! Who may read what the endpoint serves. An explanation holds a pod's processes, exits, memory
-//! and cgroup paths, and whether a pod exists at all: `/explain/<namespace>/<pod>` answers only a
-//! caller that may `get` that pod, as kubelet answers its own endpoints: the caller's bearer
-//! token is checked with a TokenReview, its right with a SubjectAccessReview, both by the API
-//! server, both cached as kubelet caches them (2 min for a token; 5 min allowed, 30 s denied).
-//! `/metrics` can be held to the same check (`get` on the non-resource path `/metrics`, as
-//! kube-rbac-proxy does); `/healthz` and `/readyz` stay open (kubelet's probes carry no token,
-//! and they tell nothing about any pod).
+//! Who may read `/metrics`. The endpoint serves nothing about any pod but the metrics, whose
+//! OOM-kill and limit-hit series name pods and namespaces: by default they are served only to a
+//! caller whose bearer token the API server accepts (TokenReview) and who may `get` the
+//! non-resource path `/metrics` (SubjectAccessReview), as kubelet's own `/metrics` and
+//! kube-rbac-proxy check it; both answers cached as kubelet caches them (2 min for a token; 5 min
+//! allowed, 30 s denied). `/healthz` and `/readyz` stay open (kubelet's probes carry no token, and
+//! they tell nothing about any pod).
 //!
-//! The token comes in `Authorization: Bearer`, or, through the API server's pod proxy (which
-//! authenticates the caller and then removes `Authorization`), in [`FORWARDED`]: the kubectl
-//! plugin sends its user's token there. A refusal says the same whether or not the pod exists.
+//! A flood of bogus tokens costs the API server one review per token every 10 s at most, and
+//! cannot hold everyone else's scrapes up: a client (a peer address) has at most one review in
+//! flight (a second is answered 429 at once, not queued), reviews wait their turn first come
+//! first served, and a token already reviewed (the scraper's, after its first scrape) is answered
+//! from the cache without waiting at all.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
+    net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
         Mutex,
@@ -21,35 +23,22 @@ use std::{
 
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec, UserInfo},
-    authorization::v1::{
-        NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-    },
+    authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
 };
 use kube::{api::PostParams, Api, Client};
 use prometheus_client::encoding::DescriptorEncoder;
 use sha2::{Digest, Sha256};
 
-pub use crate::kube::FORWARDED;
-
-/// Who may read `/explain`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ExplainAccess {
-    /// Callers whose token the API server accepts and who may `get` the pod.
-    #[default]
-    TokenReview,
-    /// Anyone who reaches the port (a node-local debugging setup; never on a shared network).
-    None,
-}
-
 /// Who may read `/metrics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MetricsAccess {
-    /// Anyone who reaches the port, as Prometheus scrapes by default (the counts name pods).
+    /// Callers who may `get` the non-resource URL `/metrics` (bind the ClusterRole
+    /// observer-metrics-reader, or `system:monitoring`, to the scraper's account).
     #[default]
-    Open,
-    /// Callers who may `get` the non-resource URL `/metrics` (bind `system:monitoring` or a
-    /// role with `nonResourceURLs: ["/metrics"]`).
     TokenReview,
+    /// Anyone who reaches the port (a node-local scraper on a network no tenant reaches: the
+    /// series name pods and namespaces).
+    Open,
 }
 
 /// Why a request is not answered; the HTTP code is the variant's.
@@ -59,6 +48,8 @@ pub enum Denied {
     Unauthenticated(String),
     /// 403: a valid token whose user lacks the right.
     Forbidden(String),
+    /// 429: this client already has a check in flight.
+    Throttled(String),
     /// 503: the check could not be made (no API, the API down or slow).
     Unavailable(String),
 }
@@ -68,13 +59,17 @@ impl Denied {
         match self {
             Self::Unauthenticated(_) => 401,
             Self::Forbidden(_) => 403,
+            Self::Throttled(_) => 429,
             Self::Unavailable(_) => 503,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Self::Unauthenticated(m) | Self::Forbidden(m) | Self::Unavailable(m) => m,
+            Self::Unauthenticated(m)
+            | Self::Forbidden(m)
+            | Self::Throttled(m)
+            | Self::Unavailable(m) => m,
         }
     }
 }
@@ -161,125 +156,100 @@ impl Caller {
     }
 }
 
-/// What a request asks to read.
-#[derive(Clone, Debug)]
-enum Want<'a> {
-    Pod { namespace: &'a str, name: &'a str },
-    Path(&'a str),
-}
-
-impl Want<'_> {
-    fn describe(&self) -> String {
-        match self {
-            Want::Pod { namespace, name } => format!("get pod {namespace}/{name}"),
-            Want::Path(p) => format!("get {p}"),
-        }
-    }
-}
-
-/// Counts of the endpoint's access checks, by endpoint and result.
+/// Counts of `/metrics`' access checks, by result.
 #[derive(Default)]
-struct Counts([[AtomicU64; 4]; 2]);
+struct Counts([AtomicU64; 5]);
 
-const RESULTS: [&str; 4] = ["allowed", "unauthenticated", "forbidden", "unavailable"];
+const RESULTS: [&str; 5] = [
+    "allowed",
+    "unauthenticated",
+    "forbidden",
+    "throttled",
+    "unavailable",
+];
 
-/// The endpoint's access checks: its settings, the API client the reviews go through, and the
+/// The endpoint's access checks: its setting, the API client the reviews go through, and the
 /// caches of their answers.
 pub struct Gate {
-    explain: ExplainAccess,
     metrics: MetricsAccess,
     /// `None`: the agent does not reach the API (`--status-mode off`), so nothing can be checked.
     client: Option<Client>,
     tokens: Mutex<Cache<Result<Caller, String>>>,
     rights: Mutex<Cache<bool>>,
     in_flight: tokio::sync::Semaphore,
+    /// The clients with a review in flight.
+    reviewing: Mutex<HashSet<IpAddr>>,
     counts: Counts,
 }
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gate")
-            .field("explain", &self.explain)
             .field("metrics", &self.metrics)
             .field("api", &self.client.is_some())
             .finish()
     }
 }
 
+/// A client's one review in flight, given back when dropped.
+struct Reviewing<'a>(&'a Mutex<HashSet<IpAddr>>, IpAddr);
+
+impl Drop for Reviewing<'_> {
+    fn drop(&mut self) {
+        crate::sync::lock(self.0).remove(&self.1);
+    }
+}
+
 impl Gate {
-    pub fn new(explain: ExplainAccess, metrics: MetricsAccess, client: Option<Client>) -> Self {
+    pub fn new(metrics: MetricsAccess, client: Option<Client>) -> Self {
         Self {
-            explain,
             metrics,
             client,
             tokens: Mutex::new(Cache::new()),
             rights: Mutex::new(Cache::new()),
             in_flight: tokio::sync::Semaphore::new(IN_FLIGHT),
+            reviewing: Mutex::new(HashSet::new()),
             counts: Counts::default(),
         }
     }
 
-    /// Everything open: tests of what the endpoint serves, and `--explain-access none`.
+    /// Everything open: tests of what the endpoint serves, and `--metrics-access open`.
     pub fn open() -> Self {
-        Self::new(ExplainAccess::None, MetricsAccess::Open, None)
+        Self::new(MetricsAccess::Open, None)
     }
 
     /// What an operator must know at start: a check that cannot be made without the API.
     pub fn warn_if_unusable(&self) {
-        if self.client.is_some() {
-            return;
-        }
-        if self.explain == ExplainAccess::TokenReview {
-            tracing::warn!("/explain answers 503: its access check (--explain-access token-review) asks the Kubernetes API, which this agent does not reach (--status-mode off); set --explain-access none (OBSERVER_EXPLAIN_ACCESS) to serve it to anyone who reaches --listen, on a node-local address only");
-        }
-        if self.metrics == MetricsAccess::TokenReview {
-            tracing::warn!("/metrics answers 503: its access check (--metrics-access token-review) asks the Kubernetes API, which this agent does not reach (--status-mode off)");
+        if self.client.is_none() && self.metrics == MetricsAccess::TokenReview {
+            tracing::warn!("/metrics answers 503: its access check (--metrics-access token-review, the default) asks the Kubernetes API, which this agent does not reach (--status-mode off); set --metrics-access open (OBSERVER_METRICS_ACCESS) only where no tenant reaches --listen");
         }
     }
 
-    /// May the request's caller read the explanation of `namespace/name`?
-    pub async fn explain(
-        &self,
-        headers: &http::HeaderMap,
-        namespace: &str,
-        name: &str,
-    ) -> Result<(), Denied> {
-        let r = match self.explain {
-            ExplainAccess::None => Ok(()),
-            ExplainAccess::TokenReview => self.check(headers, Want::Pod { namespace, name }).await,
-        };
-        self.count(0, &r);
-        r
-    }
-
-    /// May the request's caller read `/metrics`?
-    pub async fn metrics(&self, headers: &http::HeaderMap) -> Result<(), Denied> {
+    /// May the caller (`peer`, with `headers`) read `/metrics`?
+    pub async fn metrics(&self, headers: &http::HeaderMap, peer: IpAddr) -> Result<(), Denied> {
         let r = match self.metrics {
             MetricsAccess::Open => Ok(()),
-            MetricsAccess::TokenReview => self.check(headers, Want::Path("/metrics")).await,
+            MetricsAccess::TokenReview => self.check(headers, peer).await,
         };
-        self.count(1, &r);
-        r
-    }
-
-    fn count(&self, endpoint: usize, r: &Result<(), Denied>) {
-        let i = match r {
+        let i = match &r {
             Ok(()) => 0,
             Err(Denied::Unauthenticated(_)) => 1,
             Err(Denied::Forbidden(_)) => 2,
-            Err(Denied::Unavailable(_)) => 3,
+            Err(Denied::Throttled(_)) => 3,
+            Err(Denied::Unavailable(_)) => 4,
         };
-        self.counts.0[endpoint][i].fetch_add(1, Ordering::Relaxed);
+        self.counts.0[i].fetch_add(1, Ordering::Relaxed);
+        r
     }
 
-    async fn check(&self, headers: &http::HeaderMap, want: Want<'_>) -> Result<(), Denied> {
+    async fn check(&self, headers: &http::HeaderMap, peer: IpAddr) -> Result<(), Denied> {
         let Some(token) = bearer(headers) else {
-            return Err(Denied::Unauthenticated(format!(
-                "a bearer token is needed to {}: `Authorization: Bearer <token>`, or through the \
-                 API server's pod proxy `{FORWARDED}: Bearer <token>` (kubectl observer explain \
-                 sends its user's)",
-                want.describe()
-            )));
+            return Err(Denied::Unauthenticated(
+                "a bearer token is needed to get /metrics: `Authorization: Bearer <token>` of an \
+                 account allowed get on the non-resource URL /metrics (the ClusterRole \
+                 observer-metrics-reader)"
+                    .into(),
+            ));
         };
         let Some(client) = &self.client else {
             return Err(Denied::Unavailable(
@@ -288,27 +258,42 @@ impl Gate {
                     .into(),
             ));
         };
-        let caller = self.authenticate(client, token).await?;
-        if self.authorize(client, &caller, &want).await? {
+        let caller = self.authenticate(client, token, peer).await?;
+        if self.authorize(client, &caller, peer).await? {
             Ok(())
         } else {
             Err(Denied::Forbidden(format!(
-                "{} may not {}",
-                crate::model::printable(caller.name()),
-                want.describe()
+                "{} may not get /metrics",
+                crate::model::printable(caller.name())
             )))
         }
     }
 
-    async fn authenticate(&self, client: &Client, token: &str) -> Result<Caller, Denied> {
+    /// The client's one review slot, or 429.
+    fn take_review_slot(&self, peer: IpAddr) -> Result<Reviewing<'_>, Denied> {
+        if !crate::sync::lock(&self.reviewing).insert(peer) {
+            return Err(Denied::Throttled(
+                "this client's previous access check is still being made; retry".into(),
+            ));
+        }
+        Ok(Reviewing(&self.reviewing, peer))
+    }
+
+    async fn authenticate(
+        &self,
+        client: &Client,
+        token: &str,
+        peer: IpAddr,
+    ) -> Result<Caller, Denied> {
         let key = digest(&[token]);
         let now = Instant::now();
         if let Some(known) = crate::sync::lock(&self.tokens).get(&key, now) {
             return known.map_err(Denied::Unauthenticated);
         }
+        let _slot = self.take_review_slot(peer)?;
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.to_string()),
+                token: token.to_string(),
                 // The API server's own audiences: the tokens its clients hold.
                 audiences: None,
             },
@@ -342,19 +327,15 @@ impl Gate {
         &self,
         client: &Client,
         caller: &Caller,
-        want: &Want<'_>,
+        peer: IpAddr,
     ) -> Result<bool, Denied> {
         let mut parts = caller.key_parts();
-        match want {
-            Want::Pod { namespace, name } => {
-                parts.extend(["pod".into(), namespace.to_string(), name.to_string()])
-            }
-            Want::Path(p) => parts.extend(["path".into(), p.to_string()]),
-        }
+        parts.extend(["path".into(), "/metrics".into()]);
         let key = digest(&parts.iter().map(String::as_str).collect::<Vec<_>>());
         if let Some(known) = crate::sync::lock(&self.rights).get(&key, Instant::now()) {
             return Ok(known);
         }
+        let _slot = self.take_review_slot(peer)?;
         let user = &caller.0;
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -362,23 +343,11 @@ impl Gate {
                 uid: user.uid.clone(),
                 groups: user.groups.clone(),
                 extra: user.extra.clone(),
-                resource_attributes: match want {
-                    Want::Pod { namespace, name } => Some(ResourceAttributes {
-                        namespace: Some(namespace.to_string()),
-                        verb: Some("get".into()),
-                        resource: Some("pods".into()),
-                        name: Some(name.to_string()),
-                        ..Default::default()
-                    }),
-                    Want::Path(_) => None,
-                },
-                non_resource_attributes: match want {
-                    Want::Path(p) => Some(NonResourceAttributes {
-                        path: Some(p.to_string()),
-                        verb: Some("get".into()),
-                    }),
-                    Want::Pod { .. } => None,
-                },
+                resource_attributes: None,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some("/metrics".into()),
+                    verb: Some("get".into()),
+                }),
             },
             ..Default::default()
         };
@@ -409,18 +378,20 @@ impl Gate {
             ))
         };
         let kind = K::kind(&()).into_owned();
-        let work = async {
-            let _permit = self
-                .in_flight
-                .acquire()
-                .await
-                .map_err(|_| unavailable("the endpoint is stopping".into()))?;
-            api.create(&PostParams::default(), object)
-                .await
-                .map_err(|e| unavailable(format!("{kind}: {}", crate::model::chain(&e))))
+        // Waiting for a turn and the API's answer are bounded apart: a review that waited is
+        // not cut short for it.
+        let _permit = match tokio::time::timeout(REVIEW_TIMEOUT, self.in_flight.acquire()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(unavailable("the endpoint is stopping".into())),
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "{IN_FLIGHT} other checks held every slot for {REVIEW_TIMEOUT:?}"
+                )))
+            }
         };
-        match tokio::time::timeout(REVIEW_TIMEOUT, work).await {
-            Ok(r) => r,
+        match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), object)).await
+        {
+            Ok(r) => r.map_err(|e| unavailable(format!("{kind}: {}", crate::model::chain(&e)))),
             Err(_) => Err(unavailable(format!(
                 "{kind} got no answer within {REVIEW_TIMEOUT:?}"
             ))),
@@ -428,37 +399,28 @@ impl Gate {
     }
 
     pub(crate) fn encode_metrics(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
-        use prometheus_client::{encoding::EncodeMetric, metrics::counter::ConstCounter};
-        let mut family = e.encode_descriptor(
-            "http_access_checks",
-            "Requests to the HTTP endpoint's guarded paths, by path (explain, metrics) and \
-             result: allowed, unauthenticated (401: no token or a refused one), forbidden (403: \
-             the caller may not get the pod or the path), unavailable (503: the API could not \
-             be asked)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for (endpoint, counts) in ["explain", "metrics"].iter().zip(&self.counts.0) {
-            for (result, n) in RESULTS.iter().zip(counts) {
-                let labels = [("endpoint", *endpoint), ("result", *result)];
-                ConstCounter::new(n.load(Ordering::Relaxed))
-                    .encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
+        crate::exposition::counters(
+            e,
+            "metrics_access_checks",
+            "Requests for /metrics by the result of their access check: allowed, \
+             unauthenticated (401: no token or a refused one), forbidden (403: the caller may \
+             not get /metrics), throttled (429: the client's previous check still running), \
+             unavailable (503: the API could not be asked)",
+            "result",
+            RESULTS
+                .iter()
+                .zip(&self.counts.0)
+                .map(|(r, n)| (*r, n.load(Ordering::Relaxed))),
+        )
     }
 }
 
-/// The bearer token of `Authorization`, else of [`FORWARDED`].
+/// The bearer token of `Authorization`.
 fn bearer(headers: &http::HeaderMap) -> Option<&str> {
-    [http::header::AUTHORIZATION.as_str(), FORWARDED]
-        .iter()
-        .filter_map(|h| headers.get(*h)?.to_str().ok())
-        .find_map(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            let token = token.trim();
-            (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-        })
+    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 #[cfg(test)]
@@ -501,22 +463,23 @@ mod tests {
         )
     }
 
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+
     #[test]
-    fn the_token_is_read_from_authorization_else_the_forwarded_header() {
+    fn the_token_is_read_from_authorization_only() {
         assert_eq!(
             bearer(&headers(&[("authorization", "Bearer abc")])),
             Some("abc")
         );
         assert_eq!(
-            bearer(&headers(&[(FORWARDED, "bearer  xyz ")])),
+            bearer(&headers(&[("authorization", "bearer  xyz ")])),
             Some("xyz")
         );
+        // What a proxy in front might forward is no credential here.
         assert_eq!(
-            bearer(&headers(&[
-                ("authorization", "Bearer a"),
-                (FORWARDED, "Bearer b")
-            ])),
-            Some("a")
+            bearer(&headers(&[("x-observer-authorization", "Bearer b")])),
+            None
         );
         assert_eq!(
             bearer(&headers(&[("authorization", "Basic dXNlcg==")])),
@@ -526,127 +489,129 @@ mod tests {
         assert_eq!(bearer(&http::HeaderMap::new()), None);
     }
 
-    /// The reviews the API server is sent say who and what, the answers are believed (and
-    /// cached), and a refusal reads the same whether or not the pod exists.
+    /// The reviews the API server is sent say who and what, the answers are believed and
+    /// cached; a refused token is asked about once however often it comes back.
     #[tokio::test]
-    async fn explain_asks_the_api_who_the_caller_is_and_whether_it_may_get_the_pod() {
+    async fn metrics_asks_the_api_who_the_caller_is_and_whether_it_may_get_the_path() {
         let (client, mock) = api::client();
         let log = api::serve(
             mock,
             vec![
-                accepted("alice"),
+                accepted("prometheus"),
                 allowed(true),
+                accepted("mallory"),
                 allowed(false),
                 refused(),
                 status(500, "InternalError"),
             ],
         );
-        let gate = Gate::new(
-            ExplainAccess::TokenReview,
-            MetricsAccess::Open,
-            Some(client),
-        );
-        let alice = headers(&[(FORWARDED, "Bearer tok-a")]);
-        assert_eq!(gate.explain(&alice, "shop", "web").await, Ok(()));
+        let gate = Gate::new(MetricsAccess::TokenReview, Some(client));
+        let scraper = headers(&[("authorization", "Bearer scrape")]);
+        assert_eq!(gate.metrics(&scraper, A).await, Ok(()));
         // Cached: no second TokenReview or SubjectAccessReview for the same question.
-        assert_eq!(gate.explain(&alice, "shop", "web").await, Ok(()));
-        assert_eq!(
-            gate.explain(&alice, "bank", "vault").await,
-            Err(Denied::Forbidden("alice may not get pod bank/vault".into()))
-        );
+        assert_eq!(gate.metrics(&scraper, A).await, Ok(()));
         let seen = log.lock().unwrap().clone();
-        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen.len(), 2, "{seen:?}");
         assert_eq!(seen[0].path, "/apis/authentication.k8s.io/v1/tokenreviews");
-        assert_eq!(seen[0].body["spec"]["token"], "tok-a");
+        assert_eq!(seen[0].body["spec"]["token"], "scrape");
         assert_eq!(
             seen[1].path,
             "/apis/authorization.k8s.io/v1/subjectaccessreviews"
         );
         assert_eq!(
             seen[1].body["spec"],
-            json!({"user": "alice", "uid": "u-1", "groups": ["team-a", "system:authenticated"],
-                   "resourceAttributes": {"namespace": "shop", "verb": "get", "resource": "pods",
-                                          "name": "web"}})
+            json!({"user": "prometheus", "uid": "u-1", "groups": ["team-a", "system:authenticated"],
+                   "nonResourceAttributes": {"path": "/metrics", "verb": "get"}})
         );
-        assert_eq!(seen[2].body["spec"]["resourceAttributes"]["name"], "vault");
+        assert_eq!(
+            gate.metrics(&headers(&[("authorization", "Bearer m")]), A)
+                .await,
+            Err(Denied::Forbidden("mallory may not get /metrics".into()))
+        );
 
         // A token the API server refuses: 401, and asked once however often it comes back.
         let bad = headers(&[("authorization", "Bearer forged")]);
-        let e = gate.explain(&bad, "shop", "web").await.unwrap_err();
+        let e = gate.metrics(&bad, A).await.unwrap_err();
         assert_eq!(
             e,
             Denied::Unauthenticated(
                 "the API server does not accept the token: invalid bearer token".into()
             )
         );
-        assert_eq!(gate.explain(&bad, "shop", "web").await.unwrap_err(), e);
-        assert_eq!(log.lock().unwrap().len(), 4);
+        assert_eq!(gate.metrics(&bad, A).await.unwrap_err(), e);
+        assert_eq!(log.lock().unwrap().len(), 5);
 
         // No token at all: 401 without asking the API.
-        let e = gate
-            .explain(&http::HeaderMap::new(), "shop", "web")
-            .await
-            .unwrap_err();
+        let e = gate.metrics(&http::HeaderMap::new(), A).await.unwrap_err();
         assert_eq!(e.code(), 401);
-        assert!(e.message().contains(FORWARDED), "{e:?}");
-        assert_eq!(log.lock().unwrap().len(), 4);
+        assert!(e.message().contains("observer-metrics-reader"), "{e:?}");
+        assert_eq!(log.lock().unwrap().len(), 5);
 
         // The API failing: 503, naming the review, and not cached.
         let e = gate
-            .explain(&headers(&[(FORWARDED, "Bearer tok-b")]), "shop", "web")
+            .metrics(&headers(&[("authorization", "Bearer tok-b")]), A)
             .await
             .unwrap_err();
         assert_eq!(e.code(), 503, "{e:?}");
         assert!(e.message().contains("TokenReview"), "{e:?}");
 
-        let counts: Vec<u64> = gate.counts.0[0]
+        let counts: Vec<u64> = gate
+            .counts
+            .0
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect();
-        // allowed 2, unauthenticated 3 (refused twice, no token once), forbidden 1, unavailable 1.
-        assert_eq!(counts, [2, 3, 1, 1]);
+        // allowed 2, unauthenticated 3 (refused twice, no token once), forbidden 1,
+        // throttled 0, unavailable 1.
+        assert_eq!(counts, [2, 3, 1, 0, 1]);
     }
 
+    /// One client flooding bogus tokens holds one review at a time (the rest answered 429 at
+    /// once, the API not asked), and another client's scrape goes through meanwhile.
     #[tokio::test]
-    async fn metrics_asks_for_the_non_resource_path_and_health_needs_nothing() {
+    async fn a_flood_of_bogus_tokens_from_one_client_does_not_hold_up_another() {
         let (client, mock) = api::client();
-        let log = api::serve(mock, vec![accepted("prometheus"), allowed(true)]);
-        let gate = Gate::new(
-            ExplainAccess::None,
-            MetricsAccess::TokenReview,
-            Some(client),
+        // The flood's first review never comes back (an API server slow for it); the others
+        // are answered at once.
+        let log = api::serve(
+            mock,
+            vec![Reply::Hang, accepted("prometheus"), allowed(true)],
         );
-        let h = headers(&[("authorization", "Bearer scrape")]);
-        assert_eq!(gate.metrics(&h).await, Ok(()));
-        assert_eq!(
-            log.lock().unwrap()[1].body["spec"]["nonResourceAttributes"],
-            json!({"path": "/metrics", "verb": "get"})
-        );
-        assert_eq!(
-            gate.metrics(&http::HeaderMap::new())
-                .await
-                .unwrap_err()
-                .code(),
-            401
-        );
-        // Explain open: nothing asked.
-        assert_eq!(
-            gate.explain(&http::HeaderMap::new(), "a", "b").await,
-            Ok(())
-        );
-        assert_eq!(log.lock().unwrap().len(), 2);
+        let gate = std::sync::Arc::new(Gate::new(MetricsAccess::TokenReview, Some(client)));
+        let first = {
+            let gate = std::sync::Arc::clone(&gate);
+            tokio::spawn(async move {
+                gate.metrics(&headers(&[("authorization", "Bearer bogus-0")]), A)
+                    .await
+            })
+        };
+        api::wait_for(&log, 1, Duration::from_secs(5)).await;
+        for i in 1..50 {
+            let h = headers(&[("authorization", &format!("Bearer bogus-{i}"))]);
+            assert_eq!(gate.metrics(&h, A).await.unwrap_err().code(), 429);
+        }
+        let scraper = headers(&[("authorization", "Bearer scrape")]);
+        let answered = tokio::time::timeout(Duration::from_secs(2), gate.metrics(&scraper, B))
+            .await
+            .expect("the other client is answered while the flood's review hangs");
+        assert_eq!(answered, Ok(()));
+        assert_eq!(log.lock().unwrap().len(), 3, "one review of the flood's");
+        first.abort();
     }
 
     #[tokio::test]
-    async fn without_the_api_a_guarded_path_is_unavailable_not_open() {
-        let gate = Gate::new(ExplainAccess::TokenReview, MetricsAccess::Open, None);
+    async fn without_the_api_metrics_are_unavailable_not_open() {
+        let gate = Gate::new(MetricsAccess::TokenReview, None);
         let e = gate
-            .explain(&headers(&[("authorization", "Bearer t")]), "a", "b")
+            .metrics(&headers(&[("authorization", "Bearer t")]), A)
             .await
             .unwrap_err();
         assert_eq!(e.code(), 503);
         assert!(e.message().contains("--status-mode off"), "{e:?}");
-        assert_eq!(gate.metrics(&http::HeaderMap::new()).await, Ok(()));
+        assert_eq!(
+            Gate::open().metrics(&http::HeaderMap::new(), A).await,
+            Ok(())
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! the agent runs, the kernel reader and the reconciler are turning, as kubelet's PLEG health
 //! fails after 3 minutes without a relist), `/readyz` (ready once the first sync is done: the
 //! start-up walk, the runtime's first relist answered, and the API's first list of this node's
-//! pods; until then it says what is missing and why), `/explain/<namespace>/<pod>` (for callers
-//! who may get the pod: [`super::access`]).
+//! pods; until then it says what is missing and why). `/metrics` only for a caller allowed to
+//! read it ([`super::access`]); nothing about any pod otherwise: a pod's story is its PodReport.
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
@@ -38,6 +38,10 @@ impl Health {
     /// `Err(why)` when a part of the agent died or stopped turning.
     pub fn live(&self) -> Result<(), String> {
         self.tasks.check()?;
+        // Only a new container mounts the runtime's new socket.
+        if let Some(why) = self.cri.stale_socket() {
+            return Err(why);
+        }
         if self.pipeline.ended() {
             return Err("the kernel reader has stopped".into());
         }
@@ -110,15 +114,20 @@ fn refused(d: Denied) -> Response<Full<Bytes>> {
 }
 
 /// `target`: the request's path and query.
-async fn route(target: &str, headers: &http::HeaderMap, at: &Endpoint) -> Response<Full<Bytes>> {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+async fn route(
+    target: &str,
+    headers: &http::HeaderMap,
+    peer: std::net::IpAddr,
+    at: &Endpoint,
+) -> Response<Full<Bytes>> {
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
     let check = |r: Result<(), String>| match r {
         Ok(()) => reply(StatusCode::OK, TEXT, "ok\n".into()),
         Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
     };
     match path {
         "/metrics" => {
-            if let Err(d) = at.gate.metrics(headers).await {
+            if let Err(d) = at.gate.metrics(headers, peer).await {
                 return refused(d);
             }
             match at.metrics.encode() {
@@ -136,85 +145,15 @@ async fn route(target: &str, headers: &http::HeaderMap, at: &Endpoint) -> Respon
         }
         "/healthz" | "/livez" => check(at.health.live()),
         "/readyz" => check(at.health.ready()),
-        p if p.starts_with("/explain/") => {
-            explain(
-                &p["/explain/".len()..],
-                query.split('&').any(|q| q == "output=text"),
-                headers,
-                at,
-            )
-            .await
-        }
+        // Nothing about any pod is served here: a pod's story is its PodReport, read through
+        // the API server with the reader's own rights (present/report.rs).
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found: /metrics, /healthz, /readyz, /explain/<namespace>/<pod>[/<container>]\n"
+            "not found: /metrics, /healthz, /readyz (a pod's deaths and OOM kills: kubectl get \
+             podreports, kubectl observer explain)\n"
                 .into(),
         ),
-    }
-}
-
-/// `/explain/<namespace>/<pod>[/<container>]`: the pod's story as JSON ([`crate::present::explain`]);
-/// with `?output=text`, as `observer explain` prints it. The caller's right is checked before
-/// the pod is looked up: a refusal does not tell whether the pod exists.
-async fn explain(
-    rest: &str,
-    text: bool,
-    headers: &http::HeaderMap,
-    at: &Endpoint,
-) -> Response<Full<Bytes>> {
-    let health = &at.health;
-    let parts: Vec<&str> = rest.split('/').collect();
-    let (ns, pod, container) = match parts.as_slice() {
-        [ns, pod] => (*ns, *pod, None),
-        [ns, pod, c] => (*ns, *pod, Some(*c)),
-        _ => {
-            return reply(
-                StatusCode::BAD_REQUEST,
-                TEXT,
-                "want /explain/<namespace>/<pod>[/<container>]\n".into(),
-            )
-        }
-    };
-    if let Err(d) = at.gate.explain(headers, ns, pod).await {
-        return refused(d);
-    }
-    // A pod the API binds to this node that the runtime has no sandbox for is explained with
-    // what the API knows of it.
-    let view = health.reconcile.pod_named(ns, pod).or_else(|| {
-        let status = health.api.as_ref()?;
-        crate::present::print::without_sandbox(&*status.pods().get(ns, pod)?)
-    });
-    let Some(view) = view else {
-        return reply(
-            StatusCode::NOT_FOUND,
-            TEXT,
-            format!("no pod {ns}/{pod} on this node\n"),
-        );
-    };
-    // kubelet's account is the reflector's pod, where the agent reaches the API.
-    let api = match health.api.as_ref() {
-        None => Err("the agent does not reach the Kubernetes API (--status-mode off)".to_string()),
-        Some(status) => match status.pods().of_view(&view) {
-            Some(p) => Ok(p),
-            None => Err(match status.listed() {
-                Err(why) => why,
-                Ok(()) => format!("the API lists no pod {} on this node", view.uid),
-            }),
-        },
-    };
-    let e =
-        crate::present::explain::explain(&view, container, api.as_deref().map_err(String::as_str));
-    if text {
-        return reply(
-            StatusCode::OK,
-            TEXT,
-            crate::present::explain::render_text(&e),
-        );
-    }
-    match serde_json::to_string_pretty(&e) {
-        Ok(body) => reply(StatusCode::OK, "application/json", body + "\n"),
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
     }
 }
 
@@ -349,7 +288,7 @@ pub async fn serve_with(
                 let at = at.clone();
                 async move {
                     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                    Ok::<_, Infallible>(route(target, req.headers(), &at).await)
+                    Ok::<_, Infallible>(route(target, req.headers(), peer, &at).await)
                 }
             });
             let conn = http1::Builder::new()
@@ -387,7 +326,13 @@ mod tests {
             health: health.clone(),
             gate: Arc::new(Gate::open()),
         };
-        let r = route(path, &http::HeaderMap::new(), &at).await;
+        let r = route(
+            path,
+            &http::HeaderMap::new(),
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            &at,
+        )
+        .await;
         let code = r.status().as_u16();
         let body = r.into_body().collect().await.unwrap().to_bytes();
         (code, String::from_utf8(body.to_vec()).unwrap())
@@ -549,8 +494,9 @@ mod tests {
         drop(server);
     }
 
+    /// The port answers nothing about any pod, to anyone: a pod's story is its PodReport.
     #[tokio::test]
-    async fn explain_serves_a_pod_by_namespace_and_name() {
+    async fn nothing_about_a_pod_is_served() {
         use crate::{kube::testkit, reconcile::ContainerPhase};
         let reconcile = ReconcileHandle::detached();
         let mut app = testkit::cv("app", 0, ContainerPhase::Running);
@@ -561,71 +507,54 @@ mod tests {
         reconcile.publish(v);
         let dir = tempfile::tempdir().unwrap();
         let health = offline(reconcile, dir.path());
-        let (code, body) = get("/explain/default/web", &health).await;
-        assert_eq!(code, 200, "{body}");
-        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(json["name"], "web");
-        assert_eq!(json["kills"][0]["victim"]["comm"], "hog");
-        assert_eq!(json["kills"][0]["scope"], "unknown");
-        assert_eq!(
-            json["kubelet"]["unavailable"],
-            "the agent does not reach the Kubernetes API (--status-mode off)"
-        );
-        assert_eq!(get("/explain/default/web/app", &health).await.0, 200);
-        let (code, text) = get("/explain/default/web?output=text", &health).await;
-        assert_eq!(code, 200);
-        assert!(text.starts_with("Pod:        default/web\n"), "{text}");
-        let (code, body) = get("/explain/default/nope", &health).await;
-        assert_eq!(
-            (code, body.as_str()),
-            (404, "no pod default/nope on this node\n")
-        );
-        assert_eq!(get("/explain/default", &health).await.0, 400);
+        for path in [
+            "/explain/default/web",
+            "/explain/default/web?output=text",
+            "/explain/default/web/app",
+            "/pods",
+        ] {
+            let (code, body) = get(path, &health).await;
+            assert_eq!(code, 404, "{path}: {body}");
+            assert!(
+                !body.contains("hog") && !body.contains("web"),
+                "{path}: {body}"
+            );
+        }
     }
 
-    /// With the access check on, a caller who may not get a pod learns nothing of it: the
-    /// refusal reads the same for a pod on the node and for one that does not exist, and a
-    /// request without a token is refused before anything is looked up.
+    /// `/metrics` by default only for a caller the API server vouches for; health needs nothing.
     #[tokio::test]
-    async fn explain_refuses_before_it_looks_the_pod_up() {
-        use crate::{
-            kube::testkit::{self, api},
-            reconcile::ContainerPhase,
-        };
+    async fn metrics_need_a_token_the_api_accepts_and_health_nothing() {
+        use crate::kube::testkit::api;
         use serde_json::json;
-        let reconcile = ReconcileHandle::detached();
-        let mut v = testkit::view(vec![testkit::cv("app", 0, ContainerPhase::Running)]);
-        v.namespace = "default".into();
-        v.name = "web".into();
-        reconcile.publish(v);
         let dir = tempfile::tempdir().unwrap();
-        let health = offline(reconcile, dir.path());
+        let health = offline(ReconcileHandle::detached(), dir.path());
         let (client, mock) = api::client();
-        let review = |v: serde_json::Value| api::Reply::Json(201, v);
         let log = api::serve(
             mock,
             vec![
-                review(
-                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                    "spec": {}, "status": {"authenticated": true, "user": {"username": "bob"}}}),
+                api::Reply::Json(
+                    201,
+                    json!({"apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenReview", "spec": {},
+                    "status": {"authenticated": true, "user": {"username": "prometheus"}}}),
                 ),
-                review(json!({"apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": false}})),
-                review(json!({"apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": false}})),
-                review(json!({"apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}})),
+                api::Reply::Json(
+                    201,
+                    json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}}),
+                ),
             ],
         );
         let at = Endpoint {
             metrics: Arc::new(Metrics::new(None)),
             health,
             gate: Arc::new(Gate::new(
-                super::super::access::ExplainAccess::TokenReview,
-                super::super::access::MetricsAccess::Open,
+                super::super::access::MetricsAccess::default(),
                 Some(client),
             )),
         };
+        let peer = std::net::IpAddr::from([127, 0, 0, 1]);
         let ask = |path: &'static str, token: Option<&'static str>| {
             let at = at.clone();
             async move {
@@ -633,34 +562,23 @@ mod tests {
                 if let Some(t) = token {
                     h.insert("authorization", format!("Bearer {t}").parse().unwrap());
                 }
-                let r = route(path, &h, &at).await;
+                let r = route(path, &h, peer, &at).await;
                 let code = r.status().as_u16();
+                let www = r.headers().get("www-authenticate").cloned();
                 let body = r.into_body().collect().await.unwrap().to_bytes();
-                (code, String::from_utf8(body.to_vec()).unwrap())
+                (code, www, String::from_utf8(body.to_vec()).unwrap())
             }
         };
-        let (code, body) = ask("/explain/default/nope", None).await;
-        assert_eq!(code, 401, "{body}");
-        assert_eq!(ask("/explain/default/web", None).await.0, 401);
+        let (code, www, _) = ask("/metrics", None).await;
+        assert_eq!(
+            (code, www.as_ref().map(|v| v.to_str().unwrap())),
+            (401, Some("Bearer"))
+        );
         assert!(
             log.lock().unwrap().is_empty(),
             "nothing asked without a token"
         );
-        assert_eq!(
-            ask("/explain/default/web", Some("b")).await,
-            (403, "bob may not get pod default/web\n".into())
-        );
-        assert_eq!(
-            ask("/explain/default/nope", Some("b")).await,
-            (403, "bob may not get pod default/nope\n".into())
-        );
-        // Allowed, the pod's absence is told.
-        assert_eq!(
-            ask("/explain/default/gone", Some("b")).await,
-            (404, "no pod default/gone on this node\n".into())
-        );
-        // Health and metrics need nothing.
+        assert_eq!(ask("/metrics", Some("scrape")).await.0, 200);
         assert_eq!(ask("/healthz", None).await.0, 200);
-        assert_eq!(ask("/metrics", None).await.0, 200);
     }
 }

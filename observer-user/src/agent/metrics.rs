@@ -35,6 +35,8 @@ pub struct Sources {
     pub status: Option<StatusHandle>,
     /// The fast path's counters (`conditions` mode).
     pub fast: Option<Arc<crate::fastpath::FastStats>>,
+    /// The PodReports' counters (any mode but off).
+    pub reports: Option<Arc<crate::present::report::ReportStats>>,
     /// What the kernel log's readers did not believe.
     pub kernel_log: Arc<crate::kernel::kmsg::LogStats>,
     /// The HTTP endpoint's access checks (`observer run`).
@@ -95,6 +97,9 @@ impl Collector for Sources {
         }
         if let Some(f) = &self.fast {
             f.encode_metrics(&mut e)?;
+        }
+        if let Some(r) = &self.reports {
+            r.encode_metrics(&mut e)?;
         }
         if let Some(a) = &self.access {
             a.encode_metrics(&mut e)?;

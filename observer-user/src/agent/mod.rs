@@ -143,6 +143,8 @@ pub struct Agent<R: RuntimeService = ReconnectingCri> {
     pub status: Option<StatusHandle>,
     /// The fast path's counters, with one.
     pub fast: Option<Arc<FastStats>>,
+    /// The PodReports' counters, with writers (any mode but off).
+    pub reports: Option<Arc<crate::present::report::ReportStats>>,
     runtime_fallback: String,
     kernel: PipelineTask,
 }
@@ -200,13 +202,29 @@ impl<R: RuntimeService> Agent<R> {
         // The writers: the status manager, and the fast path's hook with its connections.
         let mut status = None;
         let mut fast = None;
+        let mut reports = None;
         let mut hook = hook;
         if let Some(w) = writers {
             let mode = w.status.mode;
             let types = w.status.condition_types();
             let (field_manager, request_timeout) =
                 (w.status.reporter.clone(), w.status.request_timeout);
+            let node_name = w.status.node_name.clone();
+            let report_client = w.client.clone();
             let (manager, h) = StatusManager::new(w.client, w.status, handle.clone());
+            // What people read of each pod's deaths: PodReports, in every mode that reaches the
+            // API (present/report.rs), from the same view and the same reflector.
+            if mode != StatusMode::Off {
+                let writer = crate::present::report::ReportWriter::new(
+                    report_client,
+                    handle.clone(),
+                    h.pods().clone(),
+                    &node_name,
+                    &field_manager,
+                );
+                reports = Some(writer.stats());
+                tasks.spawn("PodReports writer", writer.run());
+            }
             let mut manager = manager.with_clock(Arc::clone(&wall));
             if let Some(setup) = w.fast.filter(|_| mode == StatusMode::Conditions) {
                 manager.set_alive_ledger(Arc::clone(&ledger));
@@ -288,6 +306,7 @@ impl<R: RuntimeService> Agent<R> {
             runtime,
             status,
             fast,
+            reports,
             runtime_fallback,
             kernel,
         })
@@ -323,6 +342,7 @@ impl<R: RuntimeService> Agent<R> {
             cri: None,
             status: self.status.clone(),
             fast: self.fast.clone(),
+            reports: self.reports.clone(),
             kernel_log: self.kernel_log(),
             access: None,
         }

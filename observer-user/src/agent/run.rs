@@ -9,7 +9,7 @@
 use std::{ffi::OsString, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use super::{
-    access::{ExplainAccess, Gate, MetricsAccess},
+    access::{Gate, MetricsAccess},
     http,
     metrics::{Metrics, Sources},
     Agent, AgentConfig, AgentParts, FastSetup, Writers,
@@ -25,10 +25,9 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     pub agent: AgentConfig,
-    /// `/metrics`, `/healthz`, `/readyz`, `/explain`.
+    /// `/metrics`, `/healthz`, `/readyz`.
     pub listen: SocketAddr,
-    /// Who may read `/explain` and `/metrics` ([`super::access`]).
-    pub explain_access: ExplainAccess,
+    /// Who may read `/metrics` ([`super::access`]).
     pub metrics_access: MetricsAccess,
     /// `None`: nothing reaches the API (`--status-mode off`).
     pub status: Option<StatusSetup>,
@@ -76,7 +75,7 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
     let mut agent = Agent::build(parts).await?;
     let listener = http::bind(cfg.listen).await.map_err(Error::Listen)?;
     let listen = listener.local_addr().map_err(Error::Listen)?;
-    let gate = Arc::new(Gate::new(cfg.explain_access, cfg.metrics_access, reviews));
+    let gate = Arc::new(Gate::new(cfg.metrics_access, reviews));
     gate.warn_if_unusable();
     let metrics = Metrics::new(Some(Sources {
         cri: Some(agent.runtime.clone()),
@@ -96,7 +95,7 @@ pub async fn run(cfg: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(
         http::serve(listener, Arc::new(metrics), health, gate),
     );
     let mode = agent.status.as_ref().map_or(StatusMode::Off, |s| s.mode());
-    tracing::info!(%listen, %mode, %endpoint, fast_path = agent.fast.is_some(), explain_access = ?cfg.explain_access, metrics_access = ?cfg.metrics_access, "agent running");
+    tracing::info!(%listen, %mode, %endpoint, fast_path = agent.fast.is_some(), metrics_access = ?cfg.metrics_access, "agent running");
 
     tokio::select! {
         _ = shutdown => {}

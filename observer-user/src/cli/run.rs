@@ -40,28 +40,19 @@ pub struct RunArgs {
     pub cgroupfs: Option<PathBuf>,
     #[command(flatten)]
     pub cgroup_root: super::CgroupRootArg,
-    /// Address of /metrics, /healthz, /readyz and /explain.
+    /// Address of /metrics, /healthz and /readyz (nothing about any pod is served: a pod's
+    /// deaths and OOM kills are its PodReport, read through the API server).
     #[arg(long, env = "OBSERVER_LISTEN", value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
-    /// Who may read /explain/<namespace>/<pod>: token-review (a caller whose bearer token the
-    /// API server accepts and who may get that pod, as kubelet checks its own endpoints), or
-    /// none (anyone who reaches --listen: a node-local address only).
-    #[arg(
-        long,
-        env = "OBSERVER_EXPLAIN_ACCESS",
-        value_name = "ACCESS",
-        value_enum,
-        default_value = "token-review"
-    )]
-    pub explain_access: agent::access::ExplainAccess,
-    /// Who may read /metrics: open (as Prometheus scrapes by default), or token-review (a caller
-    /// who may get the non-resource URL /metrics, as kube-rbac-proxy checks).
+    /// Who may read /metrics, whose OOM-kill and limit-hit series name pods: token-review (a
+    /// caller who may get the non-resource URL /metrics, as kubelet and kube-rbac-proxy check),
+    /// or open (anyone who reaches --listen: only where no tenant can).
     #[arg(
         long,
         env = "OBSERVER_METRICS_ACCESS",
         value_name = "ACCESS",
         value_enum,
-        default_value = "open"
+        default_value = "token-review"
     )]
     pub metrics_access: agent::access::MetricsAccess,
     /// What reaches the API: conditions (two observer-owned pod conditions beside kubelet),
@@ -153,7 +144,6 @@ pub(super) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig {
         agent,
         listen: args.listen,
-        explain_access: args.explain_access,
         metrics_access: args.metrics_access,
         status,
         health_stale_after: Duration::from_secs(args.health_stale_after.max(10)),

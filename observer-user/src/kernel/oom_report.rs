@@ -41,7 +41,7 @@
 //! is still given out, saying what it lacks.
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Reports under way at once (two kills whose records interleave).
 pub const MAX_PENDING: usize = 2;
@@ -60,7 +60,7 @@ const MAX_KILL_LINE: usize = 8 << 10;
 const MAX_COMM: usize = 15;
 
 /// What the OOM killer was constrained by (`oom-kill:constraint=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Constraint {
     /// A memory cgroup's limit (`CONSTRAINT_MEMCG`).
@@ -72,7 +72,9 @@ pub enum Constraint {
 }
 
 /// The task whose allocation invoked the OOM killer.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read back by the kubectl plugin from a PodReport: a field written only when set is absent.
+#[serde(default)]
 pub struct Trigger {
     pub comm: String,
     /// From the `CPU: ... PID: <pid> Comm:` line after the header.
@@ -86,7 +88,7 @@ pub struct Trigger {
 }
 
 /// A page counter of the OOM-ing cgroup (`memory`, `memory+swap`, `swap`, `kmem`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counter {
     pub name: String,
     pub usage_kb: u64,
@@ -96,7 +98,9 @@ pub struct Counter {
 
 /// What filled the OOM-ing cgroup, in bytes (`Memory cgroup stats for`): cgroup v2's
 /// `memory.stat` keys, and v1's mapped onto them (`rss` → anon, `cache` → file).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read back by the kubectl plugin from a PodReport: a field written only when set is absent.
+#[serde(default)]
 pub struct Breakdown {
     pub anon: Option<u64>,
     pub file: Option<u64>,
@@ -200,7 +204,9 @@ impl Breakdown {
 }
 
 /// One line of the task dump (figures in pages, as the kernel prints them).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read back by the kubectl plugin from a PodReport: a field written only when set is absent.
+#[serde(default)]
 pub struct Task {
     pub pid: u32,
     pub tgid: u32,
@@ -216,7 +222,9 @@ pub struct Task {
 }
 
 /// A process killed: the victim, or another member of a group kill (`Killed process`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read back by the kubectl plugin from a PodReport: a field written only when set is absent.
+#[serde(default)]
 pub struct Killed {
     pub pid: u32,
     pub comm: String,
@@ -228,7 +236,9 @@ pub struct Killed {
 }
 
 /// One kill's report, as much of it as the log held.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read back by the kubectl plugin from a PodReport: a field written only when set is absent.
+#[serde(default)]
 pub struct OomReport {
     /// The log's microseconds since boot of the report's first record.
     pub at_us: u64,

@@ -1,8 +1,7 @@
 //! The Kubernetes API as the agent reaches it: the client and its kubeconfig ([`client`]), the
 //! one error type ([`KubeError`]) and how a failed call is said ([`describe_api_error`]), the
 //! reflector on this node's pods ([`pods`]), and the HTTP bits the writers share
-//! ([`transport`]), and the header a caller's token crosses the API server's pod proxy in
-//! ([`FORWARDED`]). What is written, and when, is [`crate::status`]'s and [`crate::fastpath`]'s.
+//! ([`transport`]). What is written, and when, is [`crate::status`]'s and [`crate::fastpath`]'s.
 pub mod pods;
 pub mod transport;
 
@@ -15,11 +14,6 @@ use thiserror::Error;
 
 pub use pods::NodePods;
 pub use pods::PodChange;
-
-/// The header the kubectl plugin puts its user's token in, for the API server's pod proxy drops
-/// `Authorization` once it has authenticated the caller. The agent reviews it
-/// (`agent::access`); it lives here because both ends of the proxy name it.
-pub const FORWARDED: &str = "x-observer-authorization";
 
 /// The one error type of the module.
 #[derive(Debug, Error)]
@@ -87,15 +81,32 @@ async fn client_config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<ApiCli
 
 /// The configuration [`client`] builds its client from (for a stack of one's own).
 pub async fn config(kubeconfig: Option<&OsStr>, retry: bool) -> Result<::kube::Config, KubeError> {
+    config_in_context(kubeconfig, None, retry).await
+}
+
+/// [`config`] with kubectl's `--context`: that context of the kubeconfig (its cluster, user and
+/// namespace) rather than the current one.
+pub async fn config_in_context(
+    kubeconfig: Option<&OsStr>,
+    context: Option<&str>,
+    retry: bool,
+) -> Result<::kube::Config, KubeError> {
     use ::kube::config::{Config, KubeConfigOptions};
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
     let from_env = std::env::var_os("KUBECONFIG");
     let list = kubeconfig.or(from_env.as_deref());
     let mut config = match list.map(read_kubeconfigs).transpose()?.flatten() {
-        Some((kc, shown)) => Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        Some((kc, shown)) => Config::from_custom_kubeconfig(kc, &options)
             .await
             .map_err(|e| KubeError::Config(format!("{shown}: {e}")))?,
         // kube's own lookup: `~/.kube/config` (it skips an empty `KUBECONFIG` too), then the
         // in-cluster service account.
+        None if context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| KubeError::Config(e.to_string()))?,
         None => Config::infer()
             .await
             .map_err(|e| KubeError::Config(e.to_string()))?,

@@ -95,8 +95,6 @@ pub(crate) mod api {
         pub path: String,
         pub query: String,
         pub content_type: String,
-        /// The agent's forwarded-token header, where the request had one.
-        pub forwarded: Option<String>,
         pub body: Value,
         pub at: Instant,
     }
@@ -119,11 +117,6 @@ pub(crate) mod api {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_string(),
-            forwarded: parts
-                .headers
-                .get(crate::kube::FORWARDED)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
             body: if bytes.is_empty() {
                 Value::Null
             } else {
@@ -138,8 +131,6 @@ pub(crate) mod api {
     pub(crate) enum Reply {
         /// Status code, JSON body.
         Json(u16, Value),
-        /// Status code, a text body (what an agent, not the API server, answers).
-        Text(u16, String),
         /// 429 with `Retry-After: <secs>`.
         TooMany(u64),
         /// Never answers (the request hangs until the client gives up).
@@ -179,13 +170,6 @@ pub(crate) mod api {
                     .status(StatusCode::from_u16(*code).expect("status code"))
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Body::from(serde_json::to_vec(v).expect("json")))
-                    .expect("response"),
-            ),
-            Reply::Text(code, text) => Some(
-                Response::builder()
-                    .status(StatusCode::from_u16(*code).expect("status code"))
-                    .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                    .body(Body::from(text.clone().into_bytes()))
                     .expect("response"),
             ),
             Reply::TooMany(secs) => Some(

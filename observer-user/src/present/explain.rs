@@ -7,7 +7,9 @@
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use crate::{
     kernel::oom_report::OomReport,
@@ -28,48 +30,51 @@ pub use kubelet::KubeletAccount;
 pub use kubelet::KubeletContainer;
 pub use kubelet::KubeletState;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Explanation {
     pub namespace: String,
     pub name: String,
     pub uid: String,
     /// Container instances, oldest first per container.
+    #[serde(default)]
     pub instances: Vec<Instance>,
     /// The warnings that a container was about to be OOM-killed, oldest first (the lead-up to
     /// the kills below).
+    #[serde(default)]
     pub warnings: Vec<Warning>,
     /// The last OOM kill of each instance that had one, oldest first.
+    #[serde(default)]
     pub kills: Vec<Kill>,
     /// What kubelet reported for the containers, or why it is not shown.
     pub kubelet: KubeletAccount,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Instance {
     pub container: String,
     pub id: String,
     pub restart_count: u32,
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<u8>,
     pub reason: Option<String>,
     /// How the exit is known: `kernel` (watched), `kernel-log` or `runtime`.
-    pub exit_source: Option<&'static str>,
+    pub exit_source: Option<Cow<'static, str>>,
     /// What the runtime said where the agent corrected it.
     pub runtime_reason: Option<String>,
     pub oom_kills: u32,
 }
 
 /// A `MemoryNearLimit` warning (`crate::pressure`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Warning {
     pub container: String,
     pub restart_count: u32,
     pub time: String,
     /// `container`, `pod` or `cgroup`.
-    pub scope: &'static str,
+    pub scope: Cow<'static, str>,
     /// The Event's sentence.
     pub sentence: String,
     /// What the kernel cannot reclaim over the limit.
@@ -80,14 +85,14 @@ pub struct Warning {
     pub standing: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Kill {
     pub container: String,
     pub time: String,
     /// The Event's and the OOMKilled condition's sentence.
     pub sentence: String,
     /// `container`, `pod`, `cgroup`, `node` or `unknown`.
-    pub scope: &'static str,
+    pub scope: Cow<'static, str>,
     /// The cgroup above the pod (scope `cgroup`), or why the scope is unknown.
     pub scope_detail: Option<String>,
     pub victim: Victim,
@@ -97,7 +102,7 @@ pub struct Kill {
     pub group: bool,
     pub limit_bytes: Option<u64>,
     /// `kernel` (the probes) or `kernel-log`.
-    pub source: &'static str,
+    pub source: Cow<'static, str>,
     /// The kernel's whole report, where the log held it (null: see `scope_detail`). When the
     /// report spans other pods (a node-level OOM, an ancestor's limit), their processes are
     /// taken out of it and counted in `others_withheld`.
@@ -106,13 +111,13 @@ pub struct Kill {
 }
 
 /// Processes of a kill's report that may be other pods': counted, never named.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Withheld {
     pub processes: usize,
     pub rss_kb: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Victim {
     pub pid: u32,
     pub comm: String,
@@ -149,13 +154,13 @@ pub fn explain(view: &PodView, container: Option<&str>, api: Result<&Pod, &str>)
             container: c.name.clone(),
             id: c.id.as_str().to_string(),
             restart_count: c.restart_count,
-            state: state(c.phase),
+            state: state(c.phase).into(),
             started_at: time(c.started_at),
             finished_at: time(c.finished_at),
             exit_code: c.exit_code,
             signal: c.signal,
             reason: c.reason.clone(),
-            exit_source: c.exit_source.map(|s| s.as_str()),
+            exit_source: c.exit_source.map(|s| s.as_str().into()),
             runtime_reason: c.runtime_reason.clone(),
             oom_kills: c.oom_kills,
         })
@@ -190,7 +195,7 @@ pub fn explain(view: &PodView, container: Option<&str>, api: Result<&Pod, &str>)
                         container: c.name.clone(),
                         restart_count: c.restart_count,
                         time: rfc3339(r.time),
-                        scope: r.scope.label(),
+                        scope: r.scope.label().into(),
                         sentence: r.sentence(),
                         ratio: r.ratio(),
                         before_kill_ms,
@@ -250,7 +255,7 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         time: rfc3339(o.time),
         // The spec's limit is named as the spec's (from the API's pod), never as the one hit.
         sentence: describe_kill(o, Some(c), spec_limit),
-        scope: o.scope.label(),
+        scope: o.scope.label().into(),
         scope_detail,
         victim: Victim {
             pid: o.pid,
@@ -274,7 +279,7 @@ fn kill(view: &PodView, c: &ContainerView, o: &OomEvidence, spec_limit: Option<&
         }),
         group: o.group,
         limit_bytes: o.limit_bytes,
-        source: o.source.as_str(),
+        source: o.source.as_str().into(),
         report,
         others_withheld,
     }
@@ -319,6 +324,7 @@ pub fn render_text(e: &Explanation) -> String {
                 .map(|r| format!(" {}", Printable(r)))
                 .unwrap_or_default(),
             i.exit_source
+                .as_ref()
                 .map(|src| format!(" (known from {src})"))
                 .unwrap_or_default(),
             if i.oom_kills > 0 {
@@ -507,7 +513,7 @@ mod tests {
         let e = explain(&view(vec![app]), None, Err("no API"));
         assert_eq!(e.kills.len(), 1);
         let k = &e.kills[0];
-        assert_eq!((k.scope, k.source), ("pod", "kernel-log"));
+        assert_eq!((k.scope.as_ref(), k.source.as_ref()), ("pod", "kernel-log"));
         assert_eq!(k.report.as_ref().unwrap().limit_kb(), Some(49152));
         let text = render_text(&e);
         for part in [
@@ -647,7 +653,10 @@ mod tests {
             assert_eq!(k.containers.len(), 1);
             let app = &k.containers[0];
             assert_eq!(app.restart_count, Some(1));
-            assert_eq!(app.state.as_ref().map(|s| s.state), Some("running"));
+            assert_eq!(
+                app.state.as_ref().map(|s| s.state.as_ref()),
+                Some("running")
+            );
             let last = app.last_state.as_ref().expect("lastState");
             assert_eq!(
                 (last.reason.as_deref(), last.exit_code),

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod print;
 pub mod remote;
 pub mod render;
+pub mod report;
 
 use crate::reconcile::PodView;
 

@@ -1,7 +1,7 @@
 //! The reconciler's outside: read the view, wait for changes or for the first full picture, ask
 //! for a relist, tap the PLEG events it consumed.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -76,6 +76,9 @@ pub(super) struct Shared {
     /// Pods whose view changed since the consumer last took them, and since when.
     dirty: std::sync::Mutex<HashMap<PodUid, tokio::time::Instant>>,
     dirty_notify: Notify,
+    /// The same for the pod reports' writer, a consumer of its own (`present::report`).
+    reports_dirty: std::sync::Mutex<HashSet<PodUid>>,
+    reports_notify: Notify,
     /// From a container init's exit in the kernel to the reconciler's view of it.
     pub detection_latency: crate::exposition::Latency,
     /// The OOM kills of each container ([`super::kills`]).
@@ -100,6 +103,8 @@ impl Shared {
             last_turn_ms: AtomicU64::new(0),
             dirty: Default::default(),
             dirty_notify: Notify::new(),
+            reports_dirty: Default::default(),
+            reports_notify: Notify::new(),
             detection_latency: Default::default(),
             oom_kills: Default::default(),
             pressure: Default::default(),
@@ -125,6 +130,8 @@ impl Shared {
             .entry(uid)
             .or_insert_with(tokio::time::Instant::now);
         self.dirty_notify.notify_one();
+        crate::sync::lock(&self.reports_dirty).insert(uid);
+        self.reports_notify.notify_one();
         self.generation.send_modify(|g| *g += 1);
     }
 }
@@ -200,6 +207,19 @@ impl ReconcileHandle {
         loop {
             let notified = self.0.dirty_notify.notified();
             let taken = self.take_changed();
+            if !taken.is_empty() {
+                return taken;
+            }
+            notified.await;
+        }
+    }
+
+    /// The pods whose view changed since the last call, for the pod reports' writer: a queue of
+    /// its own beside [`Self::changed_pods`], waiting until there is one.
+    pub(crate) async fn changed_for_reports(&self) -> Vec<PodUid> {
+        loop {
+            let notified = self.0.reports_notify.notified();
+            let taken: Vec<PodUid> = crate::sync::lock(&self.0.reports_dirty).drain().collect();
             if !taken.is_empty() {
                 return taken;
             }

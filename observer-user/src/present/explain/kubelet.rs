@@ -2,7 +2,9 @@
 //! beside the agent's record of the same instances, matched by container id, and where the two
 //! accounts differ.
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use crate::{
     model::Printable,
@@ -11,14 +13,14 @@ use crate::{
 };
 
 /// kubelet's account of the pod's containers.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KubeletAccount {
     /// Why kubelet's account is not shown (no API pod to read); `containers` is then empty.
     pub unavailable: Option<String>,
     pub containers: Vec<KubeletContainer>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KubeletContainer {
     pub container: String,
     pub init_container: bool,
@@ -31,10 +33,10 @@ pub struct KubeletContainer {
 }
 
 /// One of kubelet's `state` / `lastState`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KubeletState {
     /// `running`, `waiting` or `terminated`.
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     pub reason: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -44,7 +46,7 @@ pub struct KubeletState {
     pub container_id: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Disagreement {
     /// The container instance (its id).
     pub instance: String,
@@ -62,7 +64,7 @@ fn of(s: &ContainerState, id: Option<&str>) -> Option<KubeletState> {
     let id = id.map(|i| strip(i).to_string());
     if let Some(t) = &s.terminated {
         return Some(KubeletState {
-            state: "terminated",
+            state: "terminated".into(),
             reason: t.reason.clone(),
             exit_code: Some(t.exit_code),
             signal: t.signal,
@@ -78,7 +80,7 @@ fn of(s: &ContainerState, id: Option<&str>) -> Option<KubeletState> {
     }
     if let Some(r) = &s.running {
         return Some(KubeletState {
-            state: "running",
+            state: "running".into(),
             reason: None,
             exit_code: None,
             signal: None,
@@ -88,7 +90,7 @@ fn of(s: &ContainerState, id: Option<&str>) -> Option<KubeletState> {
         });
     }
     s.waiting.as_ref().map(|w| KubeletState {
-        state: "waiting",
+        state: "waiting".into(),
         reason: w.reason.clone(),
         exit_code: None,
         signal: None,
@@ -100,7 +102,7 @@ fn of(s: &ContainerState, id: Option<&str>) -> Option<KubeletState> {
 
 impl KubeletState {
     fn summary(&self) -> String {
-        match (self.state, &self.reason, self.exit_code) {
+        match (self.state.as_ref(), &self.reason, self.exit_code) {
             ("terminated", r, Some(code)) => {
                 format!("{} / {code}", r.as_deref().unwrap_or("no reason"))
             }
@@ -142,7 +144,7 @@ fn differs(c: &ContainerView, k: Option<&KubeletState>, newest: bool) -> Option<
             _ => "kubelet has not reported this instance yet".into(),
         });
     };
-    match (c.phase, k.state) {
+    match (c.phase, k.state.as_ref()) {
         (ContainerPhase::Exited, "terminated") => {
             let same = k.reason == c.reason && k.exit_code == c.exit_code;
             if same {
