@@ -20,9 +20,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # packages too, installed by scripts/vm-kernels.sh into target/vm when a VM test needs them.
 # mmdebstrap and socat: the test cluster's guest node (cargo xtask cluster up --nodes 2), whose
 # disk image mmdebstrap builds from Debian's packages and whose connections to the API server
-# qemu relays through socat.
+# qemu relays through socat. tcpdump: the plugin test's capture on the agent's port (no user's
+# credential may cross it).
 PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev protobuf-compiler containerd runc busybox-static
-      bpftool pkg-config qemu-system-x86 cpio prometheus mmdebstrap socat)
+      bpftool pkg-config qemu-system-x86 cpio prometheus mmdebstrap socat tcpdump)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -91,6 +91,18 @@ impl Cluster {
         Ok(())
     }
 
+    /// Restarts the host node's kubelet with these feature gates (none: its defaults), e.g.
+    /// `EventedPLEG` (with `PLEGOnDemandRelist`, which 1.37 makes it depend on), and waits until
+    /// it serves. The pods keep running meanwhile, as across a kubelet upgrade; the choice lasts
+    /// until the next call or `down`.
+    pub fn restart_kubelet_with_gates(&self, gates: &[(&str, bool)]) -> Result<()> {
+        let file = self.kubelet_gates_file();
+        let text: String = gates.iter().map(|(g, on)| format!("{g}: {on}\n")).collect();
+        std::fs::write(&file, text).map_err(Error::io(&file))?;
+        self.stop_component(Component::Kubelet);
+        self.start_component(Component::Kubelet)
+    }
+
     /// SIGSTOP (`true`) or SIGCONT (`false`) to the component: a process that holds its sockets
     /// and answers nothing.
     pub fn pause_component(&self, c: Component, pause: bool) -> Result<()> {

@@ -121,11 +121,8 @@ current-context: observer
 }
 
 fn kubelet_config(c: &Cluster) -> String {
-    kubelet_yaml(
-        &c.pki(),
-        &format!("unix://{}", c.containerd_socket().display()),
-        &format!(
-            r#"# What containerd's runc options say (SystemdCgroup = false); containerd 1.7 does not
+    let mut node = format!(
+        r#"# What containerd's runc options say (SystemdCgroup = false); containerd 1.7 does not
 # answer the RuntimeConfig call that would tell kubelet.
 cgroupDriver: cgroupfs
 cgroupRoot: /{CGROUP_ROOT}
@@ -135,8 +132,20 @@ podLogsDir: {logs}
 # Room for a large node: 250 pods and the agent's (kubelet's default is 110).
 maxPods: 260
 "#,
-            logs = c.pod_logs().display(),
-        ),
+        logs = c.pod_logs().display(),
+    );
+    // Feature gates a bench set ([`Cluster::restart_kubelet_with_gates`]), one `name: bool` a line.
+    let gates = fs::read_to_string(c.kubelet_gates_file()).unwrap_or_default();
+    if !gates.trim().is_empty() {
+        node.push_str("featureGates:\n");
+        for l in gates.lines() {
+            node.push_str(&format!("  {l}\n"));
+        }
+    }
+    kubelet_yaml(
+        &c.pki(),
+        &format!("unix://{}", c.containerd_socket().display()),
+        &node,
     )
 }
 

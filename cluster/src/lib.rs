@@ -257,6 +257,11 @@ impl Cluster {
         self.dir.join("state")
     }
 
+    /// The host node's kubelet feature gates a bench chose ([`Cluster::restart_kubelet_with_gates`]).
+    pub(crate) fn kubelet_gates_file(&self) -> PathBuf {
+        self.state().join("kubelet-gates")
+    }
+
     fn pki(&self) -> PathBuf {
         self.dir.join("pki")
     }

@@ -156,6 +156,39 @@ impl Default for MemcgOffsets {
     }
 }
 
+/// What the charge probe (observer-ebpf/src/charge.rs) reads and against what: the page counter
+/// of `struct mem_cgroup` and its parents, and the thresholds of a limit it reports crossings of.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChargeConfig {
+    /// `mem_cgroup.memory` (a `struct page_counter`), and in `page_counter` its `usage`, `max`
+    /// and `parent` (the parent cgroup's counter, which every charge also charges).
+    pub memory: u32,
+    pub pc_usage: u32,
+    pub pc_max: u32,
+    pub pc_parent: u32,
+    /// `task_struct.cgroups` (a `struct css_set *`), `css_set.subsys` (an array of
+    /// `struct cgroup_subsys_state *` indexed by `memory_cgrp_id`) and `mem_cgroup.css`: the
+    /// charging task's own memory cgroup, which a charged one must be (a per-CPU page batch
+    /// drained by one task updates the statistics of others' cgroups).
+    pub task_cgroups: u32,
+    pub css_set_subsys: u32,
+    pub memory_cgrp_id: u32,
+    pub memcg_css: u32,
+    /// Thresholds in basis points of the limit, ascending; 0 ends the list.
+    pub thresholds_bp: [u16; crate::memcg::MAX_THRESHOLDS],
+    /// A threshold is sent again once usage fell this far below it (no flapping on it).
+    pub rearm_bp: u16,
+    /// Memory cgroups looked at from the charged one up (1: it alone; 2: and its parent, a
+    /// container's pod).
+    pub depth: u16,
+    /// Where only the stat tracepoint is attached (it fires for every page, not once per charge
+    /// batch): the page counters are read once per this many pages added on a CPU.
+    pub batch_pages: u32,
+    /// A `max` at or above this is no limit (`PAGE_COUNTER_MAX`).
+    pub unlimited_pages: u64,
+}
+
 /// The `CONFIG` global of the kernel side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -191,6 +224,7 @@ pub struct ProbeConfig {
     pub wake_batch_bytes: u32,
     pub _pad2: u32,
     pub memcg: MemcgOffsets,
+    pub charge: ChargeConfig,
 }
 
 // The kernel side and userspace read these bytes with the same layout: a field added, moved or
@@ -200,4 +234,5 @@ const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 48);
 const _: () = assert!(core::mem::size_of::<OomTpOffsets>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupTpOffsets>() == 24);
 const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 32);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 160);
+const _: () = assert!(core::mem::size_of::<ChargeConfig>() == 64);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 224);

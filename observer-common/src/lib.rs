@@ -16,7 +16,7 @@ pub use cgroup::CgroupRecord;
 pub use config::{ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS};
 pub use exec::ExecRecord;
 pub use exit::ExitRecord;
-pub use memcg::LimitHitRecord;
+pub use memcg::{CrossingRecord, LimitHitRecord};
 pub use oom::OomRecord;
 
 /// Length of `task_struct::comm`, including the NUL.
@@ -36,6 +36,7 @@ pub mod names {
     pub const GROUP_DEAD: &str = "GROUP_DEAD";
     pub const KNOWN_INITS: &str = "KNOWN_INITS";
     pub const MEMCG_WINDOWS: &str = "MEMCG_WINDOWS";
+    pub const CHARGE_LEVELS: &str = "CHARGE_LEVELS";
     pub const CONFIG: &str = "CONFIG";
 }
 
@@ -50,6 +51,7 @@ pub enum EventKind {
     CgroupRmdir = 5,
     CgroupEmpty = 6,
     LimitHit = 7,
+    LimitCrossing = 8,
 }
 
 impl EventKind {
@@ -62,6 +64,7 @@ impl EventKind {
             5 => Self::CgroupRmdir,
             6 => Self::CgroupEmpty,
             7 => Self::LimitHit,
+            8 => Self::LimitCrossing,
             _ => return None,
         })
     }
@@ -120,7 +123,13 @@ pub mod stat {
     /// OOM kills whose victim exited before the OOM killer marked it (the kill was sent by the
     /// mark, observer-ebpf/src/oom.rs).
     pub const OOM_VICTIM_EXITED_FIRST: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// Charges after which the charge probe read a memory cgroup's page counters against its
+    /// limit (observer-ebpf/src/charge.rs): every charge through `try_charge_memcg`, one per
+    /// `ChargeConfig::batch_pages` pages where only the stat tracepoint could be attached.
+    pub const CHARGE_CHECKS: u32 = 7;
+    /// Threshold crossings sent (`CrossingRecord`).
+    pub const LIMIT_CROSSINGS: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// A record that can be read back from bytes by userspace.
@@ -142,6 +151,8 @@ mod pod {
     unsafe impl aya::Pod for super::oom::OomPending {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::memcg::MemcgWindow {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::memcg::CrossingState {}
 }
 
 // The kernel side and userspace read these bytes with the same layout: a field added, moved or

@@ -63,3 +63,45 @@ unsafe impl Record for LimitHitRecord {
 // resized changes the size, and must change both sides (and the decoder's tests) together.
 const _: () = assert!(core::mem::size_of::<MemcgWindow>() == 48);
 const _: () = assert!(core::mem::size_of::<LimitHitRecord>() == 128);
+
+/// Most thresholds of a limit the charge probe follows (observer-ebpf/src/charge.rs).
+pub const MAX_THRESHOLDS: usize = 8;
+
+/// Where a memory cgroup's usage stands against its limit, as the charge probe last saw it
+/// (kernel-side state, keyed by the cgroup's `page_counter` address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrossingState {
+    /// Thresholds crossed and not yet fallen back below (0: none): a threshold is sent once
+    /// per rise past it.
+    pub level: u32,
+    pub _pad: u32,
+}
+
+/// A charge took a watched memory cgroup's usage past a threshold of its limit (the highest
+/// one, when a charge passed several). Sent once per rise: a cgroup that sits still, or sits
+/// above its highest threshold, sends nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CrossingRecord {
+    pub header: Header,
+    /// The charging task: its cgroup tells the container.
+    pub task: TaskInfo,
+    /// The memory cgroup whose limit it is (its kernfs id, as [`LimitHitRecord::memcg_id`]).
+    pub memcg_id: u64,
+    /// Its page counter right after the charge: usage and limit, in pages.
+    pub usage_pages: u64,
+    pub max_pages: u64,
+    /// The threshold crossed, in basis points of the limit (8600: 86 %).
+    pub threshold_bp: u32,
+    /// How far above the charged memory cgroup it is (0: that cgroup, 1: its parent).
+    pub depth: u32,
+}
+
+// SAFETY: repr(C), integers only.
+unsafe impl Record for CrossingRecord {
+    const KIND: EventKind = EventKind::LimitCrossing;
+}
+
+const _: () = assert!(core::mem::size_of::<CrossingState>() == 8);
+const _: () = assert!(core::mem::size_of::<CrossingRecord>() == 96);

@@ -13,6 +13,7 @@
 use observer_ebpf as _;
 
 mod cgroup;
+mod charge;
 mod exec;
 mod exit;
 mod group_dead;
@@ -27,7 +28,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
-    memcg::MemcgWindow,
+    memcg::{CrossingState, MemcgWindow},
     oom::{KilledExit, OomPending},
     stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
 };
@@ -75,6 +76,16 @@ static KNOWN_INITS: HashMap<u32, u8> =
 #[map]
 static MEMCG_WINDOWS: LruHashMap<u64, MemcgWindow> = LruHashMap::with_max_entries(4096, 0);
 
+/// Where each watched memory cgroup's usage stands among the thresholds of its limit, by its
+/// `page_counter` address (charge.rs). LRU: an evicted cgroup sends its current threshold again.
+#[map]
+static CHARGE_LEVELS: LruHashMap<u64, CrossingState> = LruHashMap::with_max_entries(4096, 0);
+
+/// Pages added to memory cgroup statistics on this CPU since the charge probe last read the page
+/// counters (only where it follows the statistics' tracepoint: charge.rs).
+#[map]
+static CHARGE_BATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 #[inline(always)]
 fn config() -> &'static ProbeConfig {
     // SAFETY: CONFIG lives in .rodata for the program's lifetime; the volatile read of the address
@@ -98,4 +109,4 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

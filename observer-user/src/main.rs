@@ -7,6 +7,9 @@ use observer::cli::{init_logging, plugin_args, run, runtime, Cli};
 fn main() -> anyhow::Result<ExitCode> {
     // Installed as `kubectl-observer`, it is kubectl's plugin (`kubectl observer explain POD`).
     let cli = Cli::parse_from(plugin_args(std::env::args_os()));
-    init_logging(&cli.log, cli.log_format)?;
-    runtime()?.block_on(run(cli))
+    let logs = init_logging(&cli.log, cli.log_format)?;
+    let code = runtime()?.block_on(run(cli));
+    // The last lines are written before the process exits.
+    drop(logs);
+    code
 }

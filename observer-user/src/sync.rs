@@ -1,5 +1,6 @@
 //! Shared-state helpers: [`AbortOnDrop`], the [`Bell`] a thread that must never wait rings to
-//! wake a task, [`try_lock`] for such a thread, and locks recovered the same way everywhere. A panic
+//! wake a task, [`try_lock`] for such a thread, the log queue such a thread logs through
+//! ([`logs`]), and locks recovered the same way everywhere. A panic
 //! while a lock was held leaves the data as the panicking code left it; every user here keeps
 //! data that stays meaningful (a map, counters), so the lock is taken back, the poison cleared,
 //! and the event logged once per poisoning.
@@ -12,6 +13,8 @@ use std::{
         TryLockError,
     },
 };
+
+pub mod logs;
 
 fn recovered<G>(e: PoisonError<G>, clear: impl FnOnce()) -> G {
     tracing::error!(

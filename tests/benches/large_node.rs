@@ -847,8 +847,8 @@ fn report(r: &Report<'_>) {
     }
 
     println!("\n2. What each asks of the API server, per minute (audit log; bytes: patch bodies sent, pod lists answered)\n");
-    println!("| window | who | requests/min | by verb | status writes/min | Event writes/min | patch KiB/min | pod-list KiB/min |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| window | who | requests/min | by verb | status writes/min | Event writes/min | PodReport writes/min | patch KiB/min | pod-list KiB/min |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let steady_to = r.steady.to;
     for (label, from, to) in [
         ("idle", r.idle.from, r.idle.to),
@@ -858,11 +858,12 @@ fn report(r: &Report<'_>) {
         for (who, user) in [("agent", AGENT_USER), ("kubelet", KUBELET_USER)] {
             let k = cost(r.audit, user, from, to);
             println!(
-                "| {label} | {who} | {:.0} | {} | {:.0} | {:.0} | {:.1} | {:.1} |",
+                "| {label} | {who} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} |",
                 k.requests() as f64 / mins,
                 k.verbs(),
                 k.status_writes as f64 / mins,
                 k.event_writes as f64 / mins,
+                k.report_writes as f64 / mins,
                 k.write_bytes as f64 / 1024.0 / mins,
                 k.list_bytes as f64 / 1024.0 / mins
             );

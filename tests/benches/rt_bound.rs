@@ -361,31 +361,17 @@ fn fast_status(
         };
         ledger.prepare(uid, &view, &Arc::new(pod), &types);
     }
-    let decider = fast::DeathDecider {
-        clock: observer::model::system_clock(),
+    // No status manager runs here: nothing reads what was answered.
+    let path = fast::FastPath::build(fast::FastConfig {
+        kubeconfig: Some(api.kubeconfig()?.into()),
+        field_manager: "observer".into(),
+        request_timeout: Duration::from_secs(5),
         types,
         ledger: Arc::clone(&ledger),
-        stats: Arc::default(),
-    };
-    let timeout = Duration::from_secs(5);
-    let (dialer, dialed) = fast::dial::pair(Some(api.kubeconfig()?.into()), timeout)?;
-    tokio::spawn(dialer.run());
-    // No status manager runs here: nothing reads what was answered.
-    let (answers, _) = fast::answers()?;
-    let writer = fast::WriterConfig {
-        field_manager: "observer".into(),
-        request_timeout: timeout,
-        answers,
-    };
-    let make: HookFactory = Box::new(move |clock| {
-        Box::new(fast::FastDeaths::new(
-            decider,
-            clock.clone(),
-            writer,
-            dialed,
-        ))
-    });
-    Ok((make, ledger))
+        clock: observer::model::system_clock(),
+    })?;
+    tokio::spawn(path.dialer.run());
+    Ok((path.hook, ledger))
 }
 
 /// The fast path's PATCHes the stand-in received (its own connections say `observer/…`).

@@ -277,9 +277,37 @@ impl TestPod {
     }
 
     /// A pod-level memory limit (`spec.resources`, Kubernetes 1.34's PodLevelResources).
+    /// The pod's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn pod_memory_limit(mut self, memory: &str) -> Self {
         self.pod_memory_limit = Some(memory.into());
         self
+    }
+
+    /// A restart rule of `action` on the exit codes `codes` (In) for the regular container added
+    /// last, with its own `restartPolicy` (Kubernetes 1.35+, KEP-5307).
+    pub fn restart_rule(self, policy: &str, action: &str, codes: &[i32]) -> Self {
+        let rule = Self::rule(action, codes);
+        let policy = policy.to_string();
+        self.edit_last(move |c| {
+            c["restartPolicy"] = policy.into();
+            c["restartPolicyRules"] = rule;
+        })
+    }
+
+    /// The same on the sidecar added last (its policy stays Always).
+    pub fn sidecar_rule(mut self, action: &str, codes: &[i32]) -> Self {
+        if let Some(c) = self.init_containers.last_mut() {
+            c["restartPolicyRules"] = Self::rule(action, codes);
+        }
+        self
+    }
+
+    fn rule(action: &str, codes: &[i32]) -> Value {
+        serde_json::json!([{"action": action, "exitCodes": {"operator": "In", "values": codes}}])
     }
 
     /// An emptyDir at [`SHARED_DIR`] in every container (for a container to wait on another, or
@@ -450,13 +478,70 @@ pub fn agent_pod_on(c: &Cluster, node: &str) -> Result<Value> {
     }
 }
 
-/// The `/metrics` text of the agent on the test's node: on the host at [`AGENT_ADDR`], in a
-/// guest the same address on the guest's loopback, asked by a shell there through the guest
-/// agent (nothing is forwarded into the guest).
+/// The scrapers' account: `prometheus` in [`SCRAPER_NAMESPACE`], bound to deploy/'s ClusterRole
+/// observer-metrics-reader, as an operator binds their Prometheus's (deploy/README.md).
+pub const SCRAPER_NAMESPACE: &str = "observer-scrapers";
+
+static SCRAPER_TOKEN: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// A token of the scrapers' account (made once per test process, valid for an hour).
+pub fn scraper_token(c: &Cluster) -> Result<String> {
+    SCRAPER_TOKEN
+        .get_or_init(|| make_scraper_token(c).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("the scrapers' token: {e}"))
+}
+
+fn make_scraper_token(c: &Cluster) -> Result<String> {
+    apply(
+        c,
+        &format!(
+            r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: {SCRAPER_NAMESPACE}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: prometheus
+  namespace: {SCRAPER_NAMESPACE}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: observer-tests-prometheus
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: observer-metrics-reader
+subjects:
+  - kind: ServiceAccount
+    name: prometheus
+    namespace: {SCRAPER_NAMESPACE}
+"#
+        ),
+    )?;
+    Ok(c.kubectl_ok(&[
+        "create",
+        "token",
+        "prometheus",
+        "-n",
+        SCRAPER_NAMESPACE,
+        "--duration=1h",
+    ])?
+    .trim()
+    .to_string())
+}
+
+/// The `/metrics` text of the agent on the test's node, asked as the scrapers' account: on the
+/// host at [`AGENT_ADDR`], in a guest the same address on the guest's loopback, asked by a shell
+/// there through the guest agent (nothing is forwarded into the guest).
 pub fn agent_metrics(c: &Cluster) -> Result<String> {
+    let token = scraper_token(c)?;
     let Some(guest) = test_guest(c) else {
         let addr = AGENT_ADDR.parse()?;
-        let (code, body) = crate::endpoint::http_get(addr, "/metrics")
+        let (code, body) = crate::endpoint::http_get_as(addr, "/metrics", Some(&token))
             .ok_or_else(|| anyhow!("the agent at {AGENT_ADDR} does not answer"))?;
         if code != 200 {
             bail!("the agent's /metrics answered {code}");
@@ -467,7 +552,7 @@ pub fn agent_metrics(c: &Cluster) -> Result<String> {
         .rsplit_once(':')
         .ok_or_else(|| anyhow!("{AGENT_ADDR}: no port"))?;
     let script = format!(
-        r#"exec 3<>/dev/tcp/{host}/{port} && printf 'GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n' >&3 && cat <&3"#
+        r#"exec 3<>/dev/tcp/{host}/{port} && printf 'GET /metrics HTTP/1.0\r\nHost: agent\r\nAuthorization: Bearer {token}\r\n\r\n' >&3 && cat <&3"#
     );
     let r = guest.exec("/bin/bash", &["-c", &script], Duration::from_secs(60))?;
     let (head, body) = r.stdout.split_once("\r\n\r\n").ok_or_else(|| {
@@ -557,25 +642,28 @@ impl ContainerInit<'_> {
     /// before the guest agent is asked to run `kill -9` there (its shell's own start comes
     /// between, a few milliseconds under emulation). Returns once the signal was sent.
     pub fn kill(&self) -> Result<std::time::Instant> {
+        self.signal(nix::sys::signal::Signal::SIGKILL)
+    }
+
+    /// `sig` to the init, and the moment it was sent (as [`ContainerInit::kill`]).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> Result<std::time::Instant> {
         match self {
             ContainerInit::Host(pid) => {
                 let sent = std::time::Instant::now();
-                nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                )?;
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), sig)?;
                 Ok(sent)
             }
             ContainerInit::Guest(guest, pid) => {
                 let mut agent = guest.agent()?;
                 let sent = std::time::Instant::now();
+                let number = sig as i32;
                 let r = agent.exec(
                     "/bin/sh",
-                    &["-c", &format!("kill -9 {pid}")],
+                    &["-c", &format!("kill -{number} {pid}")],
                     Duration::from_secs(60),
                 )?;
                 if r.code != 0 {
-                    bail!("kill -9 {pid} in {}: {}", guest.name, r.stderr);
+                    bail!("kill -{number} {pid} in {}: {}", guest.name, r.stderr);
                 }
                 Ok(sent)
             }
@@ -597,13 +685,15 @@ pub fn pod_volumes(c: &Cluster, uid: &str) -> PathBuf {
 const DEFAULT_MODE: &str = "conditions";
 
 /// Sets the deployed agents' `--status-mode` (None: deploy/'s) where deploy/ keeps it: the
-/// ConfigMap `observer`, which the DaemonSet's OBSERVER_STATUS_MODE and the admission policy both
-/// read; then restarts the agents (an env from a ConfigMap is read at container start) and waits
-/// for the rollout and a Ready agent. A no-op when unchanged.
+/// ConfigMap `observer`, which the DaemonSet's OBSERVER_STATUS_MODE reads, and the mode written
+/// into the admission policy observer-status-mode, as `kubectl apply -k` of a changed config.yaml
+/// writes it; then restarts the agents (an env from a ConfigMap is read at container start) and
+/// waits for the rollout and a Ready agent. A no-op when unchanged.
 pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
     let mode = mode.unwrap_or(DEFAULT_MODE);
     let cm = get_json(c, &["-n", AGENT_NAMESPACE, "get", "configmap", "observer"])?;
-    if cm["data"]["statusMode"].as_str() == Some(mode) {
+    let policy_mode = policy_mode(c)?;
+    if cm["data"]["statusMode"].as_str() == Some(mode) && policy_mode.1 == mode {
         return Ok(());
     }
     let patch = serde_json::json!({"data": {"statusMode": mode}}).to_string();
@@ -617,7 +707,36 @@ pub fn set_agent_mode(c: &Cluster, mode: Option<&str>) -> Result<()> {
         "-p",
         &patch,
     ])?;
+    let patch = serde_json::json!([{"op": "replace",
+        "path": format!("/spec/variables/{}/expression", policy_mode.0),
+        "value": format!("'{mode}'")}])
+    .to_string();
+    c.kubectl_ok(&[
+        "patch",
+        "validatingadmissionpolicy",
+        "observer-status-mode",
+        "--type=json",
+        "-p",
+        &patch,
+    ])?;
     restart_agents(c, &format!("statusMode {mode}"))
+}
+
+/// The admission policy's mode variable: its index and the mode written in it.
+fn policy_mode(c: &Cluster) -> Result<(usize, String)> {
+    let p = get_json(
+        c,
+        &["get", "validatingadmissionpolicy", "observer-status-mode"],
+    )?;
+    let vars = p["spec"]["variables"]
+        .as_array()
+        .context("the policy's variables")?;
+    let i = vars
+        .iter()
+        .position(|v| v["name"] == "mode")
+        .context("the policy's mode variable")?;
+    let expr = vars[i]["expression"].as_str().unwrap_or_default();
+    Ok((i, expr.split('\'').nth(1).unwrap_or_default().to_string()))
 }
 
 /// `kubectl rollout restart` of the agents' DaemonSet, waited for until the agent is Ready

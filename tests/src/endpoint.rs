@@ -8,9 +8,15 @@ use std::{
 
 /// `GET path`: (status code, body); None when nothing answers.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    http_get_as(addr, path, None)
+}
+
+/// [`http_get`] with `Authorization: Bearer <token>`.
+pub fn http_get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n{auth}\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;

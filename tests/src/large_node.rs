@@ -940,6 +940,8 @@ pub struct Cost {
     /// Status writes and Events created or updated.
     pub status_writes: u64,
     pub event_writes: u64,
+    /// PodReports applied (server-side apply: one request creates or updates).
+    pub report_writes: u64,
 }
 
 impl Cost {
@@ -986,6 +988,9 @@ pub fn cost(audit: &[Value], user: &str, from: SystemTime, to: SystemTime) -> Co
         }
         if resource == "events" && matches!(verb, "create" | "update" | "patch") {
             c.event_writes += 1;
+        }
+        if resource == "podreports" && matches!(verb, "create" | "update" | "patch") {
+            c.report_writes += 1;
         }
         if !e["requestObject"].is_null() {
             c.write_bytes += e["requestObject"].to_string().len() as u64;

@@ -29,7 +29,7 @@ mod real_cluster {
         get_json, pod_volumes, require_cluster, wait_pod, Cluster, Namespace, TestPod, AGENT_ADDR,
         AGENT_NAMESPACE, AGENT_USER, NODE_NAME, POLL,
     };
-    use observer_tests::endpoint::http_get;
+    use observer_tests::endpoint::{http_get, http_get_as};
     use observer_tests::manifests::{deploy_dir, read_one};
     use observer_tests::wait::poll_every;
     use serde_json::Value;
@@ -48,7 +48,6 @@ mod real_cluster {
     /// The capability numbers of linux/capability.h the manifest names.
     fn cap_number(name: &str) -> u32 {
         match name {
-            "DAC_READ_SEARCH" => 2,
             "SYS_NICE" => 23,
             "SYSLOG" => 34,
             "PERFMON" => 38,
@@ -89,7 +88,7 @@ mod real_cluster {
         // The effective capabilities of the running agent are exactly the manifest's.
         let ds: k8s_openapi::api::apps::v1::DaemonSet =
             read_one(&deploy_dir().join("daemonset.yaml")).unwrap();
-        let spec = ds.spec.unwrap().template.spec.unwrap();
+        let spec = ds.spec.template.spec.unwrap();
         let added = spec.containers[0]
             .security_context
             .as_ref()
@@ -130,7 +129,7 @@ mod real_cluster {
         for (target, read_only) in [
             ("/sys/kernel/tracing", true),
             ("/host/sys/fs/cgroup", true),
-            ("/run/containerd", true),
+            ("/run/containerd/containerd.sock", true),
             ("/run/observer", false),
             ("/", true),
         ] {
@@ -140,6 +139,13 @@ mod real_cluster {
                 "mount {target} (read-only: {read_only}) in the agent's mount namespace"
             );
         }
+        // The runtime's socket alone: not the directory, beneath which containerd 1.x keeps
+        // running containers' root filesystems.
+        assert_eq!(
+            mount("/run/containerd"),
+            None,
+            "/run/containerd is not mounted"
+        );
     }
 
     fn wait_pod_ready_agent(c: &Cluster) -> Value {
@@ -147,13 +153,45 @@ mod real_cluster {
             .unwrap_or_else(|| panic!("the agent's pod is not Ready: {:?}", agent_pod(c)))
     }
 
+    /// Scraped as an operator's Prometheus is (its account bound to observer-metrics-reader);
+    /// refused to a caller without a token, or with one the API server does not vouch for, or
+    /// whose user may not get /metrics; and the port tells nobody anything about a pod.
     #[test]
-    fn metrics_scraped_and_healthy() {
+    fn metrics_scraped_with_a_token_and_healthy() {
         let Some(c) = require_cluster() else { return };
         let _agent = agent_shared();
         wait_pod_ready_agent(c);
-        let (code, body) = http_get(agent_addr(), "/metrics").expect("the agent answers");
-        assert_eq!(code, 200);
+        let token = observer_tests::cluster::scraper_token(c).unwrap();
+        let (code, body) =
+            http_get_as(agent_addr(), "/metrics", Some(&token)).expect("the agent answers");
+        assert_eq!(code, 200, "{body}");
+        for (who, t) in [("no token", None), ("a forged token", Some("forged"))] {
+            let (code, body) = http_get_as(agent_addr(), "/metrics", t).unwrap();
+            assert_eq!(code, 401, "{who}: {body}");
+            assert!(!body.contains("observer_"), "{who}: {body}");
+        }
+        // A real account without the right (the default service account of a namespace).
+        let nobody = c
+            .kubectl_ok(&[
+                "create",
+                "token",
+                "default",
+                "-n",
+                "default",
+                "--duration=10m",
+            ])
+            .unwrap();
+        let (code, refusal) = http_get_as(agent_addr(), "/metrics", Some(nobody.trim())).unwrap();
+        assert_eq!(code, 403, "{refusal}");
+        // Nothing about any pod, to anyone: what /explain served is gone from the port.
+        for path in [
+            "/explain/observer-system/x",
+            "/explain/default/x?output=text",
+            "/pods",
+        ] {
+            let (code, _) = http_get_as(agent_addr(), path, Some(&token)).unwrap();
+            assert_eq!(code, 404, "{path}");
+        }
         let sample = |name: &str| {
             body.lines()
                 .find_map(|l| {
@@ -184,29 +222,33 @@ mod real_cluster {
         let Some(c) = require_cluster() else { return };
         // The deployed RBAC (the helm test replaces it meanwhile).
         let _agent = agent_shared();
-        let list = c
-            .kubectl_ok(&["auth", "can-i", "--list", "--as", AGENT_USER])
-            .unwrap();
-        let mut granted = BTreeSet::new();
-        for line in list.lines().skip(1) {
-            // Verbs are the last bracketed column, and may hold spaces: `[create patch]`.
-            let (Some(resource), Some(open)) = (line.split_whitespace().next(), line.rfind('['))
-            else {
-                continue;
-            };
-            let verbs = &line[open..];
-            // Non-resource URLs (discovery, /healthz...) come as `[]  [/api/*]  []  [get]`.
-            if resource.starts_with('[') {
-                continue;
+        let granted_to = |user: &str| -> (BTreeSet<String>, String) {
+            let list = c
+                .kubectl_ok(&["auth", "can-i", "--list", "--as", user])
+                .unwrap();
+            let mut granted = BTreeSet::new();
+            for line in list.lines().skip(1) {
+                // Verbs are the last bracketed column, and may hold spaces: `[create patch]`.
+                let (Some(resource), Some(open)) =
+                    (line.split_whitespace().next(), line.rfind('['))
+                else {
+                    continue;
+                };
+                // Non-resource URLs (discovery, /healthz...) come as `[]  [/api/*]  []  [get]`.
+                if resource.starts_with('[') {
+                    continue;
+                }
+                for verb in line[open..].trim_matches(['[', ']']).split(' ') {
+                    granted.insert(format!("{verb} {resource}"));
+                }
             }
-            // Every authenticated user may review itself (system:basic-user).
-            if resource.starts_with("selfsubject") {
-                continue;
-            }
-            for verb in verbs.trim_matches(['[', ']']).split(' ') {
-                granted.insert(format!("{verb} {resource}"));
-            }
-        }
+            (granted, list)
+        };
+        let (all, list) = granted_to(AGENT_USER);
+        // What every service account may do (self reviews; cluster trust bundles since 1.35)
+        // is not the agent's to explain.
+        let (everyone, _) = granted_to("system:serviceaccount:default:default");
+        let granted: BTreeSet<String> = all.difference(&everyone).cloned().collect();
         let want: BTreeSet<String> = [
             "get pods",
             "list pods",
@@ -216,7 +258,11 @@ mod real_cluster {
             "patch events.events.k8s.io",
             // One pod's Events, before a death is told late (was it told already?).
             "list events.events.k8s.io",
-            // /explain's access check: who a caller's token is, what the caller may get.
+            // Each pod's PodReport, by server-side apply.
+            "get podreports.observer.dev",
+            "create podreports.observer.dev",
+            "patch podreports.observer.dev",
+            // /metrics' access check: who a caller's token is, whether it may get /metrics.
             "create tokenreviews.authentication.k8s.io",
             "create subjectaccessreviews.authorization.k8s.io",
         ]
@@ -231,6 +277,7 @@ mod real_cluster {
             ["get", "secrets"],
             ["update", "pods/status"],
             ["create", "events"],
+            ["delete", "podreports.observer.dev"],
         ] {
             let out = c
                 .kubectl()
@@ -352,10 +399,12 @@ mod real_cluster {
         if let Err(e) = patch(r#"{"status":{"message":"admission probe"}}"#) {
             panic!("full mode: status.message (which full writes) was refused: {e}");
         }
+        // (nominatedNodeName, qosClass, hostIPs: the API server's own validation refuses their
+        // change on a bound pod before admission; resize it takes.)
         refused_for_mode(
-            patch(r#"{"status":{"nominatedNodeName":"elsewhere"}}"#),
-            "full mode, status.nominatedNodeName",
-            "in statusMode full the observer agent may not change: status.nominatedNodeName",
+            patch(r#"{"status":{"resize":"Proposed"}}"#),
+            "full mode, status.resize",
+            "in statusMode full the observer agent may not change: status.resize",
         );
         // The agent's own full-mode writes: a container dies, the agent writes the pod's status.
         let since = std::time::SystemTime::now();
@@ -491,6 +540,252 @@ mod real_cluster {
             .await
             .map(|_| ())
         })
+    }
+
+    /// A status PATCH with the agent's own pod-bound token, sent with curl (a kubeconfig with a
+    /// client certificate would authenticate as someone else): (HTTP code, body).
+    fn curl_status_patch(
+        c: &Cluster,
+        token: &str,
+        ns: &str,
+        pod: &str,
+        patch: &str,
+    ) -> (u16, String) {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "30",
+                "-X",
+                "PATCH",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg("--cacert")
+            .arg(c.dir().join("pki/ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(["-H", "Content-Type: application/strategic-merge-patch+json"])
+            .args(["--data-binary", patch])
+            .arg(format!(
+                "https://127.0.0.1:{}/api/v1/namespaces/{ns}/pods/{pod}/status",
+                observer_cluster::APISERVER_PORT
+            ))
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    fn refused_saying(r: (u16, String), what: &str, want: &str) {
+        assert_eq!(r.0, 403, "{what}: {}", r.1);
+        assert!(
+            r.1.contains(want),
+            "{what}: refused, but not for {want:?}: {}",
+            r.1
+        );
+        eprintln!("{what}: refused");
+    }
+
+    /// What a stolen agent token cannot do, tried with curl against the real API server: change
+    /// a pod's labels, annotations or finalizers through pods/status (in every mode that writes
+    /// status), move a pod out of a terminal phase, make a terminated container of a Never pod
+    /// run again, or claim Succeeded over a failure (full mode); and with the mode's ConfigMap
+    /// deleted, nothing more than before, while kubelet's own status writes go on.
+    #[test]
+    fn a_stolen_agent_token_reaches_no_further_than_kubelets() {
+        let Some(c) = require_cluster() else { return };
+        let _agent = agent_exclusive();
+        let ns = Namespace::new(c, "t-stolen").unwrap();
+        apply(c, &busybox_pod("mine", &ns.name, "Never", "sleep 3600")).unwrap();
+        apply(c, &busybox_pod("done", &ns.name, "Never", "exit 0")).unwrap();
+        apply(c, &busybox_pod("failed", &ns.name, "Never", "exit 3")).unwrap();
+        for (pod, phase) in [
+            ("mine", "Running"),
+            ("done", "Succeeded"),
+            ("failed", "Failed"),
+        ] {
+            wait_pod(c, &ns.name, pod, READY, |p| p["status"]["phase"] == phase).unwrap();
+        }
+        let _restore = ModeRestored(c);
+        observer_tests::cluster::set_agent_mode(c, None).unwrap();
+        let own =
+            r#"{"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#;
+        let metadata = [
+            (
+                "labels",
+                r#"{"metadata":{"labels":{"app":"elsewhere"}},"status":{"conditions":[{"type":"observer.dev/AdmissionProbe","status":"True"}]}}"#,
+            ),
+            (
+                "annotations",
+                r#"{"metadata":{"annotations":{"owned":"yes"}}}"#,
+            ),
+            (
+                "finalizers",
+                r#"{"metadata":{"finalizers":["example.com/never"]}}"#,
+            ),
+        ];
+        for mode in ["conditions", "full"] {
+            observer_tests::cluster::set_agent_mode(c, Some(mode)).unwrap();
+            let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+            for (field, patch) in metadata {
+                refused_saying(
+                    curl_status_patch(c, &token, &ns.name, "mine", patch),
+                    &format!("{mode} mode, metadata.{field} through pods/status"),
+                    &format!("metadata.{field}"),
+                );
+            }
+            let r = curl_status_patch(c, &token, &ns.name, "mine", own);
+            assert_eq!(r.0, 200, "{mode} mode: the agent's own condition: {}", r.1);
+        }
+        let pod = get_json(c, &["get", "pod", "mine", "-n", &ns.name]).unwrap();
+        assert!(pod["metadata"]["labels"]["app"].is_null(), "{pod}");
+        assert!(pod["metadata"]["finalizers"].is_null(), "{pod}");
+
+        // full mode, held to kubelet's rules.
+        let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+        refused_saying(
+            curl_status_patch(
+                c,
+                &token,
+                &ns.name,
+                "done",
+                r#"{"status":{"phase":"Running"}}"#,
+            ),
+            "full mode, Succeeded back to Running",
+            "terminal phase",
+        );
+        let failed = get_json(c, &["get", "pod", "failed", "-n", &ns.name]).unwrap();
+        let mut statuses = failed["status"]["containerStatuses"].clone();
+        // `terminated: null` deletes it in the strategic merge (a state holds one of the three).
+        statuses[0]["state"] = serde_json::json!({"running": {"startedAt": "2026-12-06T00:00:00Z"}, "terminated": null});
+        let revive = serde_json::json!({"status": {"containerStatuses": statuses}}).to_string();
+        // Refused twice over: the API server's own validation (ValidateContainerStateTransition,
+        // 422) before admission, and the policy's rule behind it.
+        let r = curl_status_patch(c, &token, &ns.name, "failed", &revive);
+        assert!(
+            (r.0 == 422
+                && r.1
+                    .contains("may not be transitioned to non-terminated state"))
+                || (r.0 == 403
+                    && r.1
+                        .contains("may not make a terminated container run again")),
+            "full mode, a Never pod's terminated container running again: {} {}",
+            r.0,
+            r.1
+        );
+        refused_saying(
+            curl_status_patch(
+                c,
+                &token,
+                &ns.name,
+                "mine",
+                r#"{"status":{"observedGeneration":7}}"#,
+            ),
+            "full mode, observedGeneration not the pod's generation",
+            "status.observedGeneration only to the pod's metadata.generation",
+        );
+        refused_saying(
+            curl_status_patch(
+                c,
+                &token,
+                &ns.name,
+                "mine",
+                r#"{"status":{"phase":"Succeeded"}}"#,
+            ),
+            "full mode, Succeeded while the container runs",
+            "only when every container terminated with exit code 0",
+        );
+
+        // A PodReport signed with another node's name: refused (only its own node's).
+        let forged = serde_json::json!({
+            "apiVersion": "observer.dev/v1alpha1", "kind": "PodReport",
+            "metadata": {"name": "mine", "namespace": ns.name},
+            "nodeName": "another-node", "podUID": "00000000-0000-4000-8000-000000000000",
+            "summary": {"deaths": 9, "oomKills": 0, "warnings": 0},
+            "explanation": {},
+        })
+        .to_string();
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "30",
+                "-X",
+                "POST",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg("--cacert")
+            .arg(c.dir().join("pki/ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(["-H", "Content-Type: application/json"])
+            .args(["--data-binary", &forged])
+            .arg(format!(
+                "https://127.0.0.1:{}/apis/observer.dev/v1alpha1/namespaces/{}/podreports",
+                observer_cluster::APISERVER_PORT,
+                ns.name
+            ))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        refused_saying(
+            (code.trim().parse().unwrap_or(0), body.to_string()),
+            "a PodReport naming another node",
+            "may only write PodReports naming node",
+        );
+
+        // The mode's ConfigMap deleted: the agents keep exactly their rights (the policy
+        // carries its mode), and kubelet's own writes go on.
+        observer_tests::cluster::set_agent_mode(c, None).unwrap();
+        let token = agent_token(c, NODE_NAME, &wait_pod_ready_agent(c));
+        let cm = c
+            .kubectl_ok(&[
+                "-n",
+                AGENT_NAMESPACE,
+                "get",
+                "configmap",
+                "observer",
+                "-o",
+                "json",
+            ])
+            .unwrap();
+        c.kubectl_ok(&["-n", AGENT_NAMESPACE, "delete", "configmap", "observer"])
+            .unwrap();
+        let deleted = || {
+            refused_saying(
+                curl_status_patch(
+                    c,
+                    &token,
+                    &ns.name,
+                    "mine",
+                    r#"{"status":{"phase":"Failed"}}"#,
+                ),
+                "ConfigMap deleted, a running pod's phase",
+                "in statusMode conditions the observer agent may only change conditions",
+            );
+            apply(c, &busybox_pod("after", &ns.name, "Never", "exit 0")).unwrap();
+            wait_pod(c, &ns.name, "after", READY, |p| {
+                p["status"]["phase"] == "Succeeded"
+            })
+            .expect("kubelet writes pod status with the ConfigMap gone");
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(deleted));
+        // Put back as it was (without its server-set fields).
+        let mut cm: Value = serde_json::from_str(&cm).unwrap();
+        for f in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            cm["metadata"].as_object_mut().unwrap().remove(f);
+        }
+        apply(c, &cm.to_string()).unwrap();
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// `kubectl rollout restart`: a new agent pod, the state volume's file carried over.

@@ -18,8 +18,9 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, Pod, PodSpec, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use observer::cri::api;
 use observer_image::agent::{self, AgentImage};
@@ -35,7 +36,6 @@ use serde_json::Value;
 const CAPABILITIES: &[(&str, &str)] = &[
     ("BPF", "ring buffer maps"),
     ("PERFMON", "load and attach probes"),
-    ("DAC_READ_SEARCH", "cgroup id -> path"),
     ("SYSLOG", "kernel log"),
     ("SYS_NICE", "real-time scheduling"),
 ];
@@ -68,7 +68,7 @@ fn ds() -> DaemonSet {
 }
 
 fn pod_spec(ds: &DaemonSet) -> &PodSpec {
-    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    ds.spec.template.spec.as_ref().unwrap()
 }
 
 fn agent_container(ds: &DaemonSet) -> &Container {
@@ -142,7 +142,7 @@ fn every_manifest_reads_strictly_into_its_api_type() {
                 "Namespace" => strict::<Namespace>(&doc).map(drop),
                 "ServiceAccount" => strict::<ServiceAccount>(&doc).map(drop),
                 "ClusterRole" => strict::<ClusterRole>(&doc).map(drop),
-                "Role" => strict::<Role>(&doc).map(drop),
+                "CustomResourceDefinition" => strict::<CustomResourceDefinition>(&doc).map(drop),
                 "ConfigMap" => strict::<ConfigMap>(&doc).map(drop),
                 "NetworkPolicy" => strict::<NetworkPolicy>(&doc).map(drop),
                 "ClusterRoleBinding" => strict::<ClusterRoleBinding>(&doc).map(drop),
@@ -161,9 +161,8 @@ fn every_manifest_reads_strictly_into_its_api_type() {
         }
     }
     for kind in [
-        // The agent's; the kubectl plugin's is a Role in the agents' namespace.
-        "ClusterRole",
-        "Role",
+        // PodReport's.
+        "CustomResourceDefinition",
         "ConfigMap",
         "NetworkPolicy",
         "Namespace",
@@ -176,6 +175,8 @@ fn every_manifest_reads_strictly_into_its_api_type() {
     ] {
         assert_eq!(kinds.get(kind), Some(&1), "exactly one {kind}: {kinds:?}");
     }
+    // The agent's, and the readers' of reports and of /metrics.
+    assert_eq!(kinds.get("ClusterRole"), Some(&3), "{kinds:?}");
     // The node's policy and the mode's, each bound.
     for kind in [
         "ValidatingAdmissionPolicy",
@@ -210,7 +211,7 @@ fn daemonset_runs_everywhere_with_named_privileges_only() {
     );
     let pc: PriorityClass = read_one(&deploy_dir().join("priorityclass.yaml")).unwrap();
     assert_eq!(spec.priority_class_name, pc.metadata.name);
-    assert!(pc.value >= 1_000_000 && pc.global_default != Some(true));
+    assert!(pc.value.is_some_and(|v| v >= 1_000_000) && pc.global_default != Some(true));
     let sa: ServiceAccount = read_one(&deploy_dir().join("serviceaccount.yaml")).unwrap();
     assert_eq!(spec.service_account_name, sa.metadata.name);
     assert_ne!(spec.automount_service_account_token, Some(false));
@@ -390,8 +391,6 @@ fn daemonset_resources_probes_and_service_agree() {
     );
     let pod_labels = ds
         .spec
-        .as_ref()
-        .unwrap()
         .template
         .metadata
         .as_ref()
@@ -431,6 +430,9 @@ fn rbac_is_exactly_what_the_agent_does() {
         "events.k8s.io/events:create",
         "events.k8s.io/events:list",
         "events.k8s.io/events:patch",
+        "observer.dev/podreports:get",
+        "observer.dev/podreports:create",
+        "observer.dev/podreports:patch",
         "authentication.k8s.io/tokenreviews:create",
         "authorization.k8s.io/subjectaccessreviews:create",
     ]
@@ -438,7 +440,8 @@ fn rbac_is_exactly_what_the_agent_does() {
     .into();
     assert_eq!(
         got, want,
-        "pods get/list/watch, pods/status patch, events create/patch/list, the reviews of /explain's callers"
+        "pods get/list/watch, pods/status patch, events create/patch/list, podreports \
+         get/create/patch (never delete), the reviews of /metrics' callers"
     );
     assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
     let subjects = binding.subjects.unwrap();
@@ -461,7 +464,7 @@ fn policies() -> (
             Some("ValidatingAdmissionPolicy") => policies.push(strict(d).unwrap()),
             Some("ValidatingAdmissionPolicyBinding") => {
                 let b: ValidatingAdmissionPolicyBinding = strict(d).unwrap();
-                bindings.insert(b.spec.as_ref().unwrap().policy_name.clone().unwrap(), b);
+                bindings.insert(b.spec.policy_name.clone(), b);
             }
             other => panic!("unexpected {other:?} in admission-policy.yaml"),
         }
@@ -487,10 +490,7 @@ fn admission_policy_keeps_each_agent_to_its_node() {
         let b = bindings
             .get(&name)
             .unwrap_or_else(|| panic!("{name} unbound"));
-        assert_eq!(
-            b.spec.as_ref().unwrap().validation_actions.as_deref(),
-            Some(&["Deny".to_string()][..])
-        );
+        assert_eq!(b.spec.validation_actions, vec!["Deny".to_string()]);
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
         let user = format!("system:serviceaccount:{}:observer", namespace());
@@ -507,7 +507,7 @@ fn admission_policy_keeps_each_agent_to_its_node() {
     let spec = policy.spec.unwrap();
     // The node's policy needs no parameter: it holds whatever becomes of the ConfigMap.
     assert!(spec.param_kind.is_none());
-    assert!(binding.spec.as_ref().unwrap().param_ref.is_none());
+    assert!(binding.spec.param_ref.is_none());
     assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
 
     // Only the agent's service account, in the namespace kustomize installs it to.
@@ -549,28 +549,56 @@ fn admission_policy_keeps_each_agent_to_its_node() {
         .expression
         .contains("object.reportingInstance == variables.node")));
 
-    assert_eq!(
-        binding.spec.as_ref().unwrap().policy_name,
-        policy.metadata.name
-    );
-    // The mode's: config.yaml's ConfigMap in the agents' namespace; skipped when it cannot be
-    // found (Deny would refuse every pod UPDATE in the cluster, kubelet's included: the API
-    // server resolves the parameter before matchConditions).
+    assert_eq!(Some(binding.spec.policy_name), policy.metadata.name);
+    // Neither has a parameter: the mode's policy carries config.yaml's mode and prefix itself
+    // (kustomization.yaml's replacements write them in), so that a deleted or edited ConfigMap
+    // widens nothing and kubelet's writes are never in the way.
     let mode = policy_named("observer-status-mode").spec.unwrap();
-    let param = bindings["observer-status-mode"]
-        .spec
-        .clone()
-        .unwrap()
-        .param_ref
-        .unwrap();
+    assert!(mode.param_kind.is_none());
+    assert!(bindings["observer-status-mode"].spec.param_ref.is_none());
     let cm: ConfigMap = read_one(&deploy_dir().join("config.yaml")).unwrap();
-    assert_eq!(param.name, cm.metadata.name);
-    assert_eq!(param.namespace.as_deref(), Some(namespace().as_str()));
-    assert_eq!(param.parameter_not_found_action.as_deref(), Some("Allow"));
+    let data = cm.data.unwrap();
+    let literal = |name: &str| {
+        let v = mode
+            .variables
+            .iter()
+            .flatten()
+            .find(|v| v.name == name)
+            .unwrap();
+        v.expression.split('\'').nth(1).unwrap().to_string()
+    };
     assert_eq!(
-        mode.param_kind.map(|k| (k.api_version, k.kind)),
-        Some((Some("v1".into()), Some("ConfigMap".into())))
+        literal("mode"),
+        data["statusMode"],
+        "the policy's mode is config.yaml's"
     );
+    assert_eq!(
+        literal("prefix"),
+        data["conditionPrefix"],
+        "the policy's prefix is config.yaml's"
+    );
+    // The replacements that keep them so, from the ConfigMap into the policy.
+    let replacements = kustomization()["replacements"].clone();
+    for (key, variable) in [("statusMode", "mode"), ("conditionPrefix", "prefix")] {
+        let r = replacements
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["source"]["fieldPath"] == format!("data.{key}"))
+            .unwrap_or_else(|| panic!("a replacement of {key}"));
+        assert_eq!(
+            r["source"]["name"],
+            cm.metadata.name.clone().unwrap().as_str()
+        );
+        let t = &r["targets"][0];
+        assert_eq!(t["select"]["name"], "observer-status-mode");
+        assert_eq!(
+            t["fieldPaths"][0],
+            format!("spec.variables.[name={variable}].expression")
+        );
+        assert_eq!(t["options"]["delimiter"], "'");
+        assert_eq!(t["options"]["index"], 1);
+    }
 }
 
 /// The admission request as the policy's CEL sees it.
@@ -582,15 +610,12 @@ struct Admission {
     operation: &'static str,
     object: Value,
     old_object: Value,
-    /// The binding's parameter: config.yaml's ConfigMap.
-    params: Value,
+    /// The mode written into the mode's policy (config.yaml's, unless a test sets another).
+    mode: String,
 }
 
 impl Admission {
     fn agent(node_claim: Option<&'static str>) -> Self {
-        let cm: Value = documents(&deploy_dir().join("config.yaml"))
-            .unwrap()
-            .remove(0);
         Admission {
             user: format!("system:serviceaccount:{}:observer", namespace()),
             node_claim,
@@ -599,12 +624,25 @@ impl Admission {
             operation: "UPDATE",
             object: Value::Null,
             old_object: Value::Null,
-            params: cm,
+            mode: config()["statusMode"].clone(),
         }
     }
 
     fn mode(mut self, mode: &str) -> Self {
-        self.params["data"]["statusMode"] = mode.into();
+        self.mode = mode.into();
+        self
+    }
+
+    /// The stored pod's metadata (the patched one's follows unless `edit` changes it).
+    fn metadata(mut self, edit: impl FnOnce(&mut Value)) -> Self {
+        edit(&mut self.object["metadata"]);
+        self
+    }
+
+    /// The stored pod (before the patch): `edit` applied to both it and the patched one.
+    fn stored(mut self, edit: impl Fn(&mut Value)) -> Self {
+        edit(&mut self.old_object);
+        edit(&mut self.object);
         self
     }
 
@@ -658,6 +696,27 @@ impl Admission {
         self
     }
 
+    /// A PodReport naming `node` (the stored one naming `stored`, for an UPDATE).
+    fn report(mut self, op: &'static str, node: &str, stored: Option<&str>) -> Self {
+        self.resource = "podreports";
+        self.sub_resource = "";
+        self.operation = op;
+        self.object = serde_json::json!({
+            "apiVersion": "observer.dev/v1alpha1", "kind": "PodReport",
+            "metadata": {"name": "web", "namespace": "default"},
+            "nodeName": node, "podUID": "u-1", "summary": {}, "explanation": {},
+        });
+        self.old_object = match stored {
+            Some(n) => {
+                let mut o = self.object.clone();
+                o["nodeName"] = n.into();
+                o
+            }
+            None => Value::Null,
+        };
+        self
+    }
+
     fn old_instance(mut self, instance: &str) -> Self {
         self.old_object["reportingInstance"] = instance.into();
         self
@@ -670,7 +729,8 @@ impl Admission {
     fn evaluate(&self, policies: &[ValidatingAdmissionPolicy]) -> Option<Result<(), Vec<String>>> {
         let results: Vec<_> = policies
             .iter()
-            .filter_map(|p| self.evaluate_one(p))
+            .map(|p| with_mode(p, &self.mode))
+            .filter_map(|p| self.evaluate_one(&p))
             .collect();
         if results.is_empty() {
             return None;
@@ -706,13 +766,20 @@ impl Admission {
         let eval = |expr: &str,
                     variables: &std::collections::HashMap<String, cel::Value>|
          -> Result<cel::Value, String> {
-            let program = cel::Program::compile(expr)
+            // Kubernetes' CEL has the strings library (`join` in the messages) beside the
+            // standard one.
+            let env = std::sync::Arc::new({
+                let mut env = cel::Env::stdlib();
+                env.add_extension(cel::extensions::strings).unwrap();
+                env
+            });
+            let program = env
+                .compile(expr)
                 .unwrap_or_else(|e| panic!("CEL does not compile: {expr}: {e}"));
-            let mut ctx = cel::Context::default();
+            let mut ctx = cel::Context::with_env(env);
             ctx.add_variable_from_value("request", cel::to_value(&request).unwrap());
             ctx.add_variable_from_value("object", cel::to_value(&self.object).unwrap());
             ctx.add_variable_from_value("oldObject", cel::to_value(&self.old_object).unwrap());
-            ctx.add_variable_from_value("params", cel::to_value(&self.params).unwrap());
             ctx.add_variable_from_value("variables", cel::Value::from(variables.clone()));
             program.execute(&ctx).map_err(|e| format!("{expr}: {e}"))
         };
@@ -734,11 +801,13 @@ impl Admission {
             .iter()
             .flatten()
             .filter(|v| eval(&v.expression, &variables) != Ok(cel::Value::Bool(true)))
-            .map(|v| {
-                v.message
-                    .clone()
-                    .or(v.message_expression.clone())
-                    .unwrap_or_default()
+            .map(|v| match &v.message_expression {
+                // What the API server answers: the expression's value, else its text.
+                Some(e) => match eval(e, &variables) {
+                    Ok(cel::Value::String(m)) => m.to_string(),
+                    _ => e.clone(),
+                },
+                None => v.message.clone().unwrap_or_default(),
             })
             .collect();
         Some(if failed.is_empty() {
@@ -747,6 +816,20 @@ impl Admission {
             Err(failed)
         })
     }
+}
+
+/// The policy with `mode` written in, as kustomization.yaml's replacement writes config.yaml's:
+/// the text between the mode variable's first two quotes.
+fn with_mode(policy: &ValidatingAdmissionPolicy, mode: &str) -> ValidatingAdmissionPolicy {
+    let mut p = policy.clone();
+    for v in p.spec.as_mut().unwrap().variables.iter_mut().flatten() {
+        if v.name == "mode" {
+            let mut parts: Vec<&str> = v.expression.split('\'').collect();
+            parts[1] = mode;
+            v.expression = parts.join("'");
+        }
+    }
+    p
 }
 
 /// The policy's CEL, evaluated on the requests an agent makes and on the ones it must not make.
@@ -871,6 +954,147 @@ fn admission_policy_decides_as_documented() {
         full,
     );
 
+    // The pod's metadata, which the status subresource keeps from the request: in every mode,
+    // beside a change the mode allows.
+    let no_metadata = "the observer agent never changes a pod's metadata";
+    for mode in ["conditions", "full"] {
+        for (what, edit) in [
+            (
+                "labels",
+                serde_json::json!({"labels": {"app": "elsewhere"}}),
+            ),
+            (
+                "annotations",
+                serde_json::json!({"annotations": {"a": "b"}}),
+            ),
+            (
+                "finalizers",
+                serde_json::json!({"finalizers": ["example.com/never"]}),
+            ),
+            (
+                "ownerReferences",
+                serde_json::json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}),
+            ),
+        ] {
+            let changed = agent()
+                .mode(mode)
+                .pod_on("node-a")
+                .status(|s| own(s, "False"))
+                .metadata(|m| {
+                    for (k, v) in edit.as_object().unwrap() {
+                        m[k] = v.clone();
+                    }
+                });
+            match changed.evaluate(&policy) {
+                Some(Err(m)) => {
+                    assert!(
+                        m.iter()
+                            .any(|m| m.contains(no_metadata)
+                                && m.contains(&format!("metadata.{what}"))),
+                        "{mode}: {what} denied, but not named: {m:?}"
+                    )
+                }
+                other => panic!("{mode}: a change of metadata.{what} not denied: {other:?}"),
+            }
+        }
+    }
+    // Labels the pod already has are not a change.
+    allowed(
+        agent()
+            .pod_on("node-a")
+            .stored(|p| p["metadata"]["labels"] = serde_json::json!({"app": "web"}))
+            .status(|s| own(s, "False")),
+    );
+
+    // full mode within kubelet's own rules (its status manager's checks).
+    let terminated =
+        |code: i64| serde_json::json!({"terminated": {"exitCode": code, "reason": "Error"}});
+    let with_policy = |a: Admission, policy: &'static str| {
+        a.stored(move |p| p["spec"]["restartPolicy"] = policy.into())
+    };
+    // A terminal phase never changes.
+    for phase in ["Succeeded", "Failed"] {
+        denied(
+            agent()
+                .mode("full")
+                .pod_on("node-a")
+                .stored(|p| p["status"]["phase"] = phase.into())
+                .status(|s| s["phase"] = "Running".into()),
+            "may not move a pod out of its terminal phase",
+        );
+    }
+    // A terminated container runs again only where the spec restarts it.
+    let revive = |a: Admission, code: i64| {
+        a.mode("full")
+            .stored(move |p| p["status"]["containerStatuses"][0]["state"] = terminated(code))
+            .status(|s| s["containerStatuses"][0]["state"] = serde_json::json!({"running": {}}))
+    };
+    denied(
+        revive(with_policy(agent().pod_on("node-a"), "Never"), 1),
+        "may not make a terminated container run again",
+    );
+    denied(
+        revive(with_policy(agent().pod_on("node-a"), "OnFailure"), 0),
+        "may not make a terminated container run again",
+    );
+    allowed(revive(
+        with_policy(agent().pod_on("node-a"), "OnFailure"),
+        1,
+    ));
+    allowed(revive(with_policy(agent().pod_on("node-a"), "Always"), 0));
+    // Container restart rules (KEP-5307): a matching rule restarts under a Never pod; one that
+    // does not match falls back to the container's own policy.
+    let rules = |a: Admission, action: &'static str| {
+        a.stored(move |p| {
+            p["spec"]["containers"][0]["restartPolicy"] = "Never".into();
+            p["spec"]["containers"][0]["restartPolicyRules"] = serde_json::json!([
+                {"action": action, "exitCodes": {"operator": "In", "values": [42]}}
+            ]);
+        })
+    };
+    allowed(revive(
+        rules(with_policy(agent().pod_on("node-a"), "Never"), "Restart"),
+        42,
+    ));
+    denied(
+        revive(
+            rules(with_policy(agent().pod_on("node-a"), "Never"), "Restart"),
+            1,
+        ),
+        "may not make a terminated container run again",
+    );
+    // RestartAllContainers (KEP-5532): every container may leave its terminated state.
+    allowed(revive(
+        rules(
+            with_policy(agent().pod_on("node-a"), "Never"),
+            "RestartAllContainers",
+        ),
+        1,
+    ));
+    // Succeeded only when every container ended with 0.
+    let succeed = |a: Admission, code: i64| {
+        a.mode("full").status(move |s| {
+            s["phase"] = "Succeeded".into();
+            s["containerStatuses"][0]["state"] = terminated(code);
+        })
+    };
+    denied(
+        succeed(with_policy(agent().pod_on("node-a"), "Never"), 1),
+        "may set phase Succeeded only when every container terminated with exit code 0",
+    );
+    allowed(succeed(with_policy(agent().pod_on("node-a"), "Never"), 0));
+    // observedGeneration: only the pod's own generation.
+    let generation = |a: Admission, g: i64| {
+        a.mode("full")
+            .stored(|p| p["metadata"]["generation"] = 3.into())
+            .status(move |s| s["observedGeneration"] = g.into())
+    };
+    allowed(generation(agent().pod_on("node-a"), 3));
+    denied(
+        generation(agent().pod_on("node-a"), 7),
+        "may set status.observedGeneration only to the pod's metadata.generation",
+    );
+
     // audit and off: no status at all.
     for mode in ["audit", "off"] {
         denied(
@@ -881,13 +1105,13 @@ fn admission_policy_decides_as_documented() {
             "the observer agent writes no pod status",
         );
     }
-    // A ConfigMap without a mode: everything refused.
+    // A policy written without a mode: everything refused.
     denied(
         agent()
             .mode("")
             .pod_on("node-a")
             .status(|s| own(s, "False")),
-        "must set statusMode",
+        "must name a statusMode",
     );
 
     // Events: about pods, as the agent, from its own node; series only of its own events; in
@@ -925,6 +1149,22 @@ fn admission_policy_decides_as_documented() {
             .old_instance("node-b"),
         "may only update events its own node wrote",
     );
+
+    // PodReports: only those naming its own node, created or updated; none in off.
+    for mode in ["conditions", "audit", "full"] {
+        allowed(agent().mode(mode).report("CREATE", "node-a", None));
+    }
+    allowed(agent().report("UPDATE", "node-a", Some("node-a")));
+    let own_reports = "may only write PodReports naming node node-a";
+    denied(agent().report("CREATE", "node-b", None), own_reports);
+    denied(
+        agent().report("UPDATE", "node-a", Some("node-b")),
+        own_reports,
+    );
+    denied(
+        agent().mode("off").report("CREATE", "node-a", None),
+        "writes no events and no PodReports",
+    );
 }
 
 /// The policy's list of the pod status's fields is the whole of `PodStatus`: the struct literal
@@ -935,6 +1175,7 @@ fn admission_policy_lists_every_field_of_the_pod_status() {
     let policy = policy_named("observer-status-mode");
     use k8s_openapi::api::core::v1::PodStatus;
     let every = PodStatus {
+        allocated_resources: Some(Default::default()),
         conditions: Some(vec![]),
         container_statuses: Some(vec![]),
         ephemeral_container_statuses: Some(vec![]),
@@ -943,6 +1184,7 @@ fn admission_policy_lists_every_field_of_the_pod_status() {
         host_ips: Some(vec![]),
         init_container_statuses: Some(vec![]),
         message: Some(String::new()),
+        node_allocatable_resource_claim_statuses: Some(vec![]),
         nominated_node_name: Some(String::new()),
         observed_generation: Some(0),
         phase: Some(String::new()),
@@ -952,7 +1194,9 @@ fn admission_policy_lists_every_field_of_the_pod_status() {
         reason: Some(String::new()),
         resize: Some(String::new()),
         resource_claim_statuses: Some(vec![]),
+        resources: Some(Default::default()),
         start_time: None,
+        volume_health: Some(vec![]),
     };
     let mut fields: BTreeSet<String> = serde_json::to_value(&every)
         .unwrap()
@@ -1043,29 +1287,64 @@ fn namespace_admits_the_agent_and_the_example_uses_its_gate() {
     assert_eq!(gates[0].condition_type, format!("{prefix}/ContainersAlive"));
 }
 
-/// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace.
-/// The kubectl plugin's ClusterRole: exactly what `present::remote::explain` asks (the pod, the
-/// agents' pods by selector, a GET through the pod proxy), and bound to nobody by deploy/.
+/// The readers' ClusterRoles: reports, read only, aggregated into `view` (what
+/// `present::remote` and `kubectl observer status` read); `/metrics` for the scrapers; nothing
+/// that reaches an agent, and bound to nobody by deploy/.
 #[test]
 fn plugin_role_is_exactly_what_the_plugin_does() {
-    let role: Role = read_one(&deploy_dir().join("plugin-rbac.yaml")).unwrap();
-    assert_eq!(role.metadata.name.as_deref(), Some("observer-explain"));
-    // Namespaced by kustomize into the agents' namespace: nothing of any other namespace.
-    assert_eq!(role.metadata.namespace, None);
-    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
-        .rules
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.api_groups.unwrap(), r.resources.unwrap(), r.verbs))
-        .collect();
+    /// A rule as (API groups, resources, non-resource URLs, verbs).
+    type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+    let docs = documents(&deploy_dir().join("plugin-rbac.yaml")).unwrap();
+    let roles: Vec<ClusterRole> = docs.iter().map(|d| strict(d).unwrap()).collect();
+    let rules = |r: &ClusterRole| -> Vec<Rule> {
+        r.rules
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.api_groups.unwrap_or_default(),
+                    r.resources.unwrap_or_default(),
+                    r.non_resource_urls.unwrap_or_default(),
+                    r.verbs,
+                )
+            })
+            .collect()
+    };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // Reading reports, aggregated into `view`: nothing but the reports, read only.
+    let reader = &roles[0];
     assert_eq!(
-        rules,
-        vec![
-            (s(&[""]), s(&["pods"]), s(&["list"])),
-            (s(&[""]), s(&["pods/proxy"]), s(&["get"])),
-        ]
+        reader.metadata.name.as_deref(),
+        Some("observer-reports-reader")
     );
+    assert_eq!(
+        reader.metadata.labels.as_ref().unwrap()["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert_eq!(
+        rules(reader),
+        vec![(
+            s(&["observer.dev"]),
+            s(&["podreports"]),
+            vec![],
+            s(&["get", "list", "watch"])
+        )]
+    );
+    // Scraping /metrics: the one non-resource URL, bound by the operator to its scraper.
+    let metrics = &roles[1];
+    assert_eq!(
+        metrics.metadata.name.as_deref(),
+        Some("observer-metrics-reader")
+    );
+    assert_eq!(
+        rules(metrics),
+        vec![(vec![], vec![], s(&["/metrics"]), s(&["get"]))]
+    );
+    assert_eq!(roles.len(), 2);
+    // Nothing that reaches an agent: no pods/proxy, no pods list in the agents' namespace.
+    let text = std::fs::read_to_string(deploy_dir().join("plugin-rbac.yaml")).unwrap();
+    assert!(!text.contains("pods/proxy"));
     let binding: ClusterRoleBinding =
         strict(&documents(&deploy_dir().join("rbac.yaml")).unwrap()[1]).unwrap();
     assert_eq!(
@@ -1074,18 +1353,16 @@ fn plugin_role_is_exactly_what_the_plugin_does() {
     );
 }
 
-/// The NetworkPolicy holds the agents' port, and only it: scrapers by namespace label, the API
-/// servers by address.
+/// The NetworkPolicy holds the agents' port, and only it: scrapers by namespace label, and no
+/// address block the user did not give (nothing but scrapers needs the port).
 #[test]
-fn network_policy_admits_only_the_scrapers_and_the_api_servers_to_the_port() {
+fn network_policy_admits_only_the_scrapers_to_the_port() {
     let np: NetworkPolicy = read_one(&deploy_dir().join("networkpolicy.yaml")).unwrap();
     let spec = np.spec.unwrap();
     let labels = spec.pod_selector.unwrap().match_labels.unwrap();
     let ds = ds();
     let template_labels = ds
         .spec
-        .as_ref()
-        .unwrap()
         .template
         .metadata
         .as_ref()
@@ -1113,14 +1390,19 @@ fn network_policy_admits_only_the_scrapers_and_the_api_servers_to_the_port() {
         .as_ref()
         .and_then(|s| s.match_labels.as_ref())
         .is_some_and(|l| l.get("observer.dev/scrape").map(String::as_str) == Some("true"))));
-    assert!(from.iter().any(|p| p.ip_block.is_some()));
     assert!(
-        from.iter().all(|p| p.pod_selector.is_none()
-            && (p.namespace_selector.is_some() != p.ip_block.is_some())),
+        from.iter().all(|p| p.ip_block.is_none()),
+        "no address block is shipped: {from:?}"
+    );
+    assert!(
+        from.iter()
+            .all(|p| p.pod_selector.is_none() && p.namespace_selector.is_some()),
         "no peer admits every pod of a namespace by an empty selector: {from:?}"
     );
 }
 
+/// `kubectl kustomize deploy/` renders, into the same objects, all in the agent's namespace, the
+/// mode and the prefix written into the mode's admission policy.
 #[test]
 fn kustomization_renders() {
     let Some(kubectl) = prereq::which("kubectl") else {
@@ -1141,12 +1423,13 @@ fn kustomization_renders() {
     let rendered = dir.path().join("rendered.yaml");
     std::fs::write(&rendered, &out.stdout).unwrap();
     let docs = documents(&rendered).unwrap();
-    assert_eq!(docs.len(), 14, "every object of deploy/ but the example");
+    assert_eq!(docs.len(), 16, "every object of deploy/ but the example");
     let ns = namespace();
     for d in &docs {
         let cluster_scoped = matches!(
             d["kind"].as_str().unwrap(),
             "Namespace"
+                | "CustomResourceDefinition"
                 | "ClusterRole"
                 | "ClusterRoleBinding"
                 | "PriorityClass"
@@ -1163,16 +1446,43 @@ fn kustomization_renders() {
     }
     let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
     strict::<DaemonSet>(ds).unwrap();
+    // config.yaml's mode and prefix, written into the mode's policy by the replacements.
+    let policy = docs
+        .iter()
+        .find(|d| {
+            d["metadata"]["name"] == "observer-status-mode"
+                && d["kind"] == "ValidatingAdmissionPolicy"
+        })
+        .unwrap();
+    let variable = |name: &str| {
+        policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap()["expression"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let config = config();
+    assert_eq!(variable("mode"), format!("'{}'", config["statusMode"]));
+    assert_eq!(
+        variable("prefix"),
+        format!("'{}' + '/'", config["conditionPrefix"])
+    );
 }
 
 /// A node as the harness provides it, with the DaemonSet's hostPaths where they are here.
 fn test_node(pods_dir: &Path, containerd_dir: &Path) -> Node {
     let mut node = Node::this_machine("node-under-test", pods_dir).unwrap();
     node.config_maps.insert("observer".into(), config());
-    // The agent's CRI endpoint names /run/containerd/containerd.sock: the harness's socket is
+    // The DaemonSet mounts /run/containerd/containerd.sock alone: the harness's socket is
     // containerd.sock in its own dir.
-    node.host_paths
-        .insert("/run/containerd".into(), containerd_dir.to_path_buf());
+    node.host_paths.insert(
+        "/run/containerd/containerd.sock".into(),
+        containerd_dir.join("containerd.sock"),
+    );
     node
 }
 
@@ -1180,6 +1490,9 @@ fn test_node(pods_dir: &Path, containerd_dir: &Path) -> Node {
 fn kubelet_translation_of_the_daemonset() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = test_node(&dir.path().join("pods"), dir.path());
+    // A socket where the runtime's is: kubelet checks the hostPath's type (Socket).
+    let _socket =
+        std::os::unix::net::UnixListener::bind(dir.path().join("containerd.sock")).unwrap();
     // Not every machine running unit tests has these; kubelet's type checks need the right kind.
     for (src, make_dir) in [("/sys/kernel/tracing", true), ("/sys/fs/cgroup", true)] {
         let p = dir.path().join(src.trim_start_matches('/'));
@@ -1246,11 +1559,17 @@ fn kubelet_translation_of_the_daemonset() {
         api::NamespaceMode::Node as i32
     );
     let mount = |path: &str| c.mounts.iter().find(|m| m.container_path == path).unwrap();
+    let socket = mount("/run/containerd/containerd.sock");
     assert_eq!(
-        mount("/run/containerd").host_path,
-        dir.path().to_string_lossy()
+        socket.host_path,
+        dir.path().join("containerd.sock").to_string_lossy()
     );
-    assert!(mount("/run/containerd").readonly);
+    assert!(socket.readonly);
+    // The socket alone: nothing else of the runtime's directory.
+    assert!(c
+        .mounts
+        .iter()
+        .all(|m| m.container_path != "/run/containerd"));
     assert!(mount("/dev/termination-log")
         .host_path
         .starts_with(&*dir.path().to_string_lossy()));
@@ -1558,13 +1877,13 @@ async fn the_daemonset_gives_the_agent_what_it_needs() {
             run.output
         );
     }
-    let cri = mount_path("containerd-run");
+    let cri = mount_path("cri-socket");
     let run = run_agent(&ctrd, &mut pod, &kp, "without-cri", STATUS_ARGS, |c| {
         c.mounts.retain(|m| m.container_path != cri);
     })
     .await;
     eprintln!(
-        "without the containerd-run mount: status exits {}",
+        "without the cri-socket mount: status exits {}",
         run.exit_code
     );
     assert_ne!(
@@ -1665,6 +1984,14 @@ async fn the_agent_runs_as_the_daemonset_says() {
         });
         for kv in c.envs.iter_mut().filter(|kv| kv.key == "OBSERVER_LISTEN") {
             kv.value = listen.to_string();
+        }
+        // The stand-in API reviews no tokens: scraped here on loopback, as a test may.
+        for kv in c
+            .envs
+            .iter_mut()
+            .filter(|kv| kv.key == "OBSERVER_METRICS_ACCESS")
+        {
+            kv.value = "open".into();
         }
         c.mounts.push(api::Mount {
             container_path: "/etc/observer-test".into(),

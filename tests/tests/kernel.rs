@@ -871,3 +871,146 @@ async fn an_onlookers_probes_never_wake_their_reader() {
     );
     inits.remove(pid).unwrap();
 }
+
+/// The memory cgroup a test cgroup's limit is on: the cgroup itself where the memory controller
+/// is on cgroup2, else its twin on the v1 memory hierarchy (`TestCgroup::limit_memory`).
+fn memcg_id_of(cg: &TestCgroup) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mounts = observer::cgroup::CgroupMounts::detect(None).unwrap();
+    let v2 = std::fs::read_to_string(cg.mount.mount_point.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
+    if v2 {
+        return cg.id();
+    }
+    let v1 = mounts.v1("memory").expect("a v1 memory hierarchy");
+    let dir = v1.to_absolute(&cg.rel).expect("inside the v1 memory mount");
+    std::fs::metadata(dir).unwrap().ino()
+}
+
+/// The crossings of this test's cgroup, in the order sent: (threshold, usage, limit).
+fn crossings_in(events: &[KernelEvent], cg: &TestCgroup) -> Vec<(u32, u64, Option<u64>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::LimitHit(h) if h.task.cgroup_id == cg.id() => h
+                .crossing
+                .map(|c| (c.threshold_bp, h.usage_bytes, h.limit_bytes)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A leak with nothing to reclaim is told on its way to the limit: every threshold once, in
+/// order, each with the usage just past it and the limit, on the memory cgroup whose limit it is;
+/// and nothing more once it sits above the last (here: until its kill). A neighbour bursting
+/// past half its own limit on the same CPUs is told as its own, never as the leak's (the
+/// statistics of one cgroup's pages are updated by whichever task drains a CPU's batch).
+#[tokio::test]
+async fn a_leak_crosses_each_threshold_of_its_limit_once() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("crossings").unwrap();
+    let limit: u64 = 64 << 20;
+    cg.limit_memory(limit).unwrap();
+    let memcg = memcg_id_of(&cg);
+    let mut neighbour = TestCgroup::new("neighbour").unwrap();
+    neighbour.limit_memory(limit).unwrap();
+    let neighbour_memcg = memcg_id_of(&neighbour);
+    let mut w = KernelWatch::roots(&[cg.watch_root(), neighbour.watch_root()]).unwrap();
+    let source = w.probes.charge_source().clone();
+    eprintln!("charge hook: {source:?}");
+    if let observer::kernel::ChargeSource::Off(why) = &source {
+        // Kernels before 6.14 without BPF trampolines have neither hook.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no charge hook on this kernel: {why}"
+        );
+        return;
+    }
+    let before = w.probes.counters().unwrap();
+    let mut bursts = neighbour
+        .spawn(&workload(), &["bursty", "40", "5"])
+        .unwrap();
+    // 16 MiB/s: four seconds to the kill.
+    let mut child = cg.spawn(&workload(), &["leak", "16384"]).unwrap();
+    let events = w
+        .until(Duration::from_secs(60), |ev| !ooms_in(ev, &cg).is_empty())
+        .await
+        .unwrap()
+        .to_vec();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = bursts.kill();
+    let _ = bursts.wait();
+    let crossings = crossings_in(&events, &cg);
+    let thresholds: Vec<u32> = crossings.iter().map(|c| c.0).collect();
+    assert_eq!(
+        thresholds,
+        observer::kernel::CROSSING_THRESHOLDS.map(u32::from),
+        "{crossings:#?}"
+    );
+    for (t, usage, max) in &crossings {
+        assert_eq!(*max, Some(limit));
+        // Past the threshold, by at most a few charge batches (a quarter MiB each).
+        let at = limit * u64::from(*t) / 10_000;
+        assert!(
+            (at..at + (4 << 20)).contains(usage),
+            "{t}: usage {usage}, threshold at {at}"
+        );
+    }
+    let mut neighbours = 0;
+    for e in &events {
+        let KernelEvent::LimitHit(h) = e else {
+            continue;
+        };
+        if h.crossing.is_none() {
+            continue;
+        }
+        assert_eq!(h.crossing.unwrap().depth, 0);
+        if h.task.cgroup_id == cg.id() {
+            assert_eq!(h.memcg_id, memcg, "{h:#?}");
+        } else {
+            assert_eq!(h.task.cgroup_id, neighbour.id(), "{h:#?}");
+            assert_eq!(h.memcg_id, neighbour_memcg, "{h:#?}");
+            assert_eq!(h.crossing.unwrap().threshold_bp, 5000, "{h:#?}");
+            neighbours += 1;
+        }
+    }
+    assert!(neighbours > 0, "the neighbour's bursts were not told");
+    let after = w.probes.counters().unwrap();
+    assert!(after.limit_crossings >= before.limit_crossings + 5);
+    assert!(after.charge_checks > before.charge_checks);
+}
+
+/// A threshold is sent once per rise: bursts to 62 % of the limit, freed in between (500 ms a
+/// round), cross 50 % once each and never 75 %.
+#[tokio::test]
+async fn each_rise_past_a_threshold_is_sent_once() {
+    if !require_kernel() {
+        return;
+    }
+    let mut cg = TestCgroup::new("rises").unwrap();
+    cg.limit_memory(64 << 20).unwrap();
+    let mut w = KernelWatch::roots(&[cg.watch_root()]).unwrap();
+    if matches!(
+        w.probes.charge_source(),
+        observer::kernel::ChargeSource::Off(_)
+    ) {
+        return;
+    }
+    let child = cg.spawn(&workload(), &["bursty", "40", "2"]).unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let events = w
+        .until(WAIT, |ev| group_exit(ev, pid).is_some())
+        .await
+        .unwrap()
+        .to_vec();
+    let crossings = crossings_in(&events, &cg);
+    assert!(
+        (2..=4).contains(&crossings.len()) && crossings.iter().all(|c| c.0 == 5000),
+        "four bursts: {crossings:#?}"
+    );
+}

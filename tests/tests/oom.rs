@@ -122,7 +122,7 @@ impl Pod {
             .to_string())
     }
 
-    /// `observer explain`'s model of the pod (what the binary prints and `/explain` serves),
+    /// `observer explain`'s model of the pod (what the binary prints and a PodReport holds),
     /// with the API's pod as the agent's reflector has it.
     fn explained(&self, stack: &AgentStack) -> Result<(Value, String)> {
         let view = stack.reconcile.pod(&self.uid).context("the pod's view")?;

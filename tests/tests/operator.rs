@@ -80,6 +80,9 @@ async fn run_says_what_is_wrong_and_guards_its_state() -> Result<()> {
         "node-1",
         "--cri-endpoint",
         socket.to_str().context("path")?,
+        // A stand-in API reviews no tokens: the scrapes here are on loopback.
+        "--metrics-access",
+        "open",
         "--listen",
         "127.0.0.1:0",
         "--state-dir",

@@ -1,18 +1,17 @@
 //! The kernel reader's thread never waits for a lock a normal-priority thread may hold: with
 //! every lock it shares with normal priority held by another thread (the PLEG queue's, which the
-//! reconciler takes; the fast path's answers', which the task marking pods changed takes; the
-//! pipeline's stats', which a scrape takes), a container's death still leaves as its
+//! reconciler takes; the pipeline's stats', which a scrape takes), a container's death still leaves as its
 //! ContainersAlive=False PATCH, and the events the locks kept back arrive once they are free.
-//! The ledger's lock is the one it does wait for (held for map operations only:
-//! ARCHITECTURE.md, "The fast path and its bound").
+//! The ledger's lock is the one it does wait for (held for map operations only, the answers
+//! settled there too: ARCHITECTURE.md, "The fast path and its bound").
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context, Result};
 use observer::{
-    fastpath::{self, DeathDecider, FastDeaths, WriterConfig},
+    fastpath::{FastConfig, FastPath},
     model::{BootClock, ContainerId, PodUid},
-    pipeline::{Hook, KernelPipeline, PipelineConfig, ReaderThread},
+    pipeline::{KernelPipeline, PipelineConfig, ReaderThread},
     pleg::PlegEventType,
     reconcile::{ContainerPhase, ContainerView, PodView},
     status::{conditions::ConditionTypes, AliveLedger},
@@ -109,20 +108,15 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
     let second = pod(&mut cg, &api, &ledger, 2)?;
 
     let timeout = Duration::from_secs(5);
-    let (dialer, dialed) = fastpath::dial::pair(Some(api.kubeconfig()?.into()), timeout)?;
-    tokio::spawn(dialer.run());
-    let (answers, answered) = fastpath::answers()?;
-    let decider = DeathDecider {
-        clock: observer::model::system_clock(),
-        types: ConditionTypes::default(),
-        ledger: Arc::clone(&ledger),
-        stats: Arc::default(),
-    };
-    let writer = WriterConfig {
+    let fast = FastPath::build(FastConfig {
+        kubeconfig: Some(api.kubeconfig()?.into()),
         field_manager: "observer".into(),
         request_timeout: timeout,
-        answers,
-    };
+        types: ConditionTypes::default(),
+        ledger: Arc::clone(&ledger),
+        clock: observer::model::system_clock(),
+    })?;
+    tokio::spawn(fast.dialer.run());
     let (pipeline, mut rx) = KernelPipeline::start_with(
         PipelineConfig {
             unified: cg.mount.clone(),
@@ -134,9 +128,7 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
             queue: 64,
         },
         BootClock::new(),
-        Some(Box::new(move |clock: &BootClock| {
-            Box::new(FastDeaths::new(decider, clock.clone(), writer, dialed)) as Box<dyn Hook>
-        })),
+        Some(fast.hook),
     )?;
     let task = pipeline.spawn(ReaderThread::Dedicated, || {})?;
     // The start-up walk's events, then the fast path's connection.
@@ -149,7 +141,6 @@ async fn deaths_leave_while_every_shared_lock_is_held() -> Result<()> {
     let health = task.health();
     let (one, two) = {
         let _queue = rx.hold_lock();
-        let _answers = answered.hold_lock();
         let _stats = health.hold_stats();
         kill(&cg, &first);
         let one = eventually_async(WAIT, || false_patches(&api) >= 1).await;

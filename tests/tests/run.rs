@@ -66,6 +66,9 @@ async fn an_init_oom_kill_reaches_the_api_as_conditions_and_an_event() -> Result
         NODE,
         "--cri-endpoint",
         &sock,
+        // A stand-in API reviews no tokens: the scrapes here are on loopback.
+        "--metrics-access",
+        "open",
         "--listen",
         &listen.to_string(),
     ])?;

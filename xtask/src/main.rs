@@ -75,7 +75,7 @@ enum ClusterAction {
     /// Build the components if needed, start them and wait for the node (a no-op when up).
     Up {
         /// Nodes in all: the host's, then Debian guests under qemu (systemd, cgroup v2 only,
-        /// containerd 2.x, the systemd cgroup driver; README: "A second node").
+        /// containerd 2.x, the systemd cgroup driver; docs/second-node.md).
         #[arg(long, default_value_t = 1)]
         nodes: usize,
     },

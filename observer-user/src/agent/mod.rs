@@ -1,6 +1,6 @@
 //! The agent, built as one chain in one place ([`Agent::build`]), for every consumer (`observer
 //! run`, `observer status`, `watch --pods`, the tests): what the chain shares first (the state
-//! store, the boot clock, the ledger), then the reconciler (the truth) and the writers that read
+//! store, the boot clock), then the reconciler (the truth) and the writers that read
 //! it (the status manager; the fast path's hook), then the kernel pipeline that feeds them
 //! (probes → reader → PLEG, the hook on its thread), then the kernel log, and last every task
 //! started and supervised ([`tasks`]): one that ends fails the agent. Generic over the runtime
@@ -24,7 +24,7 @@ use tasks::Tasks;
 use crate::{
     cgroup::CgroupMounts,
     cri::{CriConfig, CriEndpoint, ReconnectingCri},
-    fastpath::{self, FastDeaths, FastStats},
+    fastpath::{FastConfig, FastPath, FastStats},
     kernel::{
         kmsg::{self, LogStats},
         KernelCounters, KernelError,
@@ -184,7 +184,6 @@ impl<R: RuntimeService> Agent<R> {
         // container only below them too.
         let roots = pipeline.roots.clone();
         let kernel_log = Arc::new(LogStats::default());
-        let ledger = Arc::new(AliveLedger::default());
         let mut tasks = Tasks::default();
 
         // The truth: the reconciler (its history of the kernel log comes once the probes are in).
@@ -227,34 +226,22 @@ impl<R: RuntimeService> Agent<R> {
             }
             let mut manager = manager.with_clock(Arc::clone(&wall));
             if let Some(setup) = w.fast.filter(|_| mode == StatusMode::Conditions) {
+                // The ledger's signal wakes the manager when a fast write is answered.
+                let ledger = Arc::new(AliveLedger::new().map_err(KernelError::Io)?);
                 manager.set_alive_ledger(Arc::clone(&ledger));
-                let stats = Arc::new(FastStats::default());
-                let decider = fastpath::DeathDecider {
-                    types,
-                    ledger: Arc::clone(&ledger),
-                    stats: Arc::clone(&stats),
-                    clock: Arc::clone(&wall),
-                };
-                // Connections are opened at normal priority and handed to the reader's thread;
-                // what is answered comes back to normal priority the same way.
-                let (dialer, dialed) = fastpath::dial::pair(setup.kubeconfig, request_timeout)
-                    .map_err(KernelError::Io)?;
-                let (answers, answered) = fastpath::answers().map_err(KernelError::Io)?;
-                tasks.spawn("fast path's dialer", dialer.run());
-                tasks.spawn(
-                    "fast path's answers",
-                    answered.run(handle.clone(), Arc::clone(&stats)),
-                );
-                let writer = fastpath::WriterConfig {
+                // Connections are opened at normal priority and handed to the reader's thread.
+                let path = FastPath::build(FastConfig {
+                    kubeconfig: setup.kubeconfig,
                     field_manager,
                     request_timeout,
-                    answers,
-                };
-                hook = Some(Box::new(move |clock: &BootClock| {
-                    Box::new(FastDeaths::new(decider, clock.clone(), writer, dialed))
-                        as Box<dyn crate::pipeline::Hook>
-                }));
-                fast = Some(stats);
+                    types,
+                    ledger,
+                    clock: Arc::clone(&wall),
+                })
+                .map_err(KernelError::Io)?;
+                tasks.spawn("fast path's dialer", path.dialer.run());
+                hook = Some(path.hook);
+                fast = Some(path.stats);
             }
             if let Some(worker) = manager.take_events_worker() {
                 tasks.spawn("Events worker", worker);

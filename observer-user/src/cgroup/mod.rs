@@ -7,6 +7,8 @@
 //! - [`roots`]: kubelet's own roots, below which alone a path is a pod's or a container's;
 //! - [`mounts`]: find the cgroup hierarchies (unified, hybrid, legacy) and convert paths;
 //! - [`id`]: a cgroup's id, as `bpf_get_current_cgroup_id()` reports it;
+//! - [`index`]: id → path, from the start-up walk, mkdir events and a bounded walk of kubelet's
+//!   roots on a miss;
 //! - [`scan`]: the one walk at start-up that finds containers started before the agent.
 use std::path::PathBuf;
 
@@ -20,6 +22,7 @@ pub mod scan;
 pub use id::{cgroup_id, cgroup_id_and_version};
 pub use index::CgroupEntry;
 pub use index::CgroupIndex;
+pub use index::IndexStats;
 pub use mounts::CgroupMode;
 pub use mounts::{CgroupMounts, CgroupVersion, HierarchyMount};
 pub(crate) use path::container_of_name;

@@ -151,6 +151,14 @@ impl KubeRoots {
         }
     }
 
+    /// `path` is one of the roots or below one, compared component by component.
+    pub fn contains(&self, path: &str) -> bool {
+        self.roots.iter().any(|root| {
+            let mut comps = components(path.as_bytes());
+            root.comps().all(|r| comps.next() == Some(r))
+        })
+    }
+
     /// `path` with what it is.
     pub fn entry(&self, path: &str) -> CgroupEntry {
         CgroupEntry {
@@ -306,6 +314,16 @@ mod tests {
         let uid = PodUid::parse(UID).unwrap();
         let id = ContainerId::parse(ID).unwrap();
         let roots = KubeRoots::new(["/kubepods", "/kubelet.slice/kubelet-kubepods.slice"]).unwrap();
+        for (path, below) in [
+            ("/kubepods", true),
+            ("/kubepods/burstable/x", true),
+            ("//kubelet.slice/kubelet-kubepods.slice/", true),
+            ("/kubepods2", false),
+            ("/evil/kubepods", false),
+            ("/", false),
+        ] {
+            assert_eq!(roots.contains(path), below, "{path}");
+        }
         for driver in CgroupDriver::ALL {
             let kind = |p: String| match driver {
                 // kind's names: every slice below its root carries the parent's `kubelet-`.

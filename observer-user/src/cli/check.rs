@@ -1,9 +1,9 @@
 //! `observer check`: preflight. Each requirement is printed as ok / missing with what was found,
 //! then the probes are really loaded and attached, which is the only test that cannot lie.
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use crate::{
-    cgroup::{cgroup_id, index::path_of_id, CgroupMode, CgroupMounts, HierarchyMount},
+    cgroup::{cgroup_id, CgroupIndex, CgroupMode, CgroupMounts, HierarchyMount, KubeRoots},
     kernel::{
         btf::KernelBtf, kmsg, tracefs, GroupDeadSource, LimitHitSource, ProbeOptions, Probes,
     },
@@ -18,6 +18,8 @@ pub struct CheckArgs {
     /// mounts them elsewhere (e.g. /host/sys/fs/cgroup); the same variable as `observer run`'s.
     #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUPFS")]
     pub cgroupfs: Option<PathBuf>,
+    #[command(flatten)]
+    pub cgroup_root: super::CgroupRootArg,
     #[command(flatten)]
     pub realtime: super::RealtimeArg,
 }
@@ -42,9 +44,22 @@ impl Report {
     }
 }
 
-/// Resolves this process's own cgroup from its id the way the agent resolves the kernel's ids
-/// (open_by_handle_at, which needs CAP_DAC_READ_SEARCH).
-fn id_to_path(unified: &HierarchyMount) -> (bool, String) {
+/// Finds cgroups by id the way the agent finds a kernel id it has not indexed: a walk of
+/// kubelet's roots matching inode numbers, which needs no capability. This process's own cgroup,
+/// when it is below them (the DaemonSet's container), must be found at its path.
+fn id_to_path(unified: &HierarchyMount, given: &[String]) -> (bool, String) {
+    let roots = match KubeRoots::detect(unified, given) {
+        Ok(r) => r,
+        Err(e) => return (false, e.to_string()),
+    };
+    for root in roots.paths() {
+        let Some(abs) = unified.to_absolute(root).filter(|a| a.exists()) else {
+            continue;
+        };
+        if let Err(e) = std::fs::read_dir(&abs) {
+            return (false, format!("cannot list {}: {e}", abs.display()));
+        }
+    }
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
         return (false, "no cgroup2 line in /proc/self/cgroup".into());
@@ -62,16 +77,19 @@ fn id_to_path(unified: &HierarchyMount) -> (bool, String) {
         Ok(id) => id,
         Err(e) => return (false, e.to_string()),
     };
-    match path_of_id(&unified.mount_point, id) {
-        Some(p) if p == abs => (true, format!("id {id} -> {}", p.display())),
-        Some(p) => (
-            false,
-            format!("id {id} -> {}, expected {}", p.display(), abs.display()),
-        ),
-        None => (
-            false,
-            format!("open_by_handle_at failed for id {id} (needs CAP_DAC_READ_SEARCH)"),
-        ),
+    let mut index = CgroupIndex::new(unified.clone(), roots.clone());
+    let start = Instant::now();
+    let found = index.resolve(id).map(|e| e.path.clone());
+    let how = format!(
+        "by inode number below kubelet's cgroups ({roots}): {} found in {:.1} ms",
+        index.len(),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    match found {
+        Some(p) if *p == *rel => (true, format!("{how}; own id {id} -> {p}")),
+        Some(p) => (false, format!("{how}; own id {id} -> {p}, expected {rel}")),
+        None if roots.contains(rel) => (false, format!("{how}; own id {id} ({rel}) not found")),
+        None => (true, format!("{how} (own cgroup {rel} is outside them)")),
     }
 }
 
@@ -231,7 +249,7 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             if let Some(u) = m.unified().filter(|_| whole) {
-                let (ok, detail) = id_to_path(u);
+                let (ok, detail) = id_to_path(u, &args.cgroup_root.cgroup_roots);
                 r.row("cgroup id -> path", ok, detail);
             }
         }

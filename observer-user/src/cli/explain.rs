@@ -23,7 +23,7 @@ pub struct ExplainArgs {
     /// The pod's namespace. Default: any (a name in two namespaces is refused).
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// `text` or `json` (what the agent serves at /explain/<namespace>/<pod>).
+    /// `text` or `json` (the document a pod's PodReport holds as `explanation`).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.

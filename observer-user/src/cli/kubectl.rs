@@ -68,7 +68,7 @@ pub struct StatusArgs {
     /// Only pods matching this label selector (as `kubectl get pods -l`).
     #[arg(short = 'l', long = "selector")]
     pub selector: Option<String>,
-    /// `wide` (adds the node and the times), `json` or `yaml` (a List of the PodReports).
+    /// `wide` (adds the node), `json` or `yaml` (a List of the PodReports).
     #[arg(short = 'o', long = "output", value_parser = ["wide", "json", "yaml"])]
     pub output: Option<String>,
     /// Print no header line.

@@ -41,8 +41,8 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The agent, as the DaemonSet runs it: pod status and Events in the Kubernetes API, and
-    /// /metrics, /healthz, /readyz.
+    /// The agent, as the DaemonSet runs it: pod status, Events and PodReports in the Kubernetes
+    /// API, and /metrics, /healthz, /readyz.
     Run(run::RunArgs),
     /// Stream process, OOM and cgroup events live from the kernel (no cluster needed).
     Watch(watch::WatchArgs),
@@ -54,8 +54,9 @@ pub enum Command {
     /// One pod's lifecycle and OOM kills in full (which limit, what filled it, who held it, who
     /// triggered it), from the agent's own record. No Kubernetes API needed.
     Explain(explain::ExplainArgs),
-    /// The kubectl plugin (`kubectl observer explain POD`, installed as `kubectl-observer`): asks
-    /// the agent on the pod's node through the API server's pod proxy.
+    /// The kubectl plugin (`kubectl observer explain POD`, `kubectl observer status`, installed as
+    /// `kubectl-observer`): reads the pods' PodReports through the API server with your own
+    /// kubeconfig and rights; no agent is asked.
     Kubectl(kubectl::KubectlArgs),
 }
 
@@ -85,22 +86,29 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// Logs go to stderr so that stdout stays the event stream. A filter that would suppress every
-/// line (a misspelt level, `target:level`) is refused: an agent that logs nothing hides its errors.
-pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+/// Logs go to stderr so that stdout stays the event stream, through a bounded queue drained at
+/// normal priority (`sync::logs`: a stalled reader of stderr costs lines, counted, never the
+/// reader's thread); keep the returned flush until the process ends. A filter that would
+/// suppress every line (a misspelt level, `target:level`) is refused: an agent that logs nothing
+/// hides its errors.
+pub fn init_logging(
+    filter: &str,
+    format: LogFormat,
+) -> anyhow::Result<crate::sync::logs::LogFlush> {
     let filter = log_filter(filter)?;
     // Colours for a terminal only: a log pipeline reading a pipe gets the text itself.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (queue, flush) = crate::sync::logs::queue(std::io::stderr(), crate::sync::logs::CAPACITY)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(queue)
         .with_ansi(ansi)
         .with_target(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-    Ok(())
+    Ok(flush)
 }
 
 /// `--log` / `OBSERVER_LOG` parsed. EnvFilter takes a bare word as a target enabled at every level,

@@ -1,4 +1,5 @@
 //! A CRI connection that survives the runtime: absent at start, restarted, upgraded.
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -26,11 +27,22 @@ impl ConnectionState {
     }
 }
 
+/// How long a socket mounted by itself may refuse every connection before it is taken for the
+/// old socket of a runtime that restarted (see [`ReconnectingCri::stale_socket`]). A runtime
+/// restarting takes seconds: it refuses meanwhile through a directory mount too.
+const STALE_AFTER: Duration = Duration::from_secs(30);
+
 struct Shared {
     config: CriConfig,
     current: RwLock<Option<CriClient>>,
     state: watch::Sender<ConnectionState>,
     lost: Arc<Notify>,
+    /// Set once the endpoint is a mount of the socket alone that refused for [`STALE_AFTER`].
+    stale: RwLock<Option<String>>,
+    /// Whether the endpoint is a mount point of its own (`/proc/self/mountinfo`; a test's
+    /// stand-in).
+    own_mount: fn(&Path) -> bool,
+    stale_after: Duration,
 }
 
 /// Keeps a [`CriClient`] connected in the background. Callers never wait on a dead runtime: while
@@ -52,12 +64,24 @@ impl ReconnectingCri {
     }
 
     pub(crate) fn with_backoff(config: CriConfig, backoff: Backoff) -> Self {
+        Self::with_mount_check(config, backoff, is_mount_point, STALE_AFTER)
+    }
+
+    fn with_mount_check(
+        config: CriConfig,
+        backoff: Backoff,
+        own_mount: fn(&Path) -> bool,
+        stale_after: Duration,
+    ) -> Self {
         let (state, _) = watch::channel(ConnectionState::default());
         let shared = Arc::new(Shared {
             config,
             current: RwLock::new(None),
             state,
             lost: Arc::new(Notify::new()),
+            stale: RwLock::new(None),
+            own_mount,
+            stale_after,
         });
         let task = tokio::spawn(supervise(shared.clone(), backoff));
         ReconnectingCri {
@@ -77,6 +101,15 @@ impl ReconnectingCri {
 
     pub fn is_connected(&self) -> bool {
         self.shared.state.borrow().connected
+    }
+
+    /// Why the endpoint can never answer again, once it is so: it is the socket alone mounted
+    /// into this container (a hostPath of type Socket) and has refused every connection for 30 s.
+    /// containerd and CRI-O remove their socket and make a new one at start; a mount of the old
+    /// one keeps it, with nobody listening, until the container is made again. The agent's
+    /// liveness fails on it, so kubelet restarts the container with the new socket.
+    pub fn stale_socket(&self) -> Option<String> {
+        crate::sync::read(&self.shared.stale).clone()
     }
 
     /// `observer_cri_connected`, `observer_cri_reconnects_total`.
@@ -165,6 +198,8 @@ impl ReconnectingCri {
 
 async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
     let mut failures = 0u64;
+    // Since when every attempt was refused on a socket mounted by itself.
+    let mut refused_since: Option<tokio::time::Instant> = None;
     loop {
         let alive = Arc::new(AtomicBool::new(true));
         // Holds no reference to `Shared`: the closure lives inside the connection that `Shared` owns.
@@ -186,6 +221,7 @@ async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
             Ok((client, v)) => {
                 backoff.reset();
                 failures = 0;
+                refused_since = None;
                 *crate::sync::write(&s.current) = Some(client);
                 s.state.send_modify(|st| {
                     st.connected = true;
@@ -222,10 +258,45 @@ async fn supervise(s: Arc<Shared>, mut backoff: Backoff) {
                 if changed || failures.is_power_of_two() {
                     tracing::warn!(endpoint = %s.config.endpoint, failures, "CRI runtime not reachable: {msg}; retrying");
                 }
+                let path = s.config.endpoint.path();
+                if refused(path) && (s.own_mount)(path) {
+                    let since = *refused_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= s.stale_after && crate::sync::read(&s.stale).is_none() {
+                        let why = format!(
+                            "the CRI socket {} is mounted into this container by itself and has \
+                             refused every connection for {:?}: the runtime made a new socket \
+                             when it restarted, which this mount does not show; restart this \
+                             container (kubelet does, as /healthz now fails) to mount the new one",
+                            path.display(),
+                            s.stale_after
+                        );
+                        tracing::error!(endpoint = %s.config.endpoint, "{why}");
+                        *crate::sync::write(&s.stale) = Some(why);
+                    }
+                } else {
+                    refused_since = None;
+                }
                 tokio::time::sleep(delay).await;
             }
         }
     }
+}
+
+/// Nobody listens on the socket at `path` (it exists: a missing one is `SocketMissing`).
+fn refused(path: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(path)
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// `path` is a mount point in this mount namespace: a file bind-mounted by itself (a hostPath
+/// volume of type Socket), not a file in a mounted directory.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    text.lines()
+        .filter_map(|l| procfs::process::MountInfo::from_line(l).ok())
+        .any(|m| m.mount_point == path)
 }
 
 fn mark_lost(s: &Shared) {
@@ -243,7 +314,6 @@ mod tests {
     use crate::cri::CriEndpoint;
     use std::convert::Infallible;
     use std::future::Future;
-    use std::path::Path;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
@@ -376,6 +446,39 @@ mod tests {
                 log.text()
             );
         }
+    }
+
+    /// A runtime restarted: the mounted socket is the old one, which nobody listens on. Taken
+    /// for stale only where the socket is a mount of its own; a socket in a mounted directory
+    /// is the runtime's current one, down or not.
+    #[tokio::test]
+    async fn a_socket_mounted_alone_that_keeps_refusing_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        // Bound, then closed: the file stays and refuses, as a runtime's old socket does.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(refused(&path));
+        assert!(!is_mount_point(&path));
+        let backoff =
+            || Backoff::with_seed(Duration::from_millis(10), Duration::from_millis(20), 1);
+        let config =
+            || CriConfig::new(CriEndpoint::new(&path)).call_timeout(Duration::from_secs(2));
+        let after = Duration::from_millis(200);
+        let in_dir = ReconnectingCri::with_mount_check(config(), backoff(), |_| false, after);
+        let alone = ReconnectingCri::with_mount_check(config(), backoff(), |_| true, after);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while alone.stale_socket().is_none() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let why = alone
+            .stale_socket()
+            .expect("stale after 200 ms of refusals");
+        assert!(
+            why.contains("mounted into this container by itself"),
+            "{why}"
+        );
+        assert_eq!(in_dir.stale_socket(), None);
+        assert!(!alone.is_connected());
     }
 
     #[tokio::test]

@@ -85,7 +85,6 @@ fn in_a_burst_a_gated_pods_first_death_goes_before_the_waiting_others() {
         },
     );
     let stats = Arc::new(FastStats::default());
-    let (answers, _receiver) = answers().unwrap();
     let mut hook = FastDeaths::new(
         DeathDecider {
             types,
@@ -94,11 +93,8 @@ fn in_a_burst_a_gated_pods_first_death_goes_before_the_waiting_others() {
             clock: crate::model::system_clock(),
         },
         crate::model::BootClock::default(),
-        WriterConfig {
-            field_manager: "observer".into(),
-            request_timeout: Duration::from_secs(10),
-            answers,
-        },
+        "observer",
+        Duration::from_secs(10),
         dialed,
     );
 

@@ -1,32 +1,32 @@
-//! The fast path of `observer run` (`conditions` mode): a container's death from the PLEG to the
-//! `ContainersAlive=False` PATCH on the wire, without waiting for the reconciler, the status
+//! The fast path of `observer run` (`conditions` mode): the wire a container's death takes from
+//! the PLEG to its `ContainersAlive=False` PATCH, without waiting for the reconciler, the status
 //! manager or the CRI, and all on the kernel reader's thread (real-time with
 //! `--realtime-priority`: see [`crate::sched`] for the bound), so that the request waits neither
 //! behind the node's workloads nor for another thread's wake-up.
 //!
-//! - [`FastDeaths`] is the PLEG's hook. For each death (the kernel saw the init exit, with its
-//!   status) it takes the pod's [`ManagerSnapshot`] from the ledger (the reconciled view and the API's pod
-//!   as the status manager last computed them: the container's name and restart count are known
-//!   from its start) and claims the transition. A failed death's patch was made there ahead
-//!   ([`Prepared`]): only how and when the container ended are spliced in. Any other death (an
-//!   exit 0) is applied to the view as the reconciler will, and the condition computed with the
-//!   manager's own function ([`observer_conditions`]). It takes no lock a normal-priority thread
-//!   holds for longer than a map operation (not the reconciler's view, not the reflector's
-//!   store).
-//! - The request is written to the socket right there, on connections the reader's thread owns
-//!   ([`wire`]): HTTP/1.1, pipelined, non-blocking; answers are read when the reader's poll(2)
-//!   says they arrived. Connections are opened and proven at normal priority ([`dial`]). Only a
-//!   transition to False is written here; a request not answered within the request timeout
-//!   gives its connection up and every death on it to the status manager, so a hung API server
-//!   never holds up the next death or the reader; at most [`MAX_IN_FLIGHT`] are in flight.
-//! - One owner of the condition's truth: the [`AliveLedger`], shared with the status manager,
-//!   holds the last `ContainersAlive` either side submitted per pod. The fast path claims the
-//!   False transition there (and skips when the ledger already says False); the manager does not
-//!   write the pod while its view has not caught up with a claimed death (which would write True
-//!   again), then takes the claim's transition time as its own, and counts a confirmed fast write
-//!   as what the API has (so the same condition is not sent twice). Transitions back to True are
-//!   the manager's alone.
+//! What it keeps is the transport; what a death means is the status layer's:
+//!
+//! - The transition: for each death (the kernel saw the init exit, with its status) the hook
+//!   asks [`status::death::transition`], which decides it from the pod's [`status::ManagerSnapshot`] in
+//!   the ledger (what the status manager last computed, so no lock of the reconciler's view or
+//!   the reflector's store is taken) with the manager's own function, and claims it in the
+//!   [`AliveLedger`]. A claim is the fast path's to send; the ledger's lock is held for map
+//!   operations only.
+//! - The wire: the request is written to the socket right there, on connections the reader's
+//!   thread owns ([`wire`]): HTTP/1.1, pipelined, non-blocking; answers are read when the
+//!   reader's poll(2) says they arrived. Connections are opened, proven and given credentials at
+//!   normal priority ([`dial`]). A request not answered within the request timeout gives its
+//!   connection up and every death on it to the status manager, so a hung API server never
+//!   holds up the next death or the reader; at most [`MAX_IN_FLIGHT`] are in flight.
+//! - The answer settles the claim in the ledger ([`AliveLedger::confirm`] / [`AliveLedger::fail`]),
+//!   which is the ledger's own signal to the status manager: the pod's turn comes again (to
+//!   take the claim's condition as its own, or write it where the API refused it). Transitions
+//!   back to True are the manager's alone.
+//!
+//! [`FastPath::build`] makes the hook and its dialer, for the agent, the tests and the benches.
 use std::{
+    collections::VecDeque,
+    ffi::OsString,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -35,21 +35,16 @@ use std::{
 };
 
 use ::kube::api::PatchParams;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
 use crate::{
     kube::transport::api_message,
     model::{BootClock, ContainerId, PodUid, SharedClock},
-    pipeline::Hook,
+    pipeline::{Hook, HookFactory},
     pleg::{Death, PlegEvent, PodLifecycleEvent},
-    reconcile::{ContainerPhase, PodView, ReconcileHandle, Source},
     status::{
-        conditions::{observer_conditions, ConditionTypes},
-        patch::{conditions_patch, CONTENT_TYPE},
-        writer::status_path,
-        AliveLedger, DeathDetails, ManagerSnapshot, Prepared,
+        self, conditions::ConditionTypes, death::DeathPatch, patch::CONTENT_TYPE,
+        writer::status_path, AliveLedger,
     },
-    sync::{Bell, BellWaiter},
 };
 
 /// Deaths in flight or waiting for a connection at once; beyond, they are left to the status
@@ -83,8 +78,8 @@ pub struct FastStats {
     pub failed: AtomicU64,
     /// Connections dropped because an answer went past [`wire::MAX_RESPONSE_BYTES`].
     pub too_large: AtomicU64,
-    /// From the kernel's exit to the request written, observed at normal priority.
-    pub write_latency: crate::exposition::Latency,
+    /// From the kernel's exit to the request written, observed on the reader's thread.
+    pub write_latency: WriteLatency,
 }
 
 impl FastStats {
@@ -109,10 +104,12 @@ impl FastStats {
         ] {
             crate::exposition::counter(e, name, help, v)?;
         }
-        self.write_latency.encode(
+        crate::exposition::metric(
             e,
             "fast_write_latency",
             "Time from a container init's exit in the kernel to the fast path's ContainersAlive patch written to its connection to the API",
+            Some(&prometheus_client::registry::Unit::Seconds),
+            &self.write_latency,
         )
     }
 }
@@ -121,99 +118,120 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A latency histogram in seconds with the buckets of [`crate::exposition::Latency`], observed
+/// without a lock: prometheus-client's takes one that a scrape holds while it encodes, and the
+/// reader's thread waits for no lock a normal-priority thread holds.
+#[derive(Debug, Default)]
+pub struct WriteLatency {
+    /// Per bucket (20 µs doubling, then +Inf), not cumulative.
+    buckets: [AtomicU64; LATENCY_BUCKETS + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+const LATENCY_BUCKETS: usize = 20;
+
+fn latency_bound(i: usize) -> f64 {
+    20e-6 * f64::from(1u32 << i)
+}
+
+impl WriteLatency {
+    pub(crate) fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = (0..LATENCY_BUCKETS)
+            .find(|&i| secs <= latency_bound(i))
+            .unwrap_or(LATENCY_BUCKETS);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for WriteLatency {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    ) -> std::fmt::Result {
+        let buckets: Vec<(f64, u64)> = (0..=LATENCY_BUCKETS)
+            .map(|i| {
+                let bound = if i == LATENCY_BUCKETS {
+                    f64::MAX
+                } else {
+                    latency_bound(i)
+                };
+                (bound, self.buckets[i].load(Ordering::Relaxed))
+            })
+            .collect();
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        // The count is the buckets' own sum: a scrape between two atomics stays consistent.
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        encoder
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
 pub mod dial;
 pub mod wire;
 
-/// A death the API answered (or that was given up): its pod is to be marked changed for the
-/// status manager's turn, and the write's latency observed, both at normal priority.
-#[derive(Clone, Copy, Debug)]
-struct Answered {
-    pod: PodUid,
-    /// From the kernel's exit to the request written; `None` when it was not answered.
-    written: Option<Duration>,
+/// What the fast path is built from.
+pub struct FastConfig {
+    /// `--kubeconfig` (else in-cluster): its connections are opened from it.
+    pub kubeconfig: Option<OsString>,
+    /// The field manager its patches name (the status manager's).
+    pub field_manager: String,
+    pub request_timeout: Duration,
+    pub types: ConditionTypes,
+    /// Shared with the status manager.
+    pub ledger: Arc<AliveLedger>,
+    /// The transition's time, and the write's latency, are read from here.
+    pub clock: SharedClock,
 }
 
-struct AnswersShared {
-    items: std::sync::Mutex<Vec<Answered>>,
-    bell: Bell,
+/// The fast path, made once: the hook for the reader's thread, the dialer to run at normal
+/// priority (until the hook is dropped), and the counters.
+pub struct FastPath {
+    pub hook: HookFactory,
+    pub dialer: dial::Dialer,
+    pub stats: Arc<FastStats>,
 }
 
-/// The reader thread's end of the answers: kept on the thread, handed over when the lock is
-/// free (never waited for).
-pub struct AnswerSender {
-    shared: Arc<AnswersShared>,
-    local: Vec<Answered>,
-}
-
-/// The normal-priority end: [`Self::run`] marks each answered pod changed in the reconciler's
-/// view (the status manager holds a pod while its fast patch is in flight) and observes the
-/// write's latency.
-pub struct AnswerReceiver {
-    shared: Arc<AnswersShared>,
-    waiter: BellWaiter,
-}
-
-/// The two ends. Fails only when the process is out of file descriptors.
-pub fn answers() -> std::io::Result<(AnswerSender, AnswerReceiver)> {
-    let (bell, waiter) = crate::sync::bell()?;
-    let shared = Arc::new(AnswersShared {
-        items: std::sync::Mutex::new(Vec::new()),
-        bell,
-    });
-    Ok((
-        AnswerSender {
-            shared: Arc::clone(&shared),
-            local: Vec::new(),
-        },
-        AnswerReceiver { shared, waiter },
-    ))
-}
-
-impl AnswerSender {
-    fn push(&mut self, a: Answered) {
-        self.local.push(a);
-    }
-
-    fn flush(&mut self) {
-        if self.local.is_empty() {
-            return;
-        }
-        if let Some(mut items) = crate::sync::try_lock(&self.shared.items) {
-            items.append(&mut self.local);
-            drop(items);
-            self.shared.bell.ring();
-        }
-    }
-
-    /// Answers kept on the thread because the lock was busy.
-    fn kept(&self) -> usize {
-        self.local.len()
-    }
-}
-
-impl AnswerReceiver {
-    /// Holds the answers' lock until the guard drops: tests show that the reader's thread never
-    /// waits for it.
-    pub fn hold_lock(&self) -> impl Drop + '_ {
-        crate::sync::lock(&self.shared.items)
-    }
-
-    /// Runs until the agent stops.
-    pub async fn run(mut self, reconcile: ReconcileHandle, stats: Arc<FastStats>) {
-        loop {
-            self.waiter.arm();
-            let taken = std::mem::take(&mut *crate::sync::lock(&self.shared.items));
-            if taken.is_empty() {
-                self.waiter.wait().await;
-                continue;
-            }
-            for a in taken {
-                if let Some(w) = a.written {
-                    stats.write_latency.observe(w);
-                }
-                reconcile.mark_changed(a.pod);
-            }
-        }
+impl FastPath {
+    /// The agent's, the tests' and the benches' one way to it. Fails only when the process is
+    /// out of file descriptors (the dialer's wake-up is a socket pair).
+    pub fn build(cfg: FastConfig) -> std::io::Result<Self> {
+        let (dialer, dialed) = dial::pair(cfg.kubeconfig, cfg.request_timeout)?;
+        let stats = Arc::new(FastStats::default());
+        let decider = DeathDecider {
+            types: cfg.types,
+            ledger: cfg.ledger,
+            stats: Arc::clone(&stats),
+            clock: cfg.clock,
+        };
+        let (field_manager, timeout) = (cfg.field_manager, cfg.request_timeout);
+        let hook: HookFactory = Box::new(move |clock: &BootClock| {
+            Box::new(FastDeaths::new(
+                decider,
+                clock.clone(),
+                &field_manager,
+                timeout,
+                dialed,
+            )) as Box<dyn Hook>
+        });
+        Ok(Self {
+            hook,
+            dialer,
+            stats,
+        })
     }
 }
 
@@ -233,61 +251,11 @@ pub enum Tag {
 /// A death's patch, decided on the PLEG's thread.
 pub struct FastJob {
     pub death: Death,
-    pub patch: FastPatch,
-}
-
-/// The status patch of one death, encoded.
-pub struct FastPatch {
-    /// Where the pod's namespace and name come from.
-    pub basis: Arc<ManagerSnapshot>,
-    pub body: Body,
-}
-
-pub enum Body {
-    /// The basis's `prepared[i]` with what the death brings. Its condition goes to the ledger
-    /// after the request is written: only the request's bytes are put together before send(2).
-    FromPrepared {
-        prepared: usize,
-        filled: DeathDetails,
-        now: SystemTime,
-    },
-    /// Computed in full, and claimed with its condition.
-    Computed(Vec<u8>),
-}
-
-impl FastPatch {
-    /// The body in parts.
-    pub fn parts(&self) -> [&[u8]; 11] {
-        match &self.body {
-            Body::FromPrepared {
-                prepared, filled, ..
-            } => self.basis.prepared[*prepared].body(filled),
-            Body::Computed(b) => {
-                let mut parts: [&[u8]; 11] = [&[]; 11];
-                parts[0] = b;
-                parts
-            }
-        }
-    }
-
-    /// A made-ahead death's condition into the ledger ([`AliveLedger::record_condition`]), once its
-    /// request is written (or could not be).
-    pub(crate) fn record_in_ledger(self, d: &DeathDecider, death: &Death) {
-        if let Body::FromPrepared {
-            prepared,
-            filled,
-            now,
-        } = &self.body
-        {
-            let alive = self.basis.prepared[*prepared].condition(&d.types, filled.words(), *now);
-            d.ledger
-                .record_condition(&death.pod, death.container, alive);
-        }
-    }
+    pub patch: DeathPatch,
 }
 
 /// What the PLEG's thread needs to decide a death's patch.
-pub struct DeathDecider {
+pub(crate) struct DeathDecider {
     pub types: ConditionTypes,
     pub ledger: Arc<AliveLedger>,
     pub stats: Arc<FastStats>,
@@ -295,12 +263,11 @@ pub struct DeathDecider {
     pub clock: SharedClock,
 }
 
-/// What the fast path's requests need, known before the agent starts.
-pub struct WriterConfig {
-    pub field_manager: String,
-    pub request_timeout: Duration,
-    /// Where answered deaths go, for normal priority to act on ([`AnswerReceiver::run`]).
-    pub answers: AnswerSender,
+impl DeathDecider {
+    /// A made-ahead death's condition into the ledger once its request is written.
+    fn settle(&self, patch: DeathPatch, death: &Death) {
+        patch.settle(&self.ledger, &self.types, death);
+    }
 }
 
 /// The fast path, on the PLEG's thread: every death with a known exit decided, claimed, and
@@ -308,26 +275,27 @@ pub struct WriterConfig {
 pub struct FastDeaths {
     decider: DeathDecider,
     clock: BootClock,
-    cfg: WriterConfig,
+    request_timeout: Duration,
     dialed: dial::Dialed,
     conns: Vec<wire::Conn<Tag>>,
     /// Deaths claimed while every connection was [`DEPTH`] deep: gated pods', then the others,
     /// each in the order they died.
-    waiting: [std::collections::VecDeque<FastJob>; 2],
+    waiting: [VecDeque<FastJob>; 2],
     template: Option<Arc<wire::Template>>,
     /// `?fieldManager=…`, as kube encodes it.
     query: String,
 }
 
 impl FastDeaths {
-    pub fn new(
+    fn new(
         decider: DeathDecider,
         clock: BootClock,
-        cfg: WriterConfig,
+        field_manager: &str,
+        request_timeout: Duration,
         dialed: dial::Dialed,
     ) -> Self {
         let params = PatchParams {
-            field_manager: Some(cfg.field_manager.clone()),
+            field_manager: Some(field_manager.to_string()),
             ..Default::default()
         };
         let query = status_path(&params, "n", "p")
@@ -337,7 +305,7 @@ impl FastDeaths {
         Self {
             decider,
             clock,
-            cfg,
+            request_timeout,
             dialed,
             conns: Vec::new(),
             waiting: Default::default(),
@@ -370,7 +338,9 @@ impl FastDeaths {
             at: ev.at,
             exit: exit.clone(),
         };
-        let Some(patch) = decide(d, &death, &self.clock) else {
+        let now = d.clock.now();
+        let Some(patch) = status::death::transition(&d.ledger, &d.types, &death, &self.clock, now)
+        else {
             bump(&d.stats.skipped);
             return None;
         };
@@ -382,10 +352,7 @@ impl FastDeaths {
     }
 
     fn waiting(&self) -> usize {
-        self.waiting
-            .iter()
-            .map(std::collections::VecDeque::len)
-            .sum()
+        self.waiting.iter().map(VecDeque::len).sum()
     }
 
     /// Writes the death now if a connection has room, else keeps it for [`Self::pump`].
@@ -449,7 +416,7 @@ impl FastDeaths {
         let FastJob { death, patch } = job;
         let i = self.free_conn();
         let (Some(i), Some(t)) = (i, self.template.as_deref()) else {
-            patch.record_in_ledger(&self.decider, &death);
+            self.decider.settle(patch, &death);
             self.decider.ledger.fail(&death.pod, death.container);
             bump(&self.decider.stats.dropped);
             return;
@@ -469,11 +436,11 @@ impl FastDeaths {
             name: view.name.clone(),
             written: Duration::ZERO,
         };
-        let sent = self.conns[i].send_with(tag, self.cfg.request_timeout, |out| {
+        let sent = self.conns[i].send_with(tag, self.request_timeout, |out| {
             t.request_into(out, "PATCH", &path, CONTENT_TYPE, &patch.parts());
         });
         // Before any answer (read after this batch) or failure is handled.
-        patch.record_in_ledger(&self.decider, &death);
+        self.decider.settle(patch, &death);
         // Taken now, observed once answered: the histogram is memory the request need not
         // touch first.
         let written = self
@@ -511,9 +478,9 @@ impl FastDeaths {
 
     fn unanswered(&mut self, tag: Tag) {
         if let Tag::Death { pod, container, .. } = tag {
+            // The ledger tells the manager: the pod's turn, to write it.
             self.decider.ledger.fail(&pod, container);
             bump(&self.decider.stats.failed);
-            self.cfg.answers.push(Answered { pod, written: None });
         }
     }
 
@@ -539,8 +506,11 @@ impl FastDeaths {
             }
             return;
         };
+        // Settling the claim is the ledger's signal to the manager: the pod's turn again, to
+        // take the condition as its own (or write it where it was not accepted).
         if ok {
             bump(&self.decider.stats.written);
+            self.decider.stats.write_latency.observe(written);
             self.decider.ledger.confirm(&pod, container);
         } else {
             // The manager writes the same condition once its view caught up, through its
@@ -552,11 +522,6 @@ impl FastDeaths {
             }
             tracing::debug!(pod = %name, status = r.status, "fast status write not accepted ({}); the status manager writes it", api_message(&r.body));
         }
-        // The manager held the pod while the patch was in flight: its turn now.
-        self.cfg.answers.push(Answered {
-            pod,
-            written: Some(written),
-        });
     }
 }
 
@@ -566,10 +531,6 @@ impl Hook for FastDeaths {
         if let Some(job) = self.claim(ev) {
             self.send_or_wait(job);
         }
-    }
-
-    fn batch_end(&mut self) {
-        self.cfg.answers.flush();
     }
 
     fn interest(&mut self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
@@ -587,11 +548,6 @@ impl Hook for FastDeaths {
             });
             let next = c.due().unwrap_or_else(|| c.used() + KEEPALIVE);
             due = Some(due.map_or(next, |d| d.min(next)));
-        }
-        if self.cfg.answers.kept() > 0 {
-            // Answers wait on the thread while the other end held its lock.
-            let soon = Instant::now() + Duration::from_millis(1);
-            due = Some(due.map_or(soon, |d| d.min(soon)));
         }
         due
     }
@@ -621,8 +577,7 @@ impl Hook for FastDeaths {
             if self.conns[i].idle_for(now) >= KEEPALIVE {
                 if let Some(t) = self.template.as_deref() {
                     let probe = t.request("GET", "/version", "", b"");
-                    if let Err(e) = self.conns[i].send(Tag::Probe, &probe, self.cfg.request_timeout)
-                    {
+                    if let Err(e) = self.conns[i].send(Tag::Probe, &probe, self.request_timeout) {
                         self.give_up(i, &e);
                         continue;
                     }
@@ -632,118 +587,7 @@ impl Hook for FastDeaths {
         }
         // Answers freed slots, or the last connection went: the waiting deaths go now.
         self.pump();
-        self.cfg.answers.flush();
     }
-}
-
-/// The view as the reconciler will have it once it applied the kernel's exit (merge rules: the
-/// kernel's exit wins). `None` when the view does not know the container. The reconciler may
-/// have applied it already (it reads the same event): the ledger, not the view, says whether
-/// the transition is still to be written.
-pub(crate) fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodView> {
-    let status = d.exit.status?;
-    let mut v = view.clone();
-    let c = v.containers.iter_mut().find(|c| c.id == d.container)?;
-    c.phase = ContainerPhase::Exited;
-    c.exit_code = Some(status.exit_code());
-    c.signal = status.signal();
-    c.reason = Some(d.exit.reason.as_str().to_string());
-    c.finished_at = Some(clock.to_system_time(d.at));
-    c.exit_source = Some(Source::Kernel);
-    Some(v)
-}
-
-/// The patch for a death, when it is a transition to False the fast path claimed.
-fn decide(cfg: &DeathDecider, d: &Death, clock: &BootClock) -> Option<FastPatch> {
-    decide_at(cfg, d, clock, cfg.clock.now())
-}
-
-fn decide_at(
-    cfg: &DeathDecider,
-    d: &Death,
-    clock: &BootClock,
-    now: SystemTime,
-) -> Option<FastPatch> {
-    let basis = cfg.ledger.basis(&d.pod)?;
-    let made = Prepared::fits(d)
-        .then(|| {
-            basis
-                .prepared
-                .iter()
-                .position(|p| p.container == d.container)
-        })
-        .flatten();
-    let body = match made {
-        // Made ahead: the death's words and time spliced in.
-        Some(i) => {
-            let filled = basis.prepared[i].fill(d, clock, now)?;
-            // The ledger refuses a False itself; the API's condition is looked at only where
-            // the ledger has none (the pod object is many cold pages).
-            let claimed = cfg.ledger.claim_ahead(d.pod, d.container, |last| {
-                last.is_some()
-                    || api_alive(&basis.pod, &cfg.types).is_none_or(|k| k.status != "False")
-            });
-            claimed.then_some(())?;
-            Body::FromPrepared {
-                prepared: i,
-                filled,
-                now,
-            }
-        }
-        None => {
-            let api = api_alive(&basis.pod, &cfg.types);
-            Body::Computed(decide_in_full(
-                cfg,
-                d,
-                clock,
-                &basis.view,
-                &basis.pod,
-                api,
-                now,
-            )?)
-        }
-    };
-    Some(FastPatch { basis, body })
-}
-
-/// The pod's `ContainersAlive` as the API has it.
-fn api_alive<'a>(pod: &'a Pod, types: &ConditionTypes) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == types.alive))
-}
-
-/// [`decide`] for a death no patch was made for: the condition computed as the status manager
-/// would, the patch against the last submitted condition.
-fn decide_in_full(
-    cfg: &DeathDecider,
-    d: &Death,
-    clock: &BootClock,
-    view: &PodView,
-    pod: &Pod,
-    api_alive: Option<&PodCondition>,
-    now: SystemTime,
-) -> Option<Vec<u8>> {
-    let dead = with_death(view, d, clock)?;
-    let api_uid = pod.metadata.uid.as_deref()?;
-    let (before, alive) = cfg.ledger.claim(d.pod, d.container, |last| {
-        // The last submitted first, then what the API has (for the transition time).
-        let known = last.or(api_alive);
-        if known.is_some_and(|k| k.status == "False") {
-            return None;
-        }
-        let old: Vec<PodCondition> = known.cloned().into_iter().collect();
-        let desired = observer_conditions(Some(pod), &dead, &old, &cfg.types, now);
-        desired
-            .into_iter()
-            .find(|c| c.type_ == cfg.types.alive)
-            .filter(|c| c.status == "False")
-    })?;
-    // The base is what was last submitted, else the API's.
-    let base: Vec<PodCondition> = before.or_else(|| api_alive.cloned()).into_iter().collect();
-    let body = conditions_patch(api_uid, &base, std::slice::from_ref(&alive)).ok()??;
-    serde_json::to_vec(&body).ok()
 }
 
 #[cfg(test)]
@@ -771,151 +615,5 @@ fn exited_1(pod: PodUid, id: ContainerId) -> PodLifecycleEvent {
                 comm: None,
             },
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A death's patch made at the manager's turn is the one the full computation gives (the
-    /// same JSON, the same condition in the ledger) for every shape of failed death; an exit 0
-    /// is left to the full computation.
-    #[test]
-    fn a_prepared_death_is_the_full_computation() {
-        use crate::{
-            kernel::WaitStatus,
-            kube::testkit::{container, cv, exited, pod, sidecar, spec, view},
-            pleg::{ContainerExit, ExitReason},
-        };
-        let types = ConditionTypes::new("observer.dev");
-        let clock = BootClock::default();
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let run = ContainerPhase::Running;
-        let two = spec("Always", vec![], vec![container("app"), container("log")]);
-        let with_sidecar = spec("Never", vec![sidecar("proxy")], vec![container("app")]);
-        let shapes: Vec<(&str, Option<k8s_openapi::api::core::v1::PodSpec>, PodView)> = vec![
-            (
-                "one container",
-                Some(two.clone()),
-                view(vec![cv("app", 0, run), cv("log", 0, run)]),
-            ),
-            (
-                "restarted",
-                Some(two.clone()),
-                view(vec![cv("app", 3, run), cv("log", 1, run)]),
-            ),
-            (
-                "another already dead",
-                Some(two.clone()),
-                view(vec![cv("app", 0, run), exited("log", 0, 2, "Error")]),
-            ),
-            (
-                "another not started",
-                Some(two),
-                view(vec![cv("app", 0, run)]),
-            ),
-            (
-                "a sidecar",
-                Some(with_sidecar),
-                view(vec![cv("proxy", 0, run), cv("app", 0, run)]),
-            ),
-            (
-                "no spec",
-                None,
-                view(vec![cv("app", 0, run), cv("log", 0, run)]),
-            ),
-        ];
-        let endings = [
-            (WaitStatus::exited(1), ExitReason::Error),
-            (WaitStatus::exited(0), ExitReason::Completed),
-            (WaitStatus::signaled(9, false), ExitReason::OomKilled),
-            (WaitStatus::signaled(11, true), ExitReason::Error),
-        ];
-        let mut made = 0;
-        for (shape, spec, view) in &shapes {
-            let api = Arc::new(pod(spec.clone().unwrap_or_default(), None));
-            let api = if spec.is_some() {
-                api
-            } else {
-                Arc::new(Pod {
-                    spec: None,
-                    ..(*api).clone()
-                })
-            };
-            for c in view.containers.iter().filter(|c| c.phase == run) {
-                for (status, reason) in endings {
-                    let death = Death {
-                        pod: view.uid,
-                        container: c.id,
-                        at: BootClock::now(),
-                        exit: ContainerExit {
-                            status: Some(status),
-                            reason,
-                            pid: Some(4242),
-                            comm: None,
-                        },
-                    };
-                    let decider = |prepared: bool| {
-                        let ledger = Arc::new(AliveLedger::default());
-                        ledger.prepare(view.uid, view, &api, &types);
-                        if !prepared {
-                            let b = ledger.basis(&view.uid).unwrap();
-                            ledger.set_basis(
-                                view.uid,
-                                ManagerSnapshot {
-                                    view: b.view.clone(),
-                                    pod: Arc::clone(&b.pod),
-                                    prepared: Vec::new(),
-                                    gated: b.gated,
-                                },
-                            );
-                        }
-                        DeathDecider {
-                            types: types.clone(),
-                            ledger,
-                            stats: Arc::default(),
-                            clock: crate::model::system_clock(),
-                        }
-                    };
-                    let (fast, full) = (decider(true), decider(false));
-                    let has = fast
-                        .ledger
-                        .basis(&view.uid)
-                        .unwrap()
-                        .prepared
-                        .iter()
-                        .any(|p| p.container == c.id);
-                    let what = format!("{shape}, {} {status:?}", c.name);
-                    let a = decide_at(&fast, &death, &clock, now);
-                    let b = decide_at(&full, &death, &clock, now);
-                    let json = |p: &Option<FastPatch>| {
-                        p.as_ref().map(|p| {
-                            serde_json::from_slice::<serde_json::Value>(&p.parts().concat())
-                                .unwrap()
-                        })
-                    };
-                    assert_eq!(json(&a), json(&b), "{what}");
-                    // A made death's condition reaches the ledger once its request is written.
-                    if let Some(p) = a {
-                        p.record_in_ledger(&fast, &death);
-                    }
-                    assert!(
-                        b.is_some() || !Prepared::fits(&death),
-                        "{what}: every failed death here is a transition"
-                    );
-                    let alive = |d: &DeathDecider| d.ledger.last(&view.uid);
-                    assert_eq!(alive(&fast), alive(&full), "{what}");
-                    if Prepared::fits(&death) {
-                        assert!(
-                            has,
-                            "{what}: a running container's failed death is made ahead"
-                        );
-                        made += 1;
-                    }
-                }
-            }
-        }
-        assert!(made >= 20, "{made} prepared deaths checked");
     }
 }

@@ -21,7 +21,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     cfg.backoff_seed = Some(1);
     let reconcile = ReconcileHandle::detached();
     let (mut m, h) = StatusManager::new(client, cfg, reconcile.clone());
-    let ledger = Arc::new(AliveLedger::default());
+    let ledger = Arc::new(AliveLedger::new().unwrap());
     m.set_alive_ledger(Arc::clone(&ledger));
     tokio::spawn(m.run());
     tokio::time::timeout(Duration::from_secs(5), h.pods().ready())
@@ -49,15 +49,16 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
         clock: crate::model::system_clock(),
     };
     let clock = crate::model::BootClock::default();
-    let writer = WriterConfig {
-        field_manager: "observer".into(),
-        request_timeout: Duration::from_secs(5),
-        answers: super::answers().unwrap().0,
-    };
     // No dialer runs: the hook only decides and claims here (what it writes is the API
     // stand-in's and the cluster's tests').
     let (_dialer, dialed) = crate::fastpath::dial::pair(None, Duration::from_secs(5)).unwrap();
-    let mut hook = FastDeaths::new(decider(&ledger), clock.clone(), writer, dialed);
+    let mut hook = FastDeaths::new(
+        decider(&ledger),
+        clock.clone(),
+        "observer",
+        Duration::from_secs(5),
+        dialed,
+    );
     let death = super::exited_1(uid, id);
     assert!(
         hook.claim(&death).is_none(),
@@ -68,7 +69,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     let job = hook.claim(&death).expect("the death's patch");
     let body: serde_json::Value = serde_json::from_slice(&job.patch.parts().concat()).unwrap();
     // As once its request is written: the claimed condition into the ledger.
-    job.patch.record_in_ledger(&decider(&ledger), &job.death);
+    decider(&ledger).settle(job.patch, &job.death);
     let claimed: Vec<PodCondition> =
         serde_json::from_value(body["status"]["conditions"].clone()).unwrap();
     let claimed = claimed
@@ -82,7 +83,11 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
     );
     // The same death again (a resync): the ledger says False already, nothing more is sent.
     assert!(hook.claim(&death).is_none());
+    // The answer is the ledger's signal to the manager (not a change of the view): its turn
+    // comes, and waits, its view not showing the death yet.
     ledger.confirm(&uid, id);
+    settle().await;
+    assert_eq!(h.stats().fast_waits.load(Ordering::Relaxed), 1);
 
     // A change of the view that does not show the death yet: not written.
     h.observe(&up);
@@ -92,7 +97,7 @@ async fn a_death_the_fast_path_wrote_is_not_written_again_nor_undone() {
         1,
         "nothing written over the fast path's False"
     );
-    assert_eq!(h.stats().fast_waits.load(Ordering::Relaxed), 1);
+    assert_eq!(h.stats().fast_waits.load(Ordering::Relaxed), 2);
 
     // The view shows it, later: the same condition, its transition time kept, not sent again.
     tokio::time::sleep(Duration::from_secs(3)).await;

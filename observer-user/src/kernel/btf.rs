@@ -10,7 +10,7 @@
 //! for aya, and the bytes go.
 use std::{ops::Range, path::Path};
 
-use observer_common::config::{MemcgOffsets, TaskOffsets};
+use observer_common::config::{ChargeConfig, MemcgOffsets, TaskOffsets};
 
 use super::KernelError;
 
@@ -242,6 +242,24 @@ impl KernelBtf {
         None
     }
 
+    /// The value of `member` in `enum name` (one that fits 32 bits).
+    pub(crate) fn enum_value(&self, name: &str, member: &str) -> Result<u32, KernelError> {
+        for e in self.named(name).filter(|t| t.kind == kind::ENUM) {
+            for i in 0..e.vlen {
+                let at = e.body + i * 8;
+                let (Some(name_off), Some(val)) =
+                    (read_u32(&self.data, at), read_u32(&self.data, at + 4))
+                else {
+                    break;
+                };
+                if self.string(name_off) == member.as_bytes() {
+                    return Ok(val);
+                }
+            }
+        }
+        Err(KernelError::Btf(format!("enum {name} has no {member}")))
+    }
+
     /// `sizeof(struct name)`.
     pub(crate) fn struct_size(&self, name: &str) -> Result<u32, KernelError> {
         self.named(name)
@@ -272,6 +290,48 @@ impl KernelBtf {
         )))
     }
 
+    /// The struct the pointer argument `index` of a BTF-enabled tracepoint points at (`None`: not
+    /// a pointer to a named struct), past the leading context pointer.
+    pub(crate) fn tracepoint_arg_struct(
+        &self,
+        tracepoint: &str,
+        index: usize,
+    ) -> Result<Option<String>, KernelError> {
+        let typedef = format!("btf_trace_{tracepoint}");
+        let mut cur = self
+            .named(&typedef)
+            .next()
+            .ok_or_else(|| KernelError::TracepointMissing(tracepoint.to_string()))?;
+        for _ in 0..4 {
+            match cur.kind {
+                kind::FUNC_PROTO => {
+                    // Parameters: (name_off, type) pairs; the first is the context.
+                    let Some(ty) = read_u32(&self.data, cur.body + (index + 1) * 8 + 4)
+                        .filter(|_| index + 1 < cur.vlen)
+                    else {
+                        return Ok(None);
+                    };
+                    let Some(ptr) = self.strip(ty).filter(|t| t.kind == kind::PTR) else {
+                        return Ok(None);
+                    };
+                    return Ok(self
+                        .strip(ptr.size_or_type)
+                        .filter(|t| matches!(t.kind, kind::STRUCT | kind::FWD))
+                        .map(|t| String::from_utf8_lossy(self.string(t.name_off)).into_owned()));
+                }
+                kind::TYPEDEF | kind::PTR => {
+                    cur = self.ty(cur.size_or_type).ok_or_else(|| {
+                        KernelError::Btf(format!("{typedef}: no type {}", cur.size_or_type))
+                    })?
+                }
+                _ => break,
+            }
+        }
+        Err(KernelError::Btf(format!(
+            "{typedef} is not a function pointer"
+        )))
+    }
+
     /// Whether the kernel has a function of that name (one fentry programs can attach to).
     pub(crate) fn has_function(&self, name: &str) -> bool {
         self.named(name).any(|t| t.kind == kind::FUNC)
@@ -287,6 +347,23 @@ impl KernelBtf {
             kn_id: self.member_offset("kernfs_node", "id")?,
             usage: memory + self.member_offset("page_counter", "usage")?,
             max: memory + self.member_offset("page_counter", "max")?,
+            ..Default::default()
+        })
+    }
+
+    /// What the charge probe reads (observer-ebpf/src/charge.rs): the page counter in
+    /// `struct mem_cgroup`, and in it the usage, the limit and the parent's counter. The rest of
+    /// [`ChargeConfig`] is the loader's choice.
+    pub(crate) fn charge_offsets(&self) -> Result<ChargeConfig, KernelError> {
+        Ok(ChargeConfig {
+            memory: self.member_offset("mem_cgroup", "memory")?,
+            pc_usage: self.member_offset("page_counter", "usage")?,
+            pc_max: self.member_offset("page_counter", "max")?,
+            pc_parent: self.member_offset("page_counter", "parent")?,
+            task_cgroups: self.member_offset("task_struct", "cgroups")?,
+            css_set_subsys: self.member_offset("css_set", "subsys")?,
+            memory_cgrp_id: self.enum_value("cgroup_subsys_id", "memory_cgrp_id")?,
+            memcg_css: self.member_offset("mem_cgroup", "css")?,
             ..Default::default()
         })
     }
@@ -385,6 +462,49 @@ mod tests {
         let m = btf.memcg_offsets().expect("memcg offsets");
         assert_ne!(m.usage, m.max, "{m:?}");
         assert!(m.usage > 0 && m.max > 0 && m.cgroup_kn > 0, "{m:?}");
+    }
+
+    #[test]
+    fn charge_offsets_are_found_and_distinct() {
+        let Some(btf) = btf() else { return };
+        let c = btf.charge_offsets().expect("charge offsets");
+        // usage leads the page counter; max and parent follow it, apart.
+        assert_eq!(c.pc_usage, 0, "{c:?}");
+        assert!(c.pc_max > 0 && c.pc_parent > c.pc_max, "{c:?}");
+        // The memory controller is one of the few compiled in: its id indexes css_set.subsys.
+        assert!(c.memory_cgrp_id < 16, "{c:?}");
+        assert!(btf.enum_value("cgroup_subsys_id", "no_such_id").is_err());
+        // The counter of struct mem_cgroup is the one the limit-hit probe reads.
+        let m = btf.memcg_offsets().unwrap();
+        assert_eq!(m.usage, c.memory + c.pc_usage);
+        assert_eq!(m.max, c.memory + c.pc_max);
+    }
+
+    #[test]
+    fn a_tracepoint_argument_is_named_by_its_struct() {
+        let Some(btf) = btf() else { return };
+        assert_eq!(
+            btf.tracepoint_arg_struct("sched_process_exec", 0).unwrap(),
+            Some("task_struct".to_string())
+        );
+        // pid_t old_pid: not a pointer.
+        assert_eq!(
+            btf.tracepoint_arg_struct("sched_process_exec", 1).unwrap(),
+            None
+        );
+        assert_eq!(
+            btf.tracepoint_arg_struct("sched_process_exec", 9).unwrap(),
+            None
+        );
+        // Linux 6.14+: the statistics' tracepoint the charge probe falls back on.
+        if btf.tracepoint_arity("mod_memcg_lruvec_state").is_ok() {
+            assert_eq!(
+                btf.tracepoint_arg_struct("mod_memcg_lruvec_state", 0)
+                    .unwrap()
+                    .as_deref(),
+                Some("mem_cgroup")
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Ring-buffer record → [`KernelEvent`]: one small function per record kind.
 use observer_common::{
-    CgroupRecord, EventKind, ExecRecord, ExitRecord, Header, LimitHitRecord, OomRecord, Record,
-    TaskInfo,
+    CgroupRecord, CrossingRecord, EventKind, ExecRecord, ExitRecord, Header, LimitHitRecord,
+    OomRecord, Record, TaskInfo,
 };
 use thiserror::Error;
 
@@ -50,6 +50,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         EventKind::CgroupRmdir => KernelEvent::CgroupRmdir(cgroup(&read(bytes)?)),
         EventKind::CgroupEmpty => KernelEvent::CgroupEmpty(cgroup(&read(bytes)?)),
         EventKind::LimitHit => KernelEvent::LimitHit(limit_hit(&read(bytes)?)),
+        EventKind::LimitCrossing => KernelEvent::LimitHit(crossing(&read(bytes)?)),
     })
 }
 
@@ -120,10 +121,14 @@ fn page_size() -> u64 {
     })
 }
 
+/// What an unlimited page counter holds: PAGE_COUNTER_MAX (LONG_MAX / PAGE_SIZE).
+pub(crate) fn unlimited_pages() -> u64 {
+    i64::MAX as u64 / page_size()
+}
+
 fn limit_hit(r: &LimitHitRecord) -> LimitHit {
     let page = page_size();
-    // An unlimited page counter holds PAGE_COUNTER_MAX (LONG_MAX / PAGE_SIZE).
-    let unlimited = i64::MAX as u64 / page;
+    let unlimited = unlimited_pages();
     LimitHit {
         at: BootNs(r.header.time_ns),
         first_at: BootNs(if r.first_ns == 0 {
@@ -141,6 +146,30 @@ fn limit_hit(r: &LimitHitRecord) -> LimitHit {
         short: r.short,
         requested_bytes: r.requested_pages.saturating_mul(page),
         reclaimed_bytes: r.reclaimed_pages.saturating_mul(page),
+        crossing: None,
+    }
+}
+
+/// A crossing is said the way a limit hit is, without reclaim: the PLEG and the reconciler take
+/// it down the limit hits' path (which container, which of its cgroups, what fills it).
+fn crossing(r: &CrossingRecord) -> LimitHit {
+    let page = page_size();
+    LimitHit {
+        at: BootNs(r.header.time_ns),
+        first_at: BootNs(r.header.time_ns),
+        task: task(&r.task),
+        memcg_id: r.memcg_id,
+        usage_bytes: r.usage_pages.saturating_mul(page),
+        // The kernel side sends crossings of limits only.
+        limit_bytes: (r.max_pages < unlimited_pages()).then(|| r.max_pages.saturating_mul(page)),
+        hits: 0,
+        short: 0,
+        requested_bytes: 0,
+        reclaimed_bytes: 0,
+        crossing: Some(Crossing {
+            threshold_bp: r.threshold_bp,
+            depth: r.depth,
+        }),
     }
 }
 
@@ -315,6 +344,44 @@ mod tests {
         assert!(matches!(
             decode(&bytes(&r)[..100]),
             Err(DecodeError::Short { want: 128, .. })
+        ));
+    }
+
+    #[test]
+    fn crossing_record_is_a_limit_hit_without_reclaim() {
+        let page = page_size();
+        let r = CrossingRecord {
+            header: header(EventKind::LimitCrossing, 12),
+            task: task_info(),
+            memcg_id: 31,
+            usage_pages: 14_090,
+            max_pages: 16_384,
+            threshold_bp: 8600,
+            depth: 1,
+        };
+        let ev = decode(&bytes(&r)).unwrap();
+        assert_eq!(ev.type_name(), "limit_crossing");
+        assert_eq!(KernelEvent::TYPES[ev.type_index()], "limit_crossing");
+        let KernelEvent::LimitHit(h) = ev else {
+            panic!()
+        };
+        assert_eq!((h.at, h.first_at), (BootNs(12), BootNs(12)));
+        assert_eq!(
+            (h.memcg_id, h.usage_bytes, h.limit_bytes),
+            (31, 14_090 * page, Some(16_384 * page))
+        );
+        assert_eq!((h.hits, h.short, h.reclaimed_bytes), (0, 0, 0));
+        assert_eq!(
+            h.crossing,
+            Some(Crossing {
+                threshold_bp: 8600,
+                depth: 1
+            })
+        );
+        assert_eq!(h.task.cgroup_id, 4242);
+        assert!(matches!(
+            decode(&bytes(&r)[..90]),
+            Err(DecodeError::Short { want: 96, .. })
         ));
     }
 

@@ -188,7 +188,9 @@ pub struct OomKill {
 }
 
 /// Reclaim in a memory cgroup at its limit, summed since the cgroup's previous record
-/// (observer_common::memcg): the kernel's own word that a charge met the limit.
+/// (observer_common::memcg): the kernel's own word that a charge met the limit. Or, with
+/// [`Self::crossing`], a charge that took the cgroup's usage past a threshold of its limit, before
+/// it is met (observer-ebpf/src/charge.rs): no reclaim then, and no hits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitHit {
     /// The last reclaim summed.
@@ -211,6 +213,19 @@ pub struct LimitHit {
     /// Bytes asked for and freed, summed.
     pub requested_bytes: u64,
     pub reclaimed_bytes: u64,
+    /// Not a limit hit: the threshold of the limit the usage rose past.
+    pub crossing: Option<Crossing>,
+}
+
+/// A threshold of a memory limit a charge took the usage past (observer_common::memcg's
+/// `CrossingRecord`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crossing {
+    /// In basis points of the limit (8600: 86 %).
+    pub threshold_bp: u32,
+    /// How far above the charged memory cgroup the limit is (0: its own; 1: its parent's, a
+    /// container's pod).
+    pub depth: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,7 +270,7 @@ impl KernelEvent {
     }
 
     /// Every [`Self::type_name`], in [`Self::type_index`] order.
-    pub(crate) const TYPES: [&'static str; 8] = [
+    pub(crate) const TYPES: [&'static str; 9] = [
         "exec",
         "exit",
         "oom_kill",
@@ -264,6 +279,7 @@ impl KernelEvent {
         "cgroup_empty",
         "lost",
         "limit_hit",
+        "limit_crossing",
     ];
 
     pub(crate) fn type_index(&self) -> usize {
@@ -275,6 +291,7 @@ impl KernelEvent {
             Self::CgroupRmdir(_) => 4,
             Self::CgroupEmpty(_) => 5,
             Self::Lost { .. } => 6,
+            Self::LimitHit(h) if h.crossing.is_some() => 8,
             Self::LimitHit(_) => 7,
         }
     }
@@ -289,6 +306,7 @@ impl KernelEvent {
             Self::CgroupRmdir(_) => "cgroup_rmdir",
             Self::CgroupEmpty(_) => "cgroup_empty",
             Self::Lost { .. } => "lost",
+            Self::LimitHit(h) if h.crossing.is_some() => "limit_crossing",
             Self::LimitHit(_) => "limit_hit",
         }
     }

@@ -3,7 +3,7 @@ use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Duration};
 
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, FEntry, FExit, TracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, RawTracePoint, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
 use observer_common::{
@@ -65,7 +65,26 @@ pub struct ProbeOptions {
     /// Memory cgroup limit hits (observer-ebpf/src/memcg.rs): at most one record per cgroup per
     /// this interval; `None` leaves the probe out.
     pub limit_hits: Option<Duration>,
+    /// Usage crossing these thresholds of a watched memory cgroup's limit, in basis points,
+    /// ascending (observer-ebpf/src/charge.rs; at most `observer_common::memcg::MAX_THRESHOLDS`);
+    /// `None` leaves the probe out.
+    pub limit_crossings: Option<Vec<u16>>,
 }
+
+/// The thresholds of a limit whose crossing the charge probe reports, in basis points. 50 % and
+/// 75 % measure a leak's growth on its way (their times and what filled the cgroup then); 86 %
+/// is the first above the 85 % a healthy heap may sit at (the pressure rules warn of a projected
+/// fill only past it: `pressure::PROJECT_FROM`); 90 % and 95 % come again with the growth
+/// measured since.
+pub const CROSSING_THRESHOLDS: [u16; 5] = [5000, 7500, 8600, 9000, 9500];
+
+/// A crossed threshold is sent again only once usage fell this far below it (basis points of
+/// the limit): a cgroup hovering about a threshold sends it once.
+const CROSSING_REARM_BP: u16 = 200;
+
+/// Where the charge probe follows the statistics' tracepoint, the page counters are read once per
+/// this many pages added on a CPU: the kernel's own charge batch (MEMCG_CHARGE_BATCH).
+const CROSSING_BATCH_PAGES: u32 = 64;
 
 /// How often a memory cgroup at its limit is reported at most: ten times a second is enough to
 /// follow a leak (a 64 MiB limit filling at 64 MiB/s takes a second) and bounds a cgroup that sits
@@ -82,6 +101,7 @@ impl Default for ProbeOptions {
             older_kernel_paths: false,
             wake: Wake::default(),
             limit_hits: Some(LIMIT_HIT_INTERVAL),
+            limit_crossings: Some(CROSSING_THRESHOLDS.to_vec()),
         }
     }
 }
@@ -96,6 +116,13 @@ const LIMIT_HIT_PROGRAM: &str = "memcg_reclaim";
 /// The tracepoint it falls back on, and that program's name.
 const LIMIT_HIT_TP: &str = "mm_vmscan_memcg_reclaim_end";
 const LIMIT_HIT_TP_PROGRAM: &str = "memcg_reclaim_end";
+
+/// The charge function the crossing probe attaches to (fexit), and its program's name.
+const CHARGE_HOOK: &str = "try_charge_memcg";
+const CHARGE_PROGRAM: &str = "charge_memcg";
+/// The raw tracepoint it falls back on (Linux 6.14+), and that program's name.
+const CHARGE_TP: &str = "mod_memcg_lruvec_state";
+const CHARGE_TP_PROGRAM: &str = "memcg_stat";
 
 /// (program name in the object, how it attaches)
 const PROGRAMS: [(&str, Attach); 6] = [
@@ -153,6 +180,10 @@ pub struct KernelCounters {
     pub limit_hits_summed: u64,
     /// OOM kills whose victim exited before the killer marked it (observer-ebpf/src/oom.rs).
     pub oom_victim_exited_first: u64,
+    /// Charges after which a watched memory cgroup's page counters were read against their
+    /// limits, and the threshold crossings sent (observer-ebpf/src/charge.rs).
+    pub charge_checks: u64,
+    pub limit_crossings: u64,
 }
 
 /// Handle on the `STATS` map, shared by [`Probes`] and the [`EventReader`].
@@ -176,6 +207,8 @@ impl Stats {
             quiet_records: sum(stat::QUIET)?,
             limit_hits_summed: sum(stat::LIMIT_HITS_SUMMED)?,
             oom_victim_exited_first: sum(stat::OOM_VICTIM_EXITED_FIRST)?,
+            charge_checks: sum(stat::CHARGE_CHECKS)?,
+            limit_crossings: sum(stat::LIMIT_CROSSINGS)?,
         })
     }
 }
@@ -201,6 +234,8 @@ pub struct Probes {
     group_dead_hook: Option<Result<(), String>>,
     /// Which limit-hit hook runs, or why none.
     limit_hits: LimitHitSource,
+    /// Which charge hook runs, or why none.
+    crossings: ChargeSource,
 }
 
 /// Where memory cgroup limit hits come from (observer-ebpf/src/memcg.rs).
@@ -213,6 +248,41 @@ pub enum LimitHitSource {
     Tracepoint(String),
     /// Neither (why): no memory warnings.
     Off(String),
+}
+
+/// Where a memory cgroup's usage crossing thresholds of its limit comes from
+/// (observer-ebpf/src/charge.rs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChargeSource {
+    /// `fexit/try_charge_memcg`: the charge path, once per charge batch.
+    Fexit,
+    /// `raw_tp/mod_memcg_lruvec_state`, where fexit could not be attached (why): the memory
+    /// cgroups' statistics, read once per batch of pages a CPU adds.
+    RawTracepoint(String),
+    /// Neither (why): a leak with nothing to reclaim is first seen at its limit.
+    Off(String),
+}
+
+impl ChargeSource {
+    /// The hook, as `observer check` and the metrics name it.
+    pub fn hook(&self) -> &'static str {
+        match self {
+            Self::Fexit => "fexit/try_charge_memcg",
+            Self::RawTracepoint(_) => "raw_tp/mod_memcg_lruvec_state",
+            Self::Off(_) => "none",
+        }
+    }
+}
+
+impl LimitHitSource {
+    /// The hook, as `observer check` and the metrics name it.
+    pub fn hook(&self) -> &'static str {
+        match self {
+            Self::Fexit => "fexit/try_to_free_mem_cgroup_pages",
+            Self::Tracepoint(_) => "tracepoint/vmscan/mm_vmscan_memcg_reclaim_end",
+            Self::Off(_) => "none",
+        }
+    }
 }
 
 impl Probes {
@@ -269,8 +339,14 @@ impl Probes {
             .max(1),
             _pad2: 0,
             memcg: Default::default(),
+            charge: Default::default(),
         };
         let mut config = config;
+        // What both memory probes read of struct mem_cgroup, where the BTF says it.
+        let memcg_offsets = kbtf.memcg_offsets().map_err(|e| e.to_string());
+        if let Ok(m) = &memcg_offsets {
+            config.memcg = *m;
+        }
         // The limit-hit hooks: fexit where the kernel allows trampolines, else the tracepoint.
         // Both are configured before the load (CONFIG is read-only after it); one is attached.
         let fexit_ready = match opts.limit_hits {
@@ -278,9 +354,24 @@ impl Probes {
             Some(_) if !kbtf.has_function(LIMIT_HIT_HOOK) => {
                 Err(format!("the kernel has no {LIMIT_HIT_HOOK} in its BTF"))
             }
-            Some(_) => kbtf.memcg_offsets().map_err(|e| e.to_string()).map(|m| {
-                config.memcg = m;
-            }),
+            Some(_) => memcg_offsets.clone().map(|_| ()),
+        };
+        // The charge hooks likewise: what each can attach to is decided here, from the BTF.
+        let charge_ready = match &opts.limit_crossings {
+            None => Err("left out (ProbeOptions::limit_crossings)".to_string()),
+            Some(t) => charge_config(&kbtf, t)
+                .and_then(|c| memcg_offsets.clone().map(|_| c))
+                .map(|c| {
+                    config.charge = c;
+                    ChargeHooks {
+                        fexit: if kbtf.has_function(CHARGE_HOOK) {
+                            Ok(())
+                        } else {
+                            Err(format!("the kernel has no {CHARGE_HOOK} in its BTF"))
+                        },
+                        raw_tp: raw_tp_ready(&kbtf),
+                    }
+                }),
         };
         if let Some(every) = opts.limit_hits {
             config.memcg.interval_ns = every.as_nanos() as u64;
@@ -310,6 +401,7 @@ impl Probes {
             run_time_stats: None,
             group_dead_hook: None,
             limit_hits: LimitHitSource::Off(String::new()),
+            crossings: ChargeSource::Off(String::new()),
         };
         if let Watch::Roots(roots) = &opts.watch {
             probes.set_watch_roots(roots)?;
@@ -322,6 +414,7 @@ impl Probes {
             (None, _) => LimitHitSource::Off("left out (ProbeOptions::limit_hits)".into()),
             (Some(_), ready) => probes.attach_limit_hits(ready, &btf),
         };
+        probes.crossings = probes.attach_crossings(charge_ready, &btf);
         drop(btf);
         crate::mem::release_free_memory();
         Ok(probes)
@@ -354,6 +447,50 @@ impl Probes {
     /// Where memory cgroup limit hits come from.
     pub fn limit_hit_source(&self) -> &LimitHitSource {
         &self.limit_hits
+    }
+
+    /// Where usage crossing thresholds of a limit comes from.
+    pub fn charge_source(&self) -> &ChargeSource {
+        &self.crossings
+    }
+
+    /// fexit on the charge where the kernel allows trampolines, else the statistics' raw
+    /// tracepoint; neither is an error of its own (the limit hits and OOM kills still come), said
+    /// once at start with both causes.
+    fn attach_crossings(&mut self, ready: Result<ChargeHooks, String>, btf: &Btf) -> ChargeSource {
+        let hooks = match ready {
+            Ok(h) => h,
+            Err(why) if why.starts_with("left out") => return ChargeSource::Off(why),
+            Err(why) => {
+                tracing::warn!(error = %why, "no memory limit crossings: a leak with nothing to reclaim is warned of only at its limit");
+                return ChargeSource::Off(why);
+            }
+        };
+        let why = match hooks
+            .fexit
+            .and_then(|()| load_fexit(&mut self.ebpf, CHARGE_PROGRAM, CHARGE_HOOK, btf))
+        {
+            Ok(()) => return ChargeSource::Fexit,
+            Err(e) => format!("fexit/{CHARGE_HOOK}: {e}"),
+        };
+        match hooks
+            .raw_tp
+            .and_then(|()| load_raw_tracepoint(&mut self.ebpf, CHARGE_TP_PROGRAM, CHARGE_TP))
+        {
+            Ok(()) => {
+                tracing::info!(fexit = %why, "memory limit crossings from raw_tp/{CHARGE_TP}: the page counters are read once per {CROSSING_BATCH_PAGES} pages a CPU adds");
+                ChargeSource::RawTracepoint(why)
+            }
+            Err(e) => {
+                let off = format!("{why}; raw_tp/{CHARGE_TP}: {e}");
+                tracing::warn!(
+                    error = %off,
+                    "no memory limit crossings: a leak with nothing to reclaim is warned of only \
+                     at its limit"
+                );
+                ChargeSource::Off(off)
+            }
+        }
     }
 
     fn attach_limit_hits(&mut self, fexit: Result<(), String>, btf: &Btf) -> LimitHitSource {
@@ -470,10 +607,16 @@ impl Probes {
             LimitHitSource::Tracepoint(_) => Some(LIMIT_HIT_TP_PROGRAM),
             LimitHitSource::Off(_) => None,
         };
+        let crossings = match self.crossings {
+            ChargeSource::Fexit => Some(CHARGE_PROGRAM),
+            ChargeSource::RawTracepoint(_) => Some(CHARGE_TP_PROGRAM),
+            ChargeSource::Off(_) => None,
+        };
         PROGRAMS
             .iter()
             .map(|(name, _)| *name)
             .chain(limit_hits)
+            .chain(crossings)
             .map(|name| {
                 let info = self
                     .ebpf
@@ -523,6 +666,66 @@ fn load_tracepoint(
         .map_err(|e: aya::programs::ProgramError| e.to_string())?;
     p.load().map_err(load_text)?;
     p.attach(category, name).map_err(load_text)?;
+    Ok(())
+}
+
+fn load_raw_tracepoint(ebpf: &mut Ebpf, program: &str, name: &str) -> Result<(), String> {
+    let p: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .ok_or("object has no program")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    p.load().map_err(load_text)?;
+    p.attach(name).map_err(load_text)?;
+    Ok(())
+}
+
+/// What each charge hook can attach to, from the BTF.
+struct ChargeHooks {
+    fexit: Result<(), String>,
+    raw_tp: Result<(), String>,
+}
+
+/// The charge probe's configuration: the offsets from the BTF, the thresholds asked for.
+fn charge_config(
+    kbtf: &KernelBtf,
+    thresholds: &[u16],
+) -> Result<observer_common::config::ChargeConfig, String> {
+    use observer_common::memcg::MAX_THRESHOLDS;
+    if thresholds.is_empty()
+        || thresholds.len() > MAX_THRESHOLDS
+        || thresholds.windows(2).any(|w| w[0] >= w[1])
+        || thresholds.iter().any(|&t| t == 0 || t > 10_000)
+    {
+        return Err(format!(
+            "thresholds {thresholds:?}: 1 to {MAX_THRESHOLDS} ascending basis points of the limit"
+        ));
+    }
+    let mut c = kbtf.charge_offsets().map_err(|e| e.to_string())?;
+    c.thresholds_bp[..thresholds.len()].copy_from_slice(thresholds);
+    c.rearm_bp = CROSSING_REARM_BP;
+    // The charged cgroup and its parent: a container and its pod.
+    c.depth = 2;
+    c.batch_pages = CROSSING_BATCH_PAGES;
+    c.unlimited_pages = super::decode::unlimited_pages();
+    Ok(c)
+}
+
+/// Whether the statistics' raw tracepoint is there with the arguments the probe reads:
+/// `(struct mem_cgroup *memcg, int item, int val)`.
+fn raw_tp_ready(kbtf: &KernelBtf) -> Result<(), String> {
+    let arity = kbtf
+        .tracepoint_arity(CHARGE_TP)
+        .map_err(|_| format!("the kernel has no tracepoint {CHARGE_TP} (Linux 6.14+)"))?;
+    let first = kbtf
+        .tracepoint_arg_struct(CHARGE_TP, 0)
+        .map_err(|e| e.to_string())?;
+    if arity != 3 || first.as_deref() != Some("mem_cgroup") {
+        return Err(format!(
+            "{CHARGE_TP} takes {arity} arguments, the first {}: not (struct mem_cgroup *, int, int)",
+            first.as_deref().unwrap_or("not a struct pointer")
+        ));
+    }
     Ok(())
 }
 

@@ -17,8 +17,8 @@ pub use event::*;
 pub use known_inits::KnownInits;
 pub(crate) use loader::btf_path;
 pub use loader::{
-    privileges, GroupDeadSource, KernelCounters, LimitHitSource, ProbeOptions, Probes,
-    ProgramStats, Wake, Watch, LIMIT_HIT_INTERVAL,
+    privileges, ChargeSource, GroupDeadSource, KernelCounters, LimitHitSource, ProbeOptions,
+    Probes, ProgramStats, Wake, Watch, CROSSING_THRESHOLDS, LIMIT_HIT_INTERVAL,
 };
 pub use observer_common::WatchRoot;
 pub use reader::{EventReader, Wait};

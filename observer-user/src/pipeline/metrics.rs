@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use prometheus_client::{
     encoding::{DescriptorEncoder, EncodeMetric},
-    metrics::{counter::ConstCounter, MetricType},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, MetricType},
     registry::Unit,
 };
 
@@ -63,6 +63,12 @@ impl PipelineHealth {
                 "Memory cgroup reclaims summed into a later limit-hit record instead of sent on their own (at most one record per cgroup per 100 ms)",
                 k.limit_hits_summed,
             )?;
+            counter(
+                e,
+                "kernel_charge_checks",
+                "Charges after which a watched memory cgroup's page counters were read against its limit and its pod's (the charge probe: once per charge batch, a quarter MiB a CPU)",
+                k.charge_checks,
+            )?;
             counters(
                 e,
                 "kernel_records_submitted",
@@ -72,6 +78,26 @@ impl PipelineHealth {
                 "wakeup",
                 [("waking", k.waking_records), ("quiet", k.quiet_records)],
             )?;
+        }
+        {
+            // Which hook each memory probe got on this kernel: 1, or 0 with hook "none" where none
+            // could be attached (the cause is in the log at start and in `observer check`).
+            let p = crate::sync::lock(probes);
+            let hooks = [
+                ("limit_hits", p.limit_hit_source().hook()),
+                ("limit_crossings", p.charge_source().hook()),
+            ];
+            drop(p);
+            let mut fam = e.encode_descriptor(
+                "kernel_memory_hook",
+                "The kernel hook each memory probe is attached to (limit_hits: reclaim at a limit; limit_crossings: usage past thresholds of a limit), 0 with hook=\"none\" where neither of its hooks could be",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (probe, hook) in hooks {
+                let labels = [("probe", probe), ("hook", hook)];
+                ConstGauge::new(i64::from(hook != "none")).encode(fam.encode_family(&labels)?)?;
+            }
         }
         // Per-program run time, where the kernel accounts it (sysctl kernel.bpf_stats_enabled=1).
         if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
@@ -126,6 +152,26 @@ impl PipelineHealth {
             "Kernel events about cgroups named like a pod's or a container's outside kubelet's \
              cgroup roots (made by whoever can write that subtree): ignored",
             p.pleg.outside_roots,
+        )?;
+        counter(
+            e,
+            "cgroup_id_walks",
+            "Walks of kubelet's cgroup roots for a cgroup id the index did not hold (at most one \
+             per 250 ms; an id not found is not walked for again within 2 s)",
+            p.pleg.index.walks,
+        )?;
+        counter(
+            e,
+            "cgroup_ids_unresolved",
+            "Look-ups of a cgroup id that found no cgroup below kubelet's roots (outside them, \
+             removed, or not walked for again yet): the event's cgroup stays unknown",
+            p.pleg.index.unresolved,
+        )?;
+        counter(
+            e,
+            "cgroup_id_walks_cut",
+            "Walks for a cgroup id stopped at their bound (16384 directories below kubelet's roots)",
+            p.pleg.index.cut,
         )?;
         counter(
             e,

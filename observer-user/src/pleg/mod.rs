@@ -19,7 +19,7 @@ pub(crate) use stream::LagCounter;
 pub use stream::{channel, PlegReceiver, PlegSender, Stamped};
 
 use crate::{
-    cgroup::{CgroupError, CgroupIndex, Scan, ScanOptions},
+    cgroup::{CgroupError, CgroupIndex, IndexStats, Scan, ScanOptions},
     kernel::{BootClock, BootNs, KernelEvent},
 };
 
@@ -60,6 +60,8 @@ pub struct PlegStats {
     /// [`PlegEventType::index`].
     pub kernel_by_type: [u64; KernelEvent::TYPES.len()],
     pub lifecycle_by_type: [u64; PlegEventType::ALL.len()],
+    /// The cgroup index's look-ups of ids it did not hold.
+    pub index: IndexStats,
 }
 
 pub struct Pleg {
@@ -111,7 +113,10 @@ impl Pleg {
     }
 
     pub fn stats(&self) -> PlegStats {
-        self.stats
+        PlegStats {
+            index: self.cgroups.stats(),
+            ..self.stats
+        }
     }
 
     /// True after the kernel dropped records: the caller should walk the cgroup tree and call

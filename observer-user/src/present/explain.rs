@@ -3,7 +3,8 @@
 //! Event and the OOMKilled condition carry, the scope, the limit and its usage, what filled the
 //! cgroup, the largest processes, the victim and the trigger; beside them, where the API's pod is
 //! at hand, what kubelet reported for each container and where it differs (`explain::kubelet`).
-//! `observer explain` prints it; the agent serves it as JSON at `/explain/<namespace>/<pod>`.
+//! `observer explain` prints it; the agent writes it into each pod's PodReport (`explanation`),
+//! which `kubectl observer explain` reads.
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Pod;

@@ -1,8 +1,8 @@
 //! What the agent shows people: kubectl's columns for a pod ([`print`]), one pod's story of its
 //! deaths and kills ([`explain`]), the kernel events' lines for `observer watch` ([`render`]),
-//! and the kubectl plugin's client of an agent's `/explain` ([`remote`]). It reads the truth
-//! ([`crate::reconcile`]) and the status computation ([`crate::status`]); nothing below it
-//! imports it.
+//! each pod's PodReport ([`report`]) and the kubectl plugin's reader of it ([`remote`]). It reads
+//! the truth ([`crate::reconcile`]) and the status computation ([`crate::status`]); nothing below
+//! it imports it.
 pub mod explain;
 pub mod print;
 pub mod remote;

@@ -1,6 +1,7 @@
-//! The memory-pressure metrics: limit hits and warnings per container and scope, and each
-//! container's unreclaimable share of its limit at its latest reading. Series of a pod go with it.
-//! And the processes a warning left out (`read.rs`: no longer in their cgroup once read).
+//! The memory-pressure metrics: limit hits, crossings and warnings per container and scope, each
+//! container's unreclaimable share of its limit at its latest reading and the time to full its
+//! latest crossings project. Series of a pod go with it. And the processes a warning left out
+//! (`read.rs`: no longer in their cgroup once read).
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
@@ -37,7 +38,9 @@ pub struct Named<'a> {
 pub struct PressureMetrics {
     hits: Family<ScopedLabels, Counter>,
     warnings: Family<ScopedLabels, Counter>,
+    crossings: Family<ScopedLabels, Counter>,
     ratio: Family<ContainerLabels, Gauge<f64, AtomicU64>>,
+    time_left: Family<ContainerLabels, Gauge<f64, AtomicU64>>,
     /// Shared with the reader ([`super::MemoryReader::counting_in`]).
     pub(crate) processes_dropped: Counter,
 }
@@ -57,13 +60,26 @@ impl PressureMetrics {
         if change == Change::Raised {
             self.warnings.get_or_create(&scoped).inc();
         }
-        self.ratio
-            .get_or_create(&ContainerLabels {
-                namespace: scoped.namespace,
-                pod: scoped.pod,
-                container: scoped.container,
-            })
-            .set(r.ratio());
+        if r.crossing.is_some() {
+            self.crossings.get_or_create(&scoped).inc();
+        }
+        let c = ContainerLabels {
+            namespace: scoped.namespace,
+            pod: scoped.pod,
+            container: scoped.container,
+        };
+        // A crossing says how long is left; a series stands only while one said it is growing.
+        if let Some(c_) = &r.crossing {
+            match c_.estimate.as_ref().and_then(|e| e.time_left) {
+                Some(t) => {
+                    self.time_left.get_or_create(&c).set(t);
+                }
+                None => {
+                    self.time_left.remove(&c);
+                }
+            }
+        }
+        self.ratio.get_or_create(&c).set(r.ratio());
     }
 
     /// The pod left the node: its series go.
@@ -83,8 +99,10 @@ impl PressureMetrics {
                 };
                 self.hits.remove(&s);
                 self.warnings.remove(&s);
+                self.crossings.remove(&s);
             }
             self.ratio.remove(&c);
+            self.time_left.remove(&c);
         }
     }
 
@@ -102,6 +120,20 @@ impl PressureMetrics {
             "Warnings that a container is about to be OOM-killed (MemoryNearLimit Events), by the limit's scope",
             None,
             &self.warnings,
+        )?;
+        metric(
+            e,
+            "memory_limit_crossings",
+            "Charges that took a container's memory cgroup (or its pod's) past a threshold of its limit (50, 75, 86, 90, 95 %, each once per rise), by the limit's scope",
+            None,
+            &self.crossings,
+        )?;
+        metric(
+            e,
+            "memory_time_left",
+            "Seconds until the memory the kernel cannot reclaim fills the limit, at its growth between the container's latest two crossings of that limit (absent when it was not growing)",
+            Some(&prometheus_client::registry::Unit::Seconds),
+            &self.time_left,
         )?;
         metric(
             e,

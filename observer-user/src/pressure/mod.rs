@@ -1,10 +1,12 @@
 //! Memory pressure before the kill: what a memory cgroup's limit hit means for its container.
 //!
 //! The kernel says when a charge met a limit and whether reclaim kept up (`kernel::LimitHit`,
-//! observer-ebpf/src/memcg.rs, at most ten records a second per cgroup). At each such record the
-//! cgroup at its limit is read once (`read.rs`: its `memory.stat`, which limit it is) and judged
-//! by the rules below; nothing here samples on a timer, but a warning still up is read once more
-//! after [`QUIET`] without limit hits, to lower it.
+//! observer-ebpf/src/memcg.rs, at most ten records a second per cgroup), and, before that, when a
+//! charge took the usage past a threshold of the limit (`LimitHit::crossing`,
+//! observer-ebpf/src/charge.rs: 50, 75, 86, 90 and 95 %, each once per rise). At each such record
+//! the cgroup is read once (`read.rs`: its `memory.stat`, which limit it is) and judged by the
+//! rules below; nothing here samples on a timer, but a warning still up is read once more after
+//! [`QUIET`] without records, to lower it.
 //!
 //! The rules (README "Memory warnings"): what the kernel cannot reclaim without swap is anonymous
 //! memory, shmem/tmpfs, page cache it may not evict (mlocked, ramfs) and unreclaimable kernel
@@ -12,8 +14,12 @@
 //! container reading files sits at its limit all day without risk.
 //! - **warn** when that unreclaimable part is at least [`WARN_RATIO`] of the limit, or reclaim
 //!   came up short (freed less than asked) while it is at least [`SHORT_WARN_RATIO`];
+//! - **warn** of a projected fill: at a crossing past [`PROJECT_FROM`] of the limit, when the
+//!   unreclaimable part, growing as it grew since the previous crossing of the same limit, fills
+//!   it within [`HORIZON`] ([`Estimate`]);
 //! - **lower** the warning when it is below [`CLEAR_RATIO`] and reclaim kept up, and the warning
-//!   has stood for at least [`MIN_WARNING`] (no flapping at the threshold);
+//!   has stood for at least [`MIN_WARNING`] (no flapping at the threshold); one only projected
+//!   is lowered too once it stood, below [`WARN_RATIO`], and the growth stopped;
 //! - otherwise keep the state as it is.
 pub mod metrics;
 pub mod read;
@@ -35,6 +41,17 @@ pub const MIN_WARNING: Duration = Duration::from_secs(30);
 pub const QUIET: Duration = Duration::from_secs(30);
 /// Readings that raised a warning, kept per container instance (for explain).
 const RAISED_KEPT: usize = 8;
+/// How soon a projected fill is warned of. A warning is worth its lead when something can act
+/// on it (an operator, an autoscaler, a heap dump) and a fill rate measured over the last quarter
+/// of the limit still holds: 30 s covers a leak of 0.5 MiB/s into 64 MiB from its 75 % crossing,
+/// and a slower one still meets the [`WARN_RATIO`] rule with more lead than this.
+pub const HORIZON: Duration = Duration::from_secs(30);
+/// A projected fill is warned of only at a crossing past this share of the limit: a heap may grow
+/// quickly to 85 % and stay there, which no projection can tell from a leak until it stops (the
+/// kernel's next threshold is 86 %: `kernel::CROSSING_THRESHOLDS`).
+pub const PROJECT_FROM: f64 = 0.85;
+/// Two readings closer than this say nothing about a rate.
+const MIN_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Which limit was hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +139,39 @@ pub struct Reading {
     pub growth: Option<f64>,
     /// The largest processes by resident memory, read when a warning is raised.
     pub top: Vec<Process>,
+    /// Made at a crossing of a threshold of the limit (no reclaim, no hits), not a limit hit.
+    pub crossing: Option<Crossed>,
+}
+
+/// A reading's crossing: the threshold, and the time to full it projects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Crossed {
+    /// In basis points of the limit (8600: 86 %).
+    pub threshold_bp: u32,
+    /// From the previous crossing of the same limit (`None`: this is its first).
+    pub estimate: Option<Estimate>,
+}
+
+/// A time to full, from two successive crossings of one limit and no other sample: how fast the
+/// unreclaimable part grew between them, and how long it takes to fill the limit at that rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// The earlier crossing's threshold, in basis points, and how long before this one it was.
+    pub from_bp: u32,
+    pub interval: Duration,
+    /// Growth of the unreclaimable part between the two, bytes a second.
+    pub growth: f64,
+    /// Seconds until it fills the limit at that growth (`None`: not growing).
+    pub time_left: Option<f64>,
+}
+
+/// A scope's latest crossing, for the next one's estimate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CrossingPoint {
+    scope: Scope,
+    time: SystemTime,
+    threshold_bp: u32,
+    unreclaimable: u64,
 }
 
 impl Reading {
@@ -130,6 +180,28 @@ impl Reading {
             return 0.0;
         }
         self.breakdown.unreclaimable() as f64 / self.limit_bytes as f64
+    }
+
+    /// The kernel's usage (page cache included) over the limit, at the record.
+    pub fn usage_ratio(&self) -> f64 {
+        if self.limit_bytes == 0 {
+            return 0.0;
+        }
+        self.usage_bytes as f64 / self.limit_bytes as f64
+    }
+
+    /// The crossing's projection, where it warns: past [`PROJECT_FROM`] of the limit, full within
+    /// [`HORIZON`].
+    pub fn projected(&self) -> Option<&Estimate> {
+        let e = self.crossing.as_ref()?.estimate.as_ref()?;
+        let soon = e.time_left? <= HORIZON.as_secs_f64();
+        (soon && self.usage_ratio() > PROJECT_FROM).then_some(e)
+    }
+
+    /// What this reading warns for, were there no projection.
+    fn warns_by_ratio(&self) -> bool {
+        let r = self.ratio();
+        r >= WARN_RATIO || (self.short > 0 && r >= SHORT_WARN_RATIO)
     }
 
     /// Seconds until the unreclaimable part reaches the limit at the growth measured.
@@ -144,7 +216,7 @@ impl Reading {
     /// The judgement of this reading alone.
     pub fn verdict(&self) -> Verdict {
         let r = self.ratio();
-        if r >= WARN_RATIO || (self.short > 0 && r >= SHORT_WARN_RATIO) {
+        if self.warns_by_ratio() || self.projected().is_some() {
             Verdict::Warn
         } else if r < CLEAR_RATIO && self.short == 0 {
             Verdict::Calm
@@ -180,12 +252,26 @@ impl Reading {
             mib(b.kernel),
             mib(b.file),
         );
+        // How the growth was measured: between two crossings of the limit, or two readings.
+        let how = match self
+            .crossing
+            .as_ref()
+            .and_then(|c| Some((c, c.estimate.as_ref()?)))
+        {
+            Some((c, e)) => format!(
+                " (between its crossings of {} and {} of the limit, {:.1} s apart)",
+                percent(e.from_bp),
+                percent(c.threshold_bp),
+                e.interval.as_secs_f64()
+            ),
+            None => String::new(),
+        };
         match (self.growth, self.eta()) {
             (Some(g), Some(eta)) => s.push_str(&format!(
-                ", growing {}/s: full in ~{eta:.1} s",
+                ", growing {}/s{how}: full in ~{eta:.1} s",
                 mib(g as u64)
             )),
-            (Some(_), None) => s.push_str(", not growing"),
+            (Some(_), None) => s.push_str(&format!(", not growing{how}")),
             (None, _) => {}
         }
         if self.short > 0 {
@@ -210,6 +296,15 @@ impl Reading {
 // is reflexive, as a view compared for changes needs.
 impl Eq for Reading {}
 impl Eq for Pressure {}
+
+/// "86 %", "87.5 %" from basis points.
+pub fn percent(bp: u32) -> String {
+    if bp.is_multiple_of(100) {
+        format!("{} %", bp / 100)
+    } else {
+        format!("{:.1} %", f64::from(bp) / 100.0)
+    }
+}
 
 /// "61.0 MiB", "512 KiB", "0 B".
 pub fn mib(bytes: u64) -> String {
@@ -258,6 +353,11 @@ pub struct Pressure {
     pub raised: Vec<Reading>,
     /// The latest reading that said Warn.
     last_warn: Option<SystemTime>,
+    /// The warning standing was raised by a projection, and no reading since warned by the
+    /// unreclaimable share alone: it is lowered once the growth stops.
+    projected_only: bool,
+    /// Each scope's latest crossing (container, pod: at most a few).
+    crossings: Vec<CrossingPoint>,
 }
 
 impl Pressure {
@@ -265,21 +365,21 @@ impl Pressure {
     pub fn apply(&mut self, mut r: Reading) -> Change {
         self.hits += r.hits;
         if let Some(prev) = &self.last {
-            let dt = r
-                .time
-                .duration_since(prev.time)
-                .unwrap_or_default()
-                .as_secs_f64();
-            // Readings closer than a few ms apart say nothing about a rate.
-            if dt >= 0.005 && prev.scope == r.scope {
+            let dt = r.time.duration_since(prev.time).unwrap_or_default();
+            if dt >= MIN_INTERVAL && prev.scope == r.scope {
                 let d = r.breakdown.unreclaimable() as f64 - prev.breakdown.unreclaimable() as f64;
-                r.growth = Some(d / dt);
+                r.growth = Some(d / dt.as_secs_f64());
             }
         }
+        self.estimate(&mut r);
         let verdict = r.verdict();
         let change = match verdict {
             Verdict::Warn => {
                 self.last_warn = Some(r.time);
+                let by_ratio = r.warns_by_ratio();
+                if by_ratio {
+                    self.projected_only = false;
+                }
                 if self.warning {
                     match self.raised.last_mut() {
                         Some(first) if first.growth.is_none() && r.growth.is_some() => {
@@ -290,6 +390,7 @@ impl Pressure {
                     }
                 } else {
                     self.warning = true;
+                    self.projected_only = !by_ratio;
                     self.since = Some(r.time);
                     self.raises += 1;
                     if self.raised.len() == RAISED_KEPT {
@@ -304,6 +405,17 @@ impl Pressure {
                 self.since = Some(r.time);
                 Change::Lowered
             }
+            // A projection that did not come true: the growth stopped short of the limit.
+            Verdict::Hold
+                if self.warning
+                    && self.projected_only
+                    && self.stood(r.time)
+                    && r.eta().is_none_or(|t| t > HORIZON.as_secs_f64()) =>
+            {
+                self.warning = false;
+                self.since = Some(r.time);
+                Change::Lowered
+            }
             _ => {
                 self.since.get_or_insert(r.time);
                 Change::Same
@@ -311,6 +423,41 @@ impl Pressure {
         };
         self.last = Some(r);
         change
+    }
+
+    /// A crossing's time to full, from the same limit's previous crossing: the growth the
+    /// reading then reports is the one between the two (no sample in between).
+    fn estimate(&mut self, r: &mut Reading) {
+        let Some(c) = &mut r.crossing else {
+            return;
+        };
+        let unreclaimable = r.breakdown.unreclaimable();
+        let at = self.crossings.iter().position(|p| p.scope == r.scope);
+        if let Some(p) = at.map(|i| &self.crossings[i]) {
+            let interval = r.time.duration_since(p.time).unwrap_or_default();
+            if interval >= MIN_INTERVAL {
+                let growth =
+                    (unreclaimable as f64 - p.unreclaimable as f64) / interval.as_secs_f64();
+                let left = r.limit_bytes.saturating_sub(unreclaimable);
+                c.estimate = Some(Estimate {
+                    from_bp: p.threshold_bp,
+                    interval,
+                    growth,
+                    time_left: (growth > 0.0).then(|| left as f64 / growth),
+                });
+                r.growth = Some(growth);
+            }
+        }
+        let point = CrossingPoint {
+            scope: r.scope.clone(),
+            time: r.time,
+            threshold_bp: c.threshold_bp,
+            unreclaimable,
+        };
+        match at {
+            Some(i) => self.crossings[i] = point,
+            None => self.crossings.push(point),
+        }
     }
 
     fn stood(&self, now: SystemTime) -> bool {

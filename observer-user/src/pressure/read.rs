@@ -116,6 +116,10 @@ impl MemoryReader {
         r.short = hit.short;
         r.reclaimed_bytes = hit.reclaimed_bytes;
         r.requested_bytes = hit.requested_bytes;
+        r.crossing = hit.crossing.map(|c| super::Crossed {
+            threshold_bp: c.threshold_bp,
+            estimate: None,
+        });
         Ok(r)
     }
 
@@ -230,6 +234,7 @@ impl MemoryReader {
             } else {
                 Vec::new()
             },
+            crossing: None,
         })
     }
 

@@ -25,6 +25,7 @@ fn reading(ms: u64, anon_mib: u64, file_mib: u64, short: u64) -> Reading {
         requested_bytes: MIB,
         growth: None,
         top: Vec::new(),
+        crossing: None,
     }
 }
 

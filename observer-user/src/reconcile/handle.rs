@@ -152,16 +152,6 @@ impl ReconcileHandle {
         self.0.view().get(uid).cloned()
     }
 
-    /// The pod `namespace/name`, the only view copied (a lookup by anyone who can reach the
-    /// agent's port must not cost a copy of the node).
-    pub fn pod_named(&self, namespace: &str, name: &str) -> Option<PodView> {
-        self.0
-            .view()
-            .values()
-            .find(|v| v.namespace == namespace && v.name == name)
-            .cloned()
-    }
-
     pub fn stats(&self) -> &ReconcileStats {
         &self.0.stats
     }
@@ -230,12 +220,6 @@ impl ReconcileHandle {
     /// What [`Self::changed_pods`] would return now, without waiting.
     pub(crate) fn take_changed(&self) -> Vec<(PodUid, tokio::time::Instant)> {
         crate::sync::lock(&self.0.dirty).drain().collect()
-    }
-
-    /// Asks the status manager to take `uid` again though its view did not change (the fast
-    /// path's patch was answered).
-    pub(crate) fn mark_changed(&self, uid: PodUid) {
-        self.0.changed(uid);
     }
 
     /// Changes not taken yet.

@@ -20,13 +20,14 @@ use k8s_cri::v1 as api;
 use super::{
     evidence::KernelEvidence,
     termination::{joined, TerminationMessage},
-    view::{ContainerPhase, ContainerView, OomEvidence, OomScope, ScopeUnknown, Source},
+    view::{ContainerPhase, ContainerView, OomEvidence, OomScope, PodView, ScopeUnknown, Source},
 };
 use crate::{
     cgroup::{container_of_name, shape, CgroupKind, ContainerId},
     cri::KubeletLabels,
     kernel::{kmsg::LoggedOomKill, oom_report::Constraint, BootClock, OomKill},
-    pleg::ExitReason,
+    model::BootNs,
+    pleg::{ContainerExit, Death, ExitReason},
 };
 
 /// The exit code of a process killed by SIGKILL, as runtimes report it.
@@ -210,13 +211,7 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
                 (v.phase == ContainerPhase::Exited).then(|| (v.exit_code, v.reason.clone()));
             v.phase = ContainerPhase::Exited;
             match exit.status {
-                Some(status) => {
-                    v.exit_code = Some(status.exit_code());
-                    v.signal = status.signal();
-                    v.reason = Some(exit.reason.as_str().to_string());
-                    v.finished_at = Some(clock.to_system_time(*at));
-                    v.exit_source = Some(Source::Kernel);
-                }
+                Some(_) => kernel_exit(&mut v, *at, exit, clock),
                 // The kernel knows it ended, not how: the runtime's account, if any, is better.
                 None if runtime.is_some() => correct_unwatched(&mut v, &i),
                 None => {
@@ -238,6 +233,31 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
     }
     oom_account(&mut v, &i, clock);
     v
+}
+
+/// The first rule: the kernel saw the init die with its wait status, and that is the exit
+/// (code, signal, reason, exact time), whatever the runtime says. `exit.status` is `Some`.
+fn kernel_exit(v: &mut ContainerView, at: BootNs, exit: &ContainerExit, clock: &BootClock) {
+    v.phase = ContainerPhase::Exited;
+    if let Some(status) = exit.status {
+        v.exit_code = Some(status.exit_code());
+        v.signal = status.signal();
+    }
+    v.reason = Some(exit.reason.as_str().to_string());
+    v.finished_at = Some(clock.to_system_time(at));
+    v.exit_source = Some(Source::Kernel);
+}
+
+/// `view` once the reconciler has applied the kernel's exit `d` (the first rule, the one a
+/// death read on the reader's thread decides): what the status layer computes a death's
+/// transition from before the reconciler has run (`status::death`). `None` when the kernel
+/// did not read the exit's status or the view does not know the container.
+pub fn with_death(view: &PodView, d: &Death, clock: &BootClock) -> Option<PodView> {
+    d.exit.status?;
+    let mut v = view.clone();
+    let c = v.containers.iter_mut().find(|c| c.id == d.container)?;
+    kernel_exit(c, d.at, &d.exit, clock);
+    Some(v)
 }
 
 fn runtime_account(v: &mut ContainerView, s: &api::ContainerStatus) {

@@ -221,7 +221,7 @@ impl<R: RuntimeService> Reconciler<R> {
 
     /// Judges the kernel's limit hits by reading the memory cgroups there (`crate::pressure`).
     pub(crate) fn set_memory_reader(&mut self, reader: Option<crate::pressure::MemoryReader>) {
-        self.memory = reader;
+        self.memory = reader.map(|r| r.counting_in(&self.shared.pressure));
     }
 
     /// The kernel log's kills so far: read once the probes are attached (so that together they

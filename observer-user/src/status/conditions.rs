@@ -743,6 +743,7 @@ mod tests {
             requested_bytes: 0,
             growth: None,
             top: Vec::new(),
+            crossing: None,
         };
         p.apply(r);
         if !standing {

@@ -6,10 +6,12 @@
 //! The protocol: the fast path [`AliveLedger::claim`]s (or [`AliveLedger::claim_ahead`] then
 //! [`AliveLedger::record_condition`]s) a death, then [`AliveLedger::confirm`]s or [`AliveLedger::fail`]s
 //! it by the API's answer; the manager asks [`AliveLedger::manager_turn`] before computing a pod,
-//! and [`AliveLedger::record`]s what it submitted. Its lock is held for map operations only.
+//! and [`AliveLedger::record`]s what it submitted. An answer (or a claim given up) is the ledger's
+//! own signal to the manager ([`AliveLedger::take_answered`], woken by a [`Bell`]): the pod's
+//! turn comes again without its view changing. Its lock is held for map operations only.
 use std::{
     collections::HashMap,
-    sync::{atomic::Ordering, Arc, Mutex},
+    sync::{atomic::Ordering, Arc, Mutex, MutexGuard},
 };
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -18,6 +20,7 @@ use super::{conditions::ConditionTypes, prepared::Prepared};
 use crate::{
     model::{ContainerId, PodUid},
     reconcile::{ContainerPhase, PodView},
+    sync::{Bell, BellWaiter},
 };
 
 /// A death the fast path claimed: its False transition is the fast path's to write.
@@ -81,9 +84,21 @@ pub(crate) fn gated_on(pod: &Pod, ty: &str) -> bool {
 /// [`ManagerSnapshot`]. Its lock is held for map operations only, by either side.
 #[derive(Debug, Default)]
 pub struct AliveLedger {
-    pods: Mutex<HashMap<PodUid, Entry>>,
+    book: Mutex<Book>,
     /// The fast path has its client (the API answered it): claims can be answered.
     writer: std::sync::atomic::AtomicBool,
+    /// Rung when a pod is answered; `None` for a ledger without a manager to wake (tests).
+    signal: Option<Bell>,
+    /// The manager's end of [`Self::signal`], taken once.
+    waiter: Mutex<Option<BellWaiter>>,
+}
+
+/// What the one lock guards.
+#[derive(Debug, Default)]
+struct Book {
+    pods: HashMap<PodUid, Entry>,
+    /// Pods whose claim was answered (or given up) since the manager last looked.
+    answered: Vec<PodUid>,
 }
 
 /// What the manager is to do with a pod, from the ledger.
@@ -94,8 +109,8 @@ pub(crate) enum ManagerTurn {
     /// The fast path claimed a death the view does not show yet: writing now would say True.
     Wait,
     /// The view shows the claimed death and the fast path's patch is still in flight: writing
-    /// now would send the same condition twice. The fast path marks the pod changed when its
-    /// patch is answered, and the manager takes its turn then.
+    /// now would send the same condition twice. The answer is the ledger's signal to the
+    /// manager ([`AliveLedger::take_answered`]), which takes its turn then.
     InFlight,
     /// The view caught up with the claimed death: `alive` is what the fast path wrote (its
     /// transition time to keep), `confirmed` whether the API has it.
@@ -106,6 +121,42 @@ pub(crate) enum ManagerTurn {
 }
 
 impl AliveLedger {
+    /// A ledger that wakes the status manager when the fast path's claims are answered. Fails
+    /// only when the process is out of file descriptors (the wake-up is a socket pair).
+    pub fn new() -> std::io::Result<Self> {
+        let (bell, waiter) = crate::sync::bell()?;
+        Ok(Self {
+            signal: Some(bell),
+            waiter: Mutex::new(Some(waiter)),
+            ..Self::default()
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Book> {
+        crate::sync::lock(&self.book)
+    }
+
+    /// The manager's wake-up for [`Self::take_answered`], once (`None` without one).
+    pub(crate) fn take_waiter(&self) -> Option<BellWaiter> {
+        crate::sync::lock(&self.waiter).take()
+    }
+
+    /// The pods whose claim was answered or given up since the last call: the manager's turn.
+    pub(crate) fn take_answered(&self) -> Vec<PodUid> {
+        std::mem::take(&mut self.lock().answered)
+    }
+
+    /// `pod`'s claim is settled by the API's answer (or given up): the manager is told.
+    fn answered(&self, mut book: MutexGuard<'_, Book>, pod: PodUid) {
+        if !book.answered.contains(&pod) {
+            book.answered.push(pod);
+        }
+        drop(book);
+        if let Some(b) = &self.signal {
+            b.ring();
+        }
+    }
+
     /// The fast path: claims the transition to `alive` (False) for `container`'s death, unless
     /// the ledger already says False or another death is claimed. `decide` gets the last
     /// submitted condition and returns the False condition to write, or `None`.
@@ -115,7 +166,8 @@ impl AliveLedger {
         container: ContainerId,
         decide: impl FnOnce(Option<&PodCondition>) -> Option<PodCondition>,
     ) -> Option<(Option<PodCondition>, PodCondition)> {
-        let mut map = crate::sync::lock(&self.pods);
+        let mut book = self.lock();
+        let map = &mut book.pods;
         let e = map.entry(pod).or_default();
         if !e.claimable() {
             return None;
@@ -136,7 +188,8 @@ impl AliveLedger {
         container: ContainerId,
         ok: impl FnOnce(Option<&PodCondition>) -> bool,
     ) -> bool {
-        let mut map = crate::sync::lock(&self.pods);
+        let mut book = self.lock();
+        let map = &mut book.pods;
         let e = map.entry(pod).or_default();
         if !e.claimable() || !ok(e.alive.as_ref()) {
             return false;
@@ -153,7 +206,8 @@ impl AliveLedger {
         container: ContainerId,
         alive: PodCondition,
     ) {
-        let mut map = crate::sync::lock(&self.pods);
+        let mut book = self.lock();
+        let map = &mut book.pods;
         if let Some(e) = map
             .get_mut(pod)
             .filter(|e| e.claim.as_ref().is_some_and(|c| c.container == container))
@@ -166,7 +220,9 @@ impl AliveLedger {
     /// of its running containers' failed deaths (none while the pod is not alive: no death is a
     /// transition then).
     pub fn prepare(&self, pod: PodUid, view: &PodView, api: &Arc<Pod>, types: &ConditionTypes) {
-        let not_alive = crate::sync::lock(&self.pods)
+        let not_alive = self
+            .lock()
+            .pods
             .get(&pod)
             .and_then(|e| e.alive.as_ref())
             .is_some_and(|a| a.status == "False");
@@ -184,7 +240,7 @@ impl AliveLedger {
             prepared,
             gated: gated_on(api, &types.alive),
         });
-        crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(basis);
+        self.lock().pods.entry(pod).or_default().basis = Some(basis);
     }
 
     /// The fast path has its client: only then are claims made.
@@ -198,31 +254,32 @@ impl AliveLedger {
     }
 
     pub fn basis(&self, pod: &PodUid) -> Option<Arc<ManagerSnapshot>> {
-        crate::sync::lock(&self.pods)
-            .get(pod)
-            .and_then(|e| e.basis.clone())
+        self.lock().pods.get(pod).and_then(|e| e.basis.clone())
     }
 
     /// The fast path's patch for `container` was accepted.
     pub(crate) fn confirm(&self, pod: &PodUid, container: ContainerId) {
-        if let Some(c) = crate::sync::lock(&self.pods)
-            .get_mut(pod)
-            .and_then(|e| e.claim.as_mut())
-            .filter(|c| c.container == container)
-        {
-            c.confirmed = true;
-        }
+        self.settle(pod, container, |c| c.confirmed = true);
     }
 
-    /// The fast path's patch for `container` was not accepted: the manager is to write it.
+    /// The fast path's patch for `container` was not accepted (or not sent): the manager is to
+    /// write it.
     pub fn fail(&self, pod: &PodUid, container: ContainerId) {
-        if let Some(c) = crate::sync::lock(&self.pods)
+        self.settle(pod, container, |c| c.failed = true);
+    }
+
+    fn settle(&self, pod: &PodUid, container: ContainerId, how: impl FnOnce(&mut Claim)) {
+        let mut book = self.lock();
+        let Some(c) = book
+            .pods
             .get_mut(pod)
             .and_then(|e| e.claim.as_mut())
             .filter(|c| c.container == container)
-        {
-            c.failed = true;
-        }
+        else {
+            return;
+        };
+        how(c);
+        self.answered(book, *pod);
     }
 
     /// The manager, before computing a pod: `caught_up` says whether the view shows a container's
@@ -232,7 +289,8 @@ impl AliveLedger {
         pod: &PodUid,
         caught_up: impl Fn(ContainerId) -> bool,
     ) -> ManagerTurn {
-        let map = crate::sync::lock(&self.pods);
+        let book = self.lock();
+        let map = &book.pods;
         let Some(e) = map.get(pod) else {
             return ManagerTurn::Unclaimed { alive: None };
         };
@@ -253,7 +311,8 @@ impl AliveLedger {
 
     /// The manager submitted (or found the API holding) `alive`: the claim, if any, is settled.
     pub fn record(&self, pod: PodUid, alive: PodCondition) {
-        let mut map = crate::sync::lock(&self.pods);
+        let mut book = self.lock();
+        let map = &mut book.pods;
         let e = map.entry(pod).or_default();
         e.alive = Some(alive);
         e.claim = None;
@@ -261,23 +320,21 @@ impl AliveLedger {
 
     /// The last `ContainersAlive` either side submitted for `pod`.
     pub fn last(&self, pod: &PodUid) -> Option<PodCondition> {
-        crate::sync::lock(&self.pods)
-            .get(pod)
-            .and_then(|e| e.alive.clone())
+        self.lock().pods.get(pod).and_then(|e| e.alive.clone())
     }
 
     /// Replaces a pod's basis (tests: a basis without made patches).
     #[cfg(test)]
     pub(crate) fn set_basis(&self, pod: PodUid, basis: ManagerSnapshot) {
-        crate::sync::lock(&self.pods).entry(pod).or_default().basis = Some(Arc::new(basis));
+        self.lock().pods.entry(pod).or_default().basis = Some(Arc::new(basis));
     }
 
     pub(crate) fn forget(&self, pod: &PodUid) {
-        crate::sync::lock(&self.pods).remove(pod);
+        self.lock().pods.remove(pod);
     }
 
     pub fn len(&self) -> usize {
-        crate::sync::lock(&self.pods).len()
+        self.lock().pods.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -206,6 +206,8 @@ pub struct StatusManager {
     listing: listing::Listing,
     /// Shared with the fast path (`conditions` mode): who writes ContainersAlive's False.
     ledger: Option<Arc<super::ledger::AliveLedger>>,
+    /// The ledger's signal: a fast-path claim was answered, the pod's turn again.
+    answers: Option<crate::sync::BellWaiter>,
     /// A write failed for want of the API server (transport error, no answer): the first write
     /// that succeeds again ends every pod's back-off.
     api_away: bool,
@@ -261,6 +263,7 @@ impl StatusManager {
             held: HashMap::new(),
             listing: Default::default(),
             ledger: None,
+            answers: None,
             api_away: false,
         };
         (me.with_clock(crate::model::system_clock()), handle)
@@ -276,9 +279,27 @@ impl StatusManager {
         self
     }
 
-    /// Shares ContainersAlive's truth with the fast path (see [`super::fast`]).
+    /// Shares ContainersAlive's truth with the fast path ([`super::ledger`]), and takes the
+    /// ledger's signal: an answered claim is the pod's turn again.
     pub(crate) fn set_alive_ledger(&mut self, ledger: Arc<super::ledger::AliveLedger>) {
+        self.answers = ledger.take_waiter();
         self.ledger = Some(ledger);
+    }
+
+    /// The pods whose fast-path claim was answered since the last look: computed again (their
+    /// view did not change; the claim did). Arms the signal first, so that no answer falls
+    /// between this look and the wait.
+    fn take_answered(&mut self) {
+        let Some(l) = &self.ledger else { return };
+        if let Some(w) = &self.answers {
+            w.arm();
+        }
+        let now = Instant::now();
+        let answered: Vec<(PodUid, Instant)> =
+            l.take_answered().into_iter().map(|u| (u, now)).collect();
+        if !answered.is_empty() {
+            self.take(answered);
+        }
     }
 
     /// The runtime's name for container ids (`<runtime>://<id>`), known once it answered.
@@ -302,6 +323,7 @@ impl StatusManager {
             .map(|w| crate::sync::AbortOnDrop(tokio::spawn(w)));
         let reconcile = self.reconcile.clone();
         loop {
+            self.take_answered();
             self.answer_flushes();
             let deadline = self.flushes.iter().map(|(d, _)| *d).min();
             let recheck = self.rechecks.values().min().copied();
@@ -320,6 +342,7 @@ impl StatusManager {
                 },
                 Some(change) = self.changes.next() => self.pod_change(change),
                 done = self.writer.next() => self.finished(done),
+                () = rung(&mut self.answers) => {}
                 _ = sleep_until(deadline), if deadline.is_some() => {}
                 _ = sleep_until(recheck), if recheck.is_some() => self.recheck(),
                 _ = sleep_until(held), if held.is_some() => self.release_held(),
@@ -456,6 +479,14 @@ impl StatusManager {
                 self.write(&view, &pod, now);
             }
         }
+    }
+}
+
+/// The ledger's signal (never, without one).
+async fn rung(answers: &mut Option<crate::sync::BellWaiter>) {
+    match answers {
+        Some(w) => w.wait().await,
+        None => std::future::pending().await,
     }
 }
 

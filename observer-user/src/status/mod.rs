@@ -30,6 +30,7 @@
 pub mod audit;
 pub(crate) mod compute;
 pub mod conditions;
+pub mod death;
 pub mod events;
 pub mod ledger;
 pub mod manager;

@@ -4,7 +4,7 @@
 //! `truth_table_conditions_mode`, `truth_table_audit_mode` (each writes its table to
 //! `target/cluster/truth-table-<node>-<mode>.md`).
 //!
-//! The truth is asserted for the agent. kubelet's account is recorded (containerd 1.6 and kubelet
+//! The truth is asserted for the agent. kubelet's account is recorded (the runtime and kubelet
 //! mislabel some of these rows, which is the point), and the audit run must flag exactly the rows
 //! where kubelet's account is not the truth.
 use std::collections::BTreeMap;
@@ -67,12 +67,24 @@ struct Row {
     last_state: bool,
     /// The test kills the container's init with SIGKILL once it runs.
     sigkill: bool,
+    /// The test sends the container's init SIGTERM once the pod's OOMKilled condition is True.
+    term_after_oom: bool,
     truth: Truth,
     /// The agent's ContainersAlive once the row is final, where the row makes it certain.
     alive: Option<&'static str>,
 }
 
-fn rows(group_kill: bool) -> Vec<Row> {
+/// The test node's kubelet release's minor (37 for v1.37.2).
+fn kubelet_minor(c: &Cluster) -> u32 {
+    let v = c.versions();
+    if test_node() == NODE_NAME {
+        v.host_kubelet.minor()
+    } else {
+        v.guest_kubelet.minor()
+    }
+}
+
+fn rows(group_kill: bool, kubelet_minor: u32) -> Vec<Row> {
     let oom_init = |comm| Truth {
         reason: "OOMKilled",
         exit_code: 137,
@@ -103,6 +115,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: child_oom,
             alive: None,
         },
@@ -113,6 +126,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: oom_init("dd"),
             alive: Some("False"),
         },
@@ -123,6 +137,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: true,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: child_oom,
             alive: None,
         },
@@ -133,6 +148,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: true,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: oom_init("dd"),
             alive: None,
         },
@@ -143,6 +159,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: oom_init("awk"),
             alive: None,
         },
@@ -153,6 +170,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: Truth {
                 reason: "Completed",
                 exit_code: 0,
@@ -168,6 +186,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: true,
             sigkill: false,
+            term_after_oom: false,
             truth: oom_init("dd"),
             alive: Some("True"),
         },
@@ -178,6 +197,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: true,
+            term_after_oom: false,
             truth: Truth {
                 reason: "Error",
                 exit_code: 137,
@@ -193,6 +213,7 @@ fn rows(group_kill: bool) -> Vec<Row> {
             init: false,
             last_state: false,
             sigkill: false,
+            term_after_oom: false,
             truth: Truth {
                 reason: "Error",
                 exit_code: 3,
@@ -201,7 +222,86 @@ fn rows(group_kill: bool) -> Vec<Row> {
             },
             alive: Some("False"),
         },
+        // Container restart rules (Kubernetes 1.35+): a rule on exit 42 restarts the container
+        // of a Never pod; the same rule does not match exit 3, and the container's own Never
+        // holds.
+        Row {
+            case: "restarted by an exit-code rule in a Never pod (last state)",
+            pod: "rule-restart",
+            container: "main",
+            init: false,
+            last_state: true,
+            sigkill: false,
+            term_after_oom: false,
+            truth: Truth {
+                reason: "Error",
+                exit_code: 42,
+                oom: None,
+                group: false,
+            },
+            alive: Some("True"),
+        },
+        Row {
+            case: "an exit code no restart rule matches, Never pod",
+            pod: "rule-nomatch",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            term_after_oom: false,
+            truth: Truth {
+                reason: "Error",
+                exit_code: 3,
+                oom: None,
+                group: false,
+            },
+            alive: Some("False"),
+        },
+        // A child OOM-killed, then the container's own SIGTERM handler exits 143: runtimes that
+        // read a cumulative OOM counter call that exit OOMKilled (kubernetes#140716). Where the
+        // kernel kills the whole container at the child's OOM (cgroup v2, memory.oom.group) there
+        // is no later exit: the row is the group kill.
+        Row {
+            case: "a child OOM-killed, then SIGTERM (exit 143)",
+            pod: "oom-then-term",
+            container: "main",
+            init: false,
+            last_state: false,
+            sigkill: false,
+            term_after_oom: !group_kill,
+            truth: if group_kill {
+                child_oom
+            } else {
+                Truth {
+                    reason: "Error",
+                    exit_code: 143,
+                    oom: Some(("dd", false)),
+                    group: false,
+                }
+            },
+            alive: None,
+        },
     ]
+    .into_iter()
+    // RestartAllContainers (1.36+, KEP-5532): the sidecar's exit 42 restarts every container
+    // in place; the sidecar's own death is the truth of its last state.
+    .chain((kubelet_minor >= 36).then_some(Row {
+        case: "RestartAllContainers after a sidecar's exit 42 (last state)",
+        pod: "restart-all",
+        container: "side",
+        init: true,
+        last_state: true,
+        sigkill: false,
+        term_after_oom: false,
+        truth: Truth {
+            reason: "Error",
+            exit_code: 42,
+            oom: None,
+            group: false,
+        },
+        alive: Some("True"),
+    }))
+    .collect()
 }
 
 fn pods(ns: &str) -> Vec<TestPod> {
@@ -229,6 +329,31 @@ fn pods(ns: &str) -> Vec<TestPod> {
             ),
         TestPod::new("sigkill", ns, "Never").container("main", "exec sleep 3600"),
         TestPod::new("exit3", ns, "Never").container("main", "sleep 2; exit 3"),
+        TestPod::new("rule-restart", ns, "Never")
+            .shared_dir()
+            .container(
+                "main",
+                &format!("if [ -e {SHARED_DIR}/once ]; then exec sleep 3600; fi; touch {SHARED_DIR}/once; sleep 2; exit 42"),
+            )
+            .restart_rule("Never", "Restart", &[42]),
+        TestPod::new("rule-nomatch", ns, "Never")
+            .container("main", "sleep 2; exit 3")
+            .restart_rule("Never", "Restart", &[42]),
+        // SIGTERM's handler exits 143 (the container's init is pid 1 of its namespace: a signal
+        // without a handler would be ignored).
+        TestPod::new("oom-then-term", ns, "Never").limited(
+            "main",
+            &format!("trap 'exit 143' TERM; {DD}; sleep 3600 & wait"),
+            "32Mi",
+        ),
+        TestPod::new("restart-all", ns, "Never")
+            .shared_dir()
+            .sidecar(
+                "side",
+                &format!("if [ -e {SHARED_DIR}/once ]; then exec sleep 3600; fi; touch {SHARED_DIR}/once; sleep 3; exit 42"),
+            )
+            .sidecar_rule("RestartAllContainers", &[42])
+            .container("main", "exec sleep 3600"),
     ]
 }
 
@@ -311,10 +436,25 @@ fn about(row: &Row) -> impl Fn(&&Value) -> bool + '_ {
 
 /// Runs every pod to its final account and returns each row's pod as last read.
 fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
-    for p in pods(ns) {
+    let rows = rows(group_kill(), kubelet_minor(c));
+    // The pods of this node's rows (RestartAllContainers only where kubelet has it).
+    for p in pods(ns)
+        .into_iter()
+        .filter(|p| rows.iter().any(|r| r.pod == p.name()))
+    {
         apply(c, &p.manifest()).unwrap();
     }
-    let rows = rows(group_kill());
+    for row in rows.iter().filter(|r| r.term_after_oom) {
+        let pod = wait_pod(c, ns, row.pod, settle(), |p| {
+            condition(p, "observer.dev/OOMKilled").is_some_and(|o| o["status"] == "True")
+                && status(p, row).is_some_and(|s| s["state"]["running"].is_object())
+        })
+        .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+        let id = status(&pod, row).unwrap()["containerID"].as_str().unwrap();
+        observer_tests::cluster::container_init(c, id)
+            .and_then(|i| i.signal(nix::sys::signal::Signal::SIGTERM))
+            .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+    }
     for row in rows.iter().filter(|r| r.sigkill) {
         let pod = wait_pod(c, ns, row.pod, settle(), |p| {
             status(p, row).is_some_and(|s| s["state"]["running"].is_object())
@@ -342,7 +482,7 @@ fn truth_table_conditions_mode() {
 
     // Conditions mode: the agent's conditions and Events tell the truth.
     let mut table = Vec::new();
-    for row in rows(group_kill()) {
+    for row in rows(group_kill(), kubelet_minor(c)) {
         let t = row.truth;
         let want_oom = t.oom.map(|(comm, init)| {
             (
@@ -496,7 +636,7 @@ fn truth_table_audit_mode() {
             .collect()
     };
     let mut audited = Vec::new();
-    for row in rows(group_kill()) {
+    for row in rows(group_kill(), kubelet_minor(c)) {
         let kubelet = kubelet_said(&final_pods[row.pod], &row).unwrap();
         if wrong(&row, &kubelet) {
             let f = poll_every(POLL, settle(), || {
@@ -523,7 +663,7 @@ fn truth_table_audit_mode() {
     let lagging = |f: &Value| emulated() && f["reason"] == "DeathNotReported";
     // Where kubelet is right, nothing is flagged (watched for a window once all else is in).
     let _ = poll_every(POLL, NO_FINDING_WINDOW, || {
-        for row in rows(group_kill()) {
+        for row in rows(group_kill(), kubelet_minor(c)) {
             let kubelet = kubelet_said(&final_pods[row.pod], &row).unwrap();
             let f: Vec<Value> = findings(&row).into_iter().filter(|f| !lagging(f)).collect();
             assert!(
@@ -539,7 +679,7 @@ fn truth_table_audit_mode() {
     let mut out = String::from(
         "| case | container | kubelet wrote (pod phase) | the truth | audit mode |\n|---|---|---|---|---|\n",
     );
-    for row in rows(group_kill()) {
+    for row in rows(group_kill(), kubelet_minor(c)) {
         let pod = &final_pods[row.pod];
         let kubelet = kubelet_said(pod, &row).unwrap();
         let mut flagged: Vec<String> = audited
