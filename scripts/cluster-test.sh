@@ -34,6 +34,8 @@ timed() {
 # Started by .ci/run or scripts/test.sh already; started here when this script runs alone.
 ./scripts/cluster-build.sh start
 timed "waiting for the cluster's build" ./scripts/cluster-build.sh wait
+# The suites deploy the release binary; one older than its sources would make them skip.
+timed "release build" cargo build --release -p observer
 trap 'cargo xtask cluster down' EXIT
 timed "cluster up (host node)" cargo xtask cluster up
 timed "real-cluster suite, host node" \

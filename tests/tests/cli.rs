@@ -128,6 +128,19 @@ fn status_without_a_runtime_says_so() {
     assert!(err.contains("observer-no-such.sock"), "{err}");
 }
 
+/// `-l` is evaluated by the API server: without `--kubeconfig` it is refused before anything
+/// starts, naming what it needs.
+#[test]
+fn status_selector_needs_the_api() {
+    let out = Command::new(observer_bin())
+        .args(["status", "-l", "app=web"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--kubeconfig"), "{err}");
+}
+
 /// `observer watch --format json` on `cg`, stdout and stderr piped.
 fn watch_json(cg: &TestCgroup) -> std::process::Child {
     Command::new(observer_bin())

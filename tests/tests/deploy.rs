@@ -1673,14 +1673,14 @@ async fn run_check(
 const STATUS_ARGS: &[&str] = &[
     "status",
     "-o",
-    "json",
+    "account",
     "--cgroupfs",
     "$(OBSERVER_CGROUPFS)",
     "--cri-endpoint",
     "$(OBSERVER_CRI_ENDPOINT)",
 ];
 
-/// From one `observer status -o json --watch` line: the agent's own pod, if it shows the `status`
+/// From one `observer status -o account --watch` line: the agent's own pod, if it shows the `status`
 /// container running with its init pid (found in the host's /proc).
 fn own_pod_running(line: &str) -> Option<Value> {
     let pods: Value = serde_json::from_str(line).ok()?;

@@ -533,7 +533,7 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
 
     let endpoint = env.ctrd.socket().display().to_string();
     let out = tokio::process::Command::new(&bin)
-        .args(["status", "-o", "json", "--cri-endpoint", &endpoint])
+        .args(["status", "-o", "account", "--cri-endpoint", &endpoint])
         .output()
         .await?;
     let err = String::from_utf8_lossy(&out.stderr);
@@ -622,6 +622,52 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
         String::from_utf8_lossy(&yaml.stderr)
     );
     let list: k8s_openapi::List<Pod> = serde_saphyr::from_str(&text)?;
+    // `-o json` is the same object; `-n` keeps one namespace's pods.
+    let json_of = |extra: &[&str]| {
+        let mut args = vec!["status", "-o", "json", "--cri-endpoint", &endpoint];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(&bin).args(&args).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok::<_, anyhow::Error>(serde_json::from_slice::<k8s_openapi::List<Pod>>(
+            &out.stdout,
+        )?)
+    };
+    let statuses = |l: &k8s_openapi::List<Pod>, uid: &str| {
+        l.items
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+            .and_then(|p| p.status.as_ref()?.container_statuses.clone())
+    };
+    let json = json_of(&[])?;
+    assert_eq!(
+        statuses(&json, &failed_uid),
+        statuses(&list, &failed_uid),
+        "-o json and -o yaml differ"
+    );
+    let ns = list
+        .items
+        .iter()
+        .find(|p| p.metadata.uid.as_deref() == Some(failed_uid.as_str()))
+        .and_then(|p| p.metadata.namespace.clone())
+        .unwrap();
+    let one = json_of(&["-n", &ns])?;
+    assert!(
+        statuses(&one, &failed_uid).is_some(),
+        "-n {ns} left out its pod"
+    );
+    assert!(
+        one.items
+            .iter()
+            .all(|p| p.metadata.namespace.as_deref() == Some(ns.as_str())),
+        "-n {ns} kept other namespaces"
+    );
+    assert!(json_of(&["-n", "observer-no-such-namespace"])?
+        .items
+        .is_empty());
     let pod = |uid: &str| {
         list.items
             .iter()

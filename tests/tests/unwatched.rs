@@ -73,7 +73,7 @@ fn status_args(sock: &str, state: &Path, watch: bool) -> Vec<String> {
     let mut v = vec![
         "status".to_string(),
         "-o".into(),
-        "json".into(),
+        "account".into(),
         "--cri-endpoint".into(),
         sock.into(),
         "--state-dir".into(),

@@ -25,13 +25,30 @@ pub struct StatusArgs {
     /// CRI socket (a path or unix:///path). Default: containerd's, else CRI-O's.
     #[arg(long, value_name = "ENDPOINT")]
     pub cri_endpoint: Option<CriEndpoint>,
-    /// `table` (like kubectl get pods); `json`: the agent's account (one document; one per line
-    /// with --watch); `yaml` / `pod-json`: a List of Pods with the PodStatus the agent computes
-    /// (what `observer run --status-mode full` would write), to set beside
-    /// `kubectl get pod -o yaml`. Without the API the pod's spec is unknown: what that leaves
-    /// open is listed in the `observer.dev/unknown` annotation, never guessed.
+    /// `table` (like kubectl get pods); `json` and `yaml`: one object, a List of Pods with the
+    /// PodStatus the agent computes (what `observer run --status-mode full` would write), to set
+    /// beside `kubectl get pod -o yaml`; `account`: the agent's own account, the table's rows
+    /// with each container's evidence, as JSON (one document; one per line with --watch).
+    /// Without the API the pod's spec is unknown: what that leaves open is listed in the
+    /// `observer.dev/unknown` annotation, never guessed.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Only this namespace's pods. Without -n, every namespace of this node (the runtime's
+    /// view, as `crictl pods` lists it).
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespace: Option<String>,
+    /// Every namespace of this node (what no -n gives; accepted as kubectl takes it).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only pods whose labels match, as `kubectl get -l` (the API server evaluates it: needs
+    /// --kubeconfig, the runtime does not hold every pod's labels).
+    #[arg(short = 'l', long, value_name = "SELECTOR", requires = "kubeconfig")]
+    pub selector: Option<String>,
     /// Prefix of the observer-owned condition types in `yaml` / `pod-json`.
     #[arg(long, value_name = "DOMAIN", default_value = "observer.dev")]
     pub condition_prefix: String,
@@ -64,12 +81,16 @@ pub struct StatusArgs {
 async fn api_pods(
     api: &crate::kube::ApiClient,
     node: Option<&str>,
+    labels: Option<&str>,
 ) -> anyhow::Result<HashMap<String, Pod>> {
     let pods: ::kube::Api<Pod> = ::kube::Api::all(api.client.clone());
     let mut params = ::kube::api::ListParams::default();
     let selector = node.map(|n| format!("spec.nodeName={n}"));
     if let Some(s) = &selector {
         params = params.fields(s);
+    }
+    if let Some(l) = labels {
+        params = params.labels(l);
     }
     let list = pods.list(&params).await.map_err(|e| {
         anyhow::anyhow!(
@@ -89,7 +110,10 @@ pub enum Output {
     Table,
     Json,
     Yaml,
+    /// `json`'s earlier name.
+    #[value(hide = true)]
     PodJson,
+    Account,
 }
 
 pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -123,9 +147,13 @@ pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         // One computation for every output: the table's columns, `json`'s and the statuses of
         // `yaml` / `pod-json` all come from it.
         let from_api = match &api {
-            Some(api) => api_pods(api, args.node_name.as_deref()).await?,
+            Some(api) => api_pods(api, args.node_name.as_deref(), args.selector.as_deref()).await?,
             None => HashMap::new(),
         };
+        // -l: the API answered only the pods that match.
+        if args.selector.is_some() {
+            pods.retain(|v| from_api.contains_key(v.uid.as_str()));
+        }
         // Pods the API binds to this node that the runtime has no sandbox for are listed too,
         // with what the API knows (only where the API was asked for this node's pods).
         let runtime_has = |uid: &str| pods.iter().any(|v| v.uid.to_string() == uid);
@@ -138,6 +166,9 @@ pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             None => Vec::new(),
         };
         pods.extend(waiting);
+        if let Some(ns) = &args.namespace {
+            pods.retain(|v| &v.namespace == ns);
+        }
         pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let now = SystemTime::now();
         let computed: Vec<(Pod, Vec<Unknown>)> = pods
@@ -151,15 +182,15 @@ pub(super) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let mut out = stdout.lock();
         match args.output {
-            Output::Json if args.watch => {
+            Output::Account if args.watch => {
                 serde_json::to_writer(&mut out, &rows)?;
                 out.write_all(b"\n")?;
             }
-            Output::Json => {
+            Output::Account => {
                 serde_json::to_writer_pretty(&mut out, &rows)?;
                 out.write_all(b"\n")?;
             }
-            Output::Yaml | Output::PodJson => {
+            Output::Json | Output::Yaml | Output::PodJson => {
                 let list = pod_list(computed);
                 if args.output == Output::Yaml {
                     if args.watch {

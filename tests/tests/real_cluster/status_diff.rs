@@ -413,7 +413,7 @@ fn computed(c: &Cluster, observer: &std::path::Path) -> Vec<Value> {
 /// node's files.
 fn computed_on_host(c: &Cluster, observer: &std::path::Path, with_api: bool) -> Vec<Value> {
     let mut cmd = std::process::Command::new(observer);
-    cmd.args(["status", "-o", "pod-json", "--node-name", NODE_NAME]);
+    cmd.args(["status", "-o", "json", "--node-name", NODE_NAME]);
     if with_api {
         cmd.arg("--kubeconfig").arg(c.kubeconfig());
     }
@@ -458,7 +458,7 @@ fn computed_in_guest(
             &[
                 "status",
                 "-o",
-                "pod-json",
+                "json",
                 "--node-name",
                 &guest.name,
                 "--kubeconfig",
