@@ -599,6 +599,16 @@ pub fn container_pid(container_id: &str) -> Result<u32> {
     bail!("no process of container {id} found in /proc")
 }
 
+/// The minor release of the kubelet on the node the tests run on ([`test_node`]).
+pub fn test_kubelet_minor(c: &Cluster) -> u32 {
+    let v = c.versions();
+    if test_node() == NODE_NAME {
+        v.host_kubelet.minor()
+    } else {
+        v.guest_kubelet.minor()
+    }
+}
+
 /// A running container's init, where the test can signal it: a pid of this machine, or of the
 /// guest whose node runs the container.
 pub enum ContainerInit<'c> {

@@ -14,9 +14,9 @@
 //! container reading files sits at its limit all day without risk.
 //! - **warn** when that unreclaimable part is at least [`WARN_RATIO`] of the limit, or reclaim
 //!   came up short (freed less than asked) while it is at least [`SHORT_WARN_RATIO`];
-//! - **warn** of a projected fill: at a crossing past [`PROJECT_FROM`] of the limit, when the
-//!   unreclaimable part, growing as it grew since the previous crossing of the same limit, fills
-//!   it within [`HORIZON`] ([`Estimate`]);
+//! - **warn** of a projected fill: at a crossing while the unreclaimable part is past
+//!   [`PROJECT_FROM`] of the limit, when it, growing as it grew since the previous crossing of the
+//!   same limit, fills it within [`HORIZON`] ([`Estimate`]);
 //! - **lower** the warning when it is below [`CLEAR_RATIO`] and reclaim kept up, and the warning
 //!   has stood for at least [`MIN_WARNING`] (no flapping at the threshold); one only projected
 //!   is lowered too once it stood, below [`WARN_RATIO`], and the growth stopped;
@@ -46,9 +46,11 @@ const RAISED_KEPT: usize = 8;
 /// of the limit still holds: 30 s covers a leak of 0.5 MiB/s into 64 MiB from its 75 % crossing,
 /// and a slower one still meets the [`WARN_RATIO`] rule with more lead than this.
 pub const HORIZON: Duration = Duration::from_secs(30);
-/// A projected fill is warned of only at a crossing past this share of the limit: a heap may grow
-/// quickly to 85 % and stay there, which no projection can tell from a leak until it stops (the
-/// kernel's next threshold is 86 %: `kernel::CROSSING_THRESHOLDS`).
+/// A projected fill is warned of only while the unreclaimable part is past this share of the
+/// limit: a heap may grow quickly to 85 % and stay there, which no projection can tell from a
+/// leak until it stops (the kernel's next threshold is 86 %: `kernel::CROSSING_THRESHOLDS`); and
+/// a page cache at its limit crosses the top thresholds again and again while what it cannot
+/// reclaim stays small, its few KiB of noise no rate to project.
 pub const PROJECT_FROM: f64 = 0.85;
 /// Two readings closer than this say nothing about a rate.
 const MIN_INTERVAL: Duration = Duration::from_millis(5);
@@ -190,12 +192,12 @@ impl Reading {
         self.usage_bytes as f64 / self.limit_bytes as f64
     }
 
-    /// The crossing's projection, where it warns: past [`PROJECT_FROM`] of the limit, full within
-    /// [`HORIZON`].
+    /// The crossing's projection, where it warns: the unreclaimable part past [`PROJECT_FROM`]
+    /// of the limit, full within [`HORIZON`].
     pub fn projected(&self) -> Option<&Estimate> {
         let e = self.crossing.as_ref()?.estimate.as_ref()?;
         let soon = e.time_left? <= HORIZON.as_secs_f64();
-        (soon && self.usage_ratio() > PROJECT_FROM).then_some(e)
+        (soon && self.ratio() > PROJECT_FROM).then_some(e)
     }
 
     /// What this reading warns for, were there no projection.

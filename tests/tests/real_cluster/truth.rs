@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use observer_tests::cluster::{
     agent_exclusive, apply, condition, emulated, get_json, kill_container, pod_level_oom,
-    require_cluster, set_agent_mode, test_node, wait_pod, Cluster, Namespace, TestPod, NODE_NAME,
-    POLL, SHARED_DIR,
+    require_cluster, set_agent_mode, test_node, wait_pod, Cluster, ContainerInit, Namespace,
+    TestPod, NODE_NAME, POLL, SHARED_DIR,
 };
 use observer_tests::wait::poll_every;
 use serde_json::Value;
@@ -75,15 +75,6 @@ struct Row {
 }
 
 /// The test node's kubelet release's minor (37 for v1.37.2).
-fn kubelet_minor(c: &Cluster) -> u32 {
-    let v = c.versions();
-    if test_node() == NODE_NAME {
-        v.host_kubelet.minor()
-    } else {
-        v.guest_kubelet.minor()
-    }
-}
-
 fn rows(group_kill: bool, kubelet_minor: u32) -> Vec<Row> {
     let oom_init = |comm| Truth {
         reason: "OOMKilled",
@@ -357,6 +348,34 @@ fn pods(ns: &str) -> Vec<TestPod> {
     ]
 }
 
+/// The OOM kills the kernel counted in `pid`'s memory cgroup (v1: `memory.oom_control`; v2:
+/// `memory.events`), 0 when it cannot be read.
+fn oom_kills_of(pid: u32) -> u64 {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    // `<id>:<controllers>:<path>`: the v1 memory hierarchy's line where there is one (a hybrid
+    // host), else the unified one's (`0::<path>`).
+    let line = |memory: bool| {
+        cgroups.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let v1 = controllers.split(',').any(|c| c == "memory");
+            (if memory { v1 } else { controllers.is_empty() }).then(|| path.to_string())
+        })
+    };
+    let file = match (line(true), line(false)) {
+        (Some(p), _) => format!("/sys/fs/cgroup/memory{p}/memory.oom_control"),
+        (None, Some(p)) => format!("/sys/fs/cgroup{p}/memory.events"),
+        (None, None) => return 0,
+    };
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// The container's status in the pod, from the init or the app list.
 fn status<'p>(pod: &'p Value, row: &Row) -> Option<&'p Value> {
     let list = if row.init {
@@ -436,7 +455,7 @@ fn about(row: &Row) -> impl Fn(&&Value) -> bool + '_ {
 
 /// Runs every pod to its final account and returns each row's pod as last read.
 fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
-    let rows = rows(group_kill(), kubelet_minor(c));
+    let rows = rows(group_kill(), observer_tests::cluster::test_kubelet_minor(c));
     // The pods of this node's rows (RestartAllContainers only where kubelet has it).
     for p in pods(ns)
         .into_iter()
@@ -446,13 +465,26 @@ fn run_workloads(c: &Cluster, ns: &str) -> BTreeMap<&'static str, Value> {
     }
     for row in rows.iter().filter(|r| r.term_after_oom) {
         let pod = wait_pod(c, ns, row.pod, settle(), |p| {
-            condition(p, "observer.dev/OOMKilled").is_some_and(|o| o["status"] == "True")
-                && status(p, row).is_some_and(|s| s["state"]["running"].is_object())
+            status(p, row).is_some_and(|s| s["state"]["running"].is_object())
         })
         .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
         let id = status(&pod, row).unwrap()["containerID"].as_str().unwrap();
-        observer_tests::cluster::container_init(c, id)
-            .and_then(|i| i.signal(nix::sys::signal::Signal::SIGTERM))
+        let init = observer_tests::cluster::container_init(c, id)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
+        // The SIGTERM only once the kernel has killed the child: counted by the container's
+        // memory cgroup itself, whatever the agent's mode writes.
+        let ContainerInit::Host(pid) = &init else {
+            panic!(
+                "{}: a child's OOM kill then SIGTERM needs cgroup v1 (the host node)",
+                row.case
+            );
+        };
+        assert!(
+            observer_tests::wait::eventually(settle(), || oom_kills_of(*pid) >= 1),
+            "{}: no OOM kill counted in the container's memory cgroup",
+            row.case
+        );
+        init.signal(nix::sys::signal::Signal::SIGTERM)
             .unwrap_or_else(|e| panic!("{}: {e:#}", row.case));
     }
     for row in rows.iter().filter(|r| r.sigkill) {
@@ -482,7 +514,7 @@ fn truth_table_conditions_mode() {
 
     // Conditions mode: the agent's conditions and Events tell the truth.
     let mut table = Vec::new();
-    for row in rows(group_kill(), kubelet_minor(c)) {
+    for row in rows(group_kill(), observer_tests::cluster::test_kubelet_minor(c)) {
         let t = row.truth;
         let want_oom = t.oom.map(|(comm, init)| {
             (
@@ -636,7 +668,7 @@ fn truth_table_audit_mode() {
             .collect()
     };
     let mut audited = Vec::new();
-    for row in rows(group_kill(), kubelet_minor(c)) {
+    for row in rows(group_kill(), observer_tests::cluster::test_kubelet_minor(c)) {
         let kubelet = kubelet_said(&final_pods[row.pod], &row).unwrap();
         if wrong(&row, &kubelet) {
             let f = poll_every(POLL, settle(), || {
@@ -663,7 +695,7 @@ fn truth_table_audit_mode() {
     let lagging = |f: &Value| emulated() && f["reason"] == "DeathNotReported";
     // Where kubelet is right, nothing is flagged (watched for a window once all else is in).
     let _ = poll_every(POLL, NO_FINDING_WINDOW, || {
-        for row in rows(group_kill(), kubelet_minor(c)) {
+        for row in rows(group_kill(), observer_tests::cluster::test_kubelet_minor(c)) {
             let kubelet = kubelet_said(&final_pods[row.pod], &row).unwrap();
             let f: Vec<Value> = findings(&row).into_iter().filter(|f| !lagging(f)).collect();
             assert!(
@@ -679,7 +711,7 @@ fn truth_table_audit_mode() {
     let mut out = String::from(
         "| case | container | kubelet wrote (pod phase) | the truth | audit mode |\n|---|---|---|---|---|\n",
     );
-    for row in rows(group_kill(), kubelet_minor(c)) {
+    for row in rows(group_kill(), observer_tests::cluster::test_kubelet_minor(c)) {
         let pod = &final_pods[row.pod];
         let kubelet = kubelet_said(pod, &row).unwrap();
         let mut flagged: Vec<String> = audited
