@@ -396,7 +396,11 @@ fn diff(api: &Value, agent: &[Value], kubelet_minor: u32) -> (Vec<String>, Vec<S
                 && path.starts_with(".conditions[PodReadyToStartContainers].")
                 && (path.ends_with(".reason") || path.ends_with(".message"))
                 && k.is_none();
-            if documented(path) || runtime_lost_oom || older_kubelet || in_back_off(pod, mine, path)
+            if documented(path)
+                || runtime_lost_oom
+                || older_kubelet
+                || in_back_off(pod, mine, path)
+                || attempt_ahead(pod, mine, path)
             {
                 listed.push(line);
             } else {
@@ -433,6 +437,31 @@ fn in_back_off(api: &Value, agent: &Value, path: &str) -> bool {
     a["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         && k["state"]["terminated"].is_object()
         && a["lastState"]["terminated"]["containerID"] == k["state"]["terminated"]["containerID"]
+}
+
+/// A container's status by the path of one of its fields (`.containerStatuses[main].…`).
+fn container_of<'p>(pod: &'p Value, path: &str) -> Option<&'p Value> {
+    let (list, rest) = path.strip_prefix('.')?.split_once('[')?;
+    if !list.ends_with("ontainerStatuses") {
+        return None;
+    }
+    let name = rest.split_once(']')?.0;
+    pod["status"][list]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name)
+}
+
+/// The agent already shows the container's next attempt (one more restart, another container
+/// ID) that kubelet has started but not yet written: a crash loop on a slow node, where kubelet
+/// writes its account seconds after the runtime has the attempt. Listed, not held against the
+/// agent: it is the same account, one attempt later.
+fn attempt_ahead(api: &Value, agent: &Value, path: &str) -> bool {
+    let (Some(k), Some(a)) = (container_of(api, path), container_of(agent, path)) else {
+        return false;
+    };
+    let restarts = |s: &Value| s["restartCount"].as_i64();
+    restarts(a) == restarts(k).map(|n| n + 1) && a["containerID"] != k["containerID"]
 }
 
 /// `observer status -o json --kubeconfig` on the node: the running agent's state and the
