@@ -32,7 +32,7 @@ pub mod names {
     pub const EVENTS: &str = "EVENTS";
     pub const STATS: &str = "STATS";
     pub const WATCH_ROOTS: &str = "WATCH_ROOTS";
-    pub const OOM_PENDING: &str = "OOM_PENDING";
+    pub const OOM_MEETINGS: &str = "OOM_MEETINGS";
     pub const GROUP_DEAD: &str = "GROUP_DEAD";
     pub const KNOWN_INITS: &str = "KNOWN_INITS";
     pub const MEMCG_WINDOWS: &str = "MEMCG_WINDOWS";
@@ -108,7 +108,7 @@ pub struct TaskInfo {
 pub mod stat {
     /// Records that could not be reserved in the ring buffer: each one is a lost event.
     pub const RINGBUF_DROPS: u32 = 0;
-    /// OOM victims whose exit was never seen because `OOM_PENDING` was full.
+    /// OOM victims whose exit was never seen because `OOM_MEETINGS` refused the mark's half.
     pub const OOM_PENDING_FULL: u32 = 1;
     /// Kernel reads (`bpf_probe_read_kernel`) that failed; the record was sent with zeros.
     pub const READ_ERRORS: u32 = 2;
@@ -129,7 +129,10 @@ pub mod stat {
     pub const CHARGE_CHECKS: u32 = 7;
     /// Threshold crossings sent (`CrossingRecord`).
     pub const LIMIT_CROSSINGS: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// Halves of an OOM kill's meeting found stale and replaced: a SIGKILLed exit or a mark of the
+    /// same thread id longer ago than `oom::KILLED_EXIT_WINDOW_NS` (an earlier thread of that id).
+    pub const OOM_STALE_MEETINGS: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// A record that can be read back from bytes by userspace.

@@ -5,8 +5,9 @@
 //! the [`OomRecord`] when that thread exits, where the current cgroup is the victim's own.
 //!
 //! The kernel sends the victim its SIGKILL *before* `mark_victim` fires; a victim woken on another
-//! CPU (or preempting the allocating task on its own) can exit first. So each SIGKILLed thread's
-//! exit leaves a [`KilledExit`], and a `mark_victim` that finds one sends the record itself.
+//! CPU (or preempting the allocating task on its own) can exit first. So the two meet in one map
+//! entry per thread id, an [`OomMeeting`]: each SIGKILLed thread's exit leaves a [`KilledExit`],
+//! each mark an [`OomPending`], and whichever side finds the other's half there sends the record.
 use crate::{EventKind, Header, Record, TaskInfo, COMM_LEN};
 
 /// What `mark_victim` saw, kept until the victim exits.
@@ -55,6 +56,33 @@ pub struct KilledExit {
     pub task: TaskInfo,
 }
 
+/// One thread id's half of an OOM kill's meeting (observer-ebpf/src/oom.rs): written by whichever
+/// of the mark and the SIGKILLed exit comes first, with an insert that fails where an entry is
+/// already there, so that the second one always sees the first (two maps, each side writing its
+/// own and reading the other's, can miss each other: a store may pass a later load).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OomMeeting {
+    /// [`MEETING_MARK`] or [`MEETING_EXIT`]: which half `half` is.
+    pub side: u64,
+    pub half: MeetingHalf,
+}
+
+/// The half of an [`OomMeeting`] that is there: a union, so the entry (and the BPF stack that
+/// builds it) holds only the larger of the two.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union MeetingHalf {
+    pub pending: OomPending,
+    pub exit: KilledExit,
+}
+
+/// The OOM killer marked this thread; its exit has not been seen.
+pub const MEETING_MARK: u64 = 1;
+/// This thread exited of SIGKILL; no mark named it (yet, or ever: most SIGKILLs are not the OOM
+/// killer's).
+pub const MEETING_EXIT: u64 = 2;
+
 /// How long after a SIGKILLed exit a `mark_victim` for the same thread id still counts as its
 /// kill: the two are microseconds apart in the race; far past this the id may have been reused.
 pub const KILLED_EXIT_WINDOW_NS: u64 = 1_000_000_000;
@@ -68,3 +96,4 @@ unsafe impl Record for OomRecord {
 // resized changes the size, and must change both sides (and the decoder's tests) together.
 const _: () = assert!(core::mem::size_of::<OomPending>() == 80);
 const _: () = assert!(core::mem::size_of::<OomRecord>() == 144);
+const _: () = assert!(core::mem::size_of::<OomMeeting>() == 88);

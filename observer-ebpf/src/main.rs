@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     memcg::{CrossingState, MemcgWindow},
-    oom::{KilledExit, OomPending},
+    oom::OomMeeting,
     stat, ProbeConfig, WatchRoot, MAX_KNOWN_INITS, MAX_WATCH_ROOTS, RING_BUFFER_BYTES,
 };
 
@@ -50,15 +50,11 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 #[map]
 static WATCH_ROOTS: Array<WatchRoot> = Array::with_max_entries(MAX_WATCH_ROOTS, 0);
 
-/// OOM victims chosen but not yet exited, by thread id. LRU so a victim whose exit is never seen
-/// cannot fill the map for good.
+/// OOM kills' meetings by thread id: the mark's half or a SIGKILLed exit's, whichever came first
+/// (oom.rs). LRU: most SIGKILLed exits are no OOM victim's, and only the most recent can still
+/// meet their mark.
 #[map]
-static OOM_PENDING: LruHashMap<u32, OomPending> = LruHashMap::with_max_entries(4096, 0);
-
-/// Threads that exited of SIGKILL, by thread id, for a `mark_victim` that comes after its victim's
-/// exit (oom.rs). LRU: only the most recent matter.
-#[map]
-static KILLED_EXITS: LruHashMap<u32, KilledExit> = LruHashMap::with_max_entries(1024, 0);
+static OOM_MEETINGS: LruHashMap<u32, OomMeeting> = LruHashMap::with_max_entries(4096, 0);
 
 /// `group_dead` of each exiting thread, from `fentry/taskstats_exit` to `sched_process_exit`
 /// (see group_dead.rs). LRU: an entry whose tracepoint never ran cannot fill it.

@@ -1,12 +1,15 @@
 //! `tracepoint/oom/mark_victim`: the OOM killer chose a victim. This runs in the allocating task,
-//! so the victim's details are parked in `OOM_PENDING` and sent from the victim's own exit.
+//! so the victim's details are parked and sent from the victim's own exit.
 //!
-//! The kernel signals the victim before it marks it, so the victim may exit first: each side writes
-//! its own map before it reads the other's (the exit `KILLED_EXITS`, the mark `OOM_PENDING`), and
-//! whichever comes second sends the record; removing the pending entry decides who, so it is sent
-//! once. Should both still miss each other (the two maps are not ordered by a fence), the kernel
-//! log's report of the kill remains (`reconcile::history`).
+//! The kernel signals the victim before it marks it, so the victim may exit first (on 6.16+ the exit
+//! tracepoint even fires before the victim's `exit_mm` waits for the killer's task lock). The two
+//! meet in one `OOM_MEETINGS` entry per thread id: each side inserts its half only where no entry
+//! is (BPF_NOEXIST, decided under the map's bucket lock), so the second always finds the first;
+//! removing the entry decides which one sends, so the record goes out once. Two maps, each side
+//! writing its own and then reading the other's, could miss each other: a store may pass a later
+//! load.
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_boot_ns,
         bpf_probe_read_kernel_str_bytes,
@@ -17,14 +20,17 @@ use aya_ebpf::{
 };
 use observer_common::{
     config::FIELD_ABSENT,
-    oom::{KilledExit, OomPending, KILLED_EXIT_WINDOW_NS},
+    oom::{
+        KilledExit, MeetingHalf, OomMeeting, OomPending, KILLED_EXIT_WINDOW_NS, MEETING_EXIT,
+        MEETING_MARK,
+    },
     stat, EventKind, Header, OomRecord, TaskInfo, COMM_LEN,
 };
 
 use crate::{
     config, count,
     task::{current, header, read_field},
-    wake, EVENTS, KILLED_EXITS, OOM_PENDING,
+    wake, EVENTS, OOM_MEETINGS,
 };
 
 /// The exit status of a thread killed by SIGKILL (no core is dumped on SIGKILL).
@@ -72,54 +78,110 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
         let _ = unsafe { bpf_probe_read_kernel_str_bytes(src, &mut pending.comm) };
     }
     let tid = pid as u32;
-    if OOM_PENDING.insert(tid, pending, 0).is_err() {
-        count(stat::OOM_PENDING_FULL);
-        aya_log_ebpf::warn!(&ctx, "OOM victim {} not tracked: OOM_PENDING full", pid);
-        return 0;
-    }
-    // SAFETY: the value is copied out before any other map operation.
-    let Some(exited) = (unsafe { KILLED_EXITS.get(tid) }).copied() else {
-        return 0;
+    let marked_ns = pending.marked_ns;
+    let mine = OomMeeting {
+        side: MEETING_MARK,
+        half: MeetingHalf { pending },
     };
-    let _ = KILLED_EXITS.remove(tid);
-    // The victim exited first; an exit long before this is an earlier thread of that id.
-    if pending.marked_ns.wrapping_sub(exited.exit_ns) > KILLED_EXIT_WINDOW_NS {
+    // Twice at most: the second after a stale half was removed, or one removed under us.
+    for _ in 0..2 {
+        if OOM_MEETINGS.insert(tid, mine, BPF_NOEXIST as u64).is_ok() {
+            return 0;
+        }
+        let Some(there) = OOM_MEETINGS.get_ptr(tid) else {
+            continue;
+        };
+        // SAFETY: a live map value; `side` says which half of the union was written.
+        let (side, then) = unsafe {
+            let side = (*there).side;
+            let then = if side == MEETING_EXIT {
+                (*there).half.exit.exit_ns
+            } else {
+                (*there).half.pending.marked_ns
+            };
+            (side, then)
+        };
+        // An exit long before this mark was an earlier thread of the same id; a mark as old, of
+        // a victim whose exit was never seen. A recent mark stands: this is a second one.
+        if then.saturating_add(KILLED_EXIT_WINDOW_NS) < marked_ns {
+            count(stat::OOM_STALE_MEETINGS);
+            let _ = OOM_MEETINGS.remove(tid);
+            continue;
+        }
+        if side != MEETING_EXIT {
+            return 0;
+        }
+        // SAFETY: as above; copied out before the removal.
+        let exited = unsafe { (*there).half.exit };
+        if OOM_MEETINGS.remove(tid).is_ok() {
+            count(stat::OOM_VICTIM_EXITED_FIRST);
+            // SAFETY: `mine` was built from the pending half.
+            send(exited.task, unsafe { mine.half.pending }, exited.exit_ns);
+        }
         return 0;
     }
-    if OOM_PENDING.remove(tid).is_ok() {
-        count(stat::OOM_VICTIM_EXITED_FIRST);
-        send(exited.task, pending, exited.exit_ns);
-    }
+    count(stat::OOM_PENDING_FULL);
+    aya_log_ebpf::warn!(
+        &ctx,
+        "OOM victim {} not tracked: OOM_MEETINGS refused it",
+        pid
+    );
     0
 }
 
 /// Called at every thread exit (`exit_code`: its wait status): sends the OOM record if this
-/// thread was a chosen victim.
+/// thread was a chosen victim, and leaves a SIGKILLed one's half for a mark still to come.
 #[inline(always)]
 pub fn complete_if_victim(task: *const u8, exit_code: u32) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let killed = exit_code & 0x7f == SIGKILLED;
+    let mut marked = false;
     if killed {
-        let exited = KilledExit {
-            // SAFETY: helper without preconditions.
-            exit_ns: unsafe { bpf_ktime_get_boot_ns() },
-            task: current(task),
+        let mine = OomMeeting {
+            side: MEETING_EXIT,
+            half: MeetingHalf {
+                exit: KilledExit {
+                    // SAFETY: helper without preconditions.
+                    exit_ns: unsafe { bpf_ktime_get_boot_ns() },
+                    task: current(task),
+                },
+            },
         };
-        // Full: the LRU drops the oldest, which no mark will ask for any more.
-        let _ = KILLED_EXITS.insert(tid, exited, 0);
+        for _ in 0..2 {
+            if OOM_MEETINGS.insert(tid, mine, BPF_NOEXIST as u64).is_ok() {
+                return;
+            }
+            let Some(there) = OOM_MEETINGS.get_ptr(tid) else {
+                continue;
+            };
+            // SAFETY: a live map value.
+            if unsafe { (*there).side } == MEETING_MARK {
+                marked = true;
+                break;
+            }
+            // An earlier thread of this id that exited of SIGKILL: this exit is the one a mark
+            // may still name.
+            let _ = OOM_MEETINGS.remove(tid);
+        }
+    } else {
+        // Not SIGKILLed: a victim that was already exiting when it was chosen.
+        marked = OOM_MEETINGS
+            .get_ptr(tid)
+            // SAFETY: a live map value.
+            .is_some_and(|m| unsafe { (*m).side } == MEETING_MARK);
     }
-    // SAFETY: the value is copied out before any other map operation.
-    let Some(pending) = (unsafe { OOM_PENDING.get(tid) }).copied() else {
+    if !marked {
+        return;
+    }
+    let Some(there) = OOM_MEETINGS.get_ptr(tid) else {
         return;
     };
-    if killed {
-        let _ = KILLED_EXITS.remove(tid);
-    }
-    // Removed by the mark (it saw this exit): the record is already on its way.
-    if OOM_PENDING.remove(tid).is_err() {
+    // SAFETY: a live map value whose side is the mark's; copied out before the removal.
+    let mut pending = unsafe { (*there).half.pending };
+    // Removed by someone else: the record is already on its way.
+    if OOM_MEETINGS.remove(tid).is_err() {
         return;
     }
-    let mut pending = pending;
     // A pid-only `mark_victim` (before Linux 6.8): the victim itself tells its oom_score_adj
     // (signal_struct lives until the last thread is reaped) and, in `send`, its name.
     if pending.has_oom_score_adj == 0 {
