@@ -169,7 +169,7 @@ pub enum GroupDeadSource {
 pub struct KernelCounters {
     /// Records lost because the ring buffer was full.
     pub ringbuf_drops: u64,
-    /// OOM victims not tracked because `OOM_PENDING` was full.
+    /// OOM victims not tracked because `OOM_MEETINGS` refused the mark (observer-ebpf/src/oom.rs).
     pub oom_pending_full: u64,
     /// Kernel memory reads that failed (fields sent as zero).
     pub read_errors: u64,
@@ -180,6 +180,8 @@ pub struct KernelCounters {
     pub limit_hits_summed: u64,
     /// OOM kills whose victim exited before the killer marked it (observer-ebpf/src/oom.rs).
     pub oom_victim_exited_first: u64,
+    /// Halves of an OOM kill's meeting left by an earlier thread of the same id, replaced.
+    pub oom_stale_meetings: u64,
     /// Charges after which a watched memory cgroup's page counters were read against their
     /// limits, and the threshold crossings sent (observer-ebpf/src/charge.rs).
     pub charge_checks: u64,
@@ -207,6 +209,7 @@ impl Stats {
             quiet_records: sum(stat::QUIET)?,
             limit_hits_summed: sum(stat::LIMIT_HITS_SUMMED)?,
             oom_victim_exited_first: sum(stat::OOM_VICTIM_EXITED_FIRST)?,
+            oom_stale_meetings: sum(stat::OOM_STALE_MEETINGS)?,
             charge_checks: sum(stat::CHARGE_CHECKS)?,
             limit_crossings: sum(stat::LIMIT_CROSSINGS)?,
         })

@@ -53,6 +53,12 @@ impl PipelineHealth {
             )?;
             counter(
                 e,
+                "kernel_oom_stale_meetings",
+                "Entries of the kernel side's OOM table left by an earlier thread of the same id (a SIGKILLed exit or a mark more than 1 s old), replaced",
+                k.oom_stale_meetings,
+            )?;
+            counter(
+                e,
                 "kernel_read_errors",
                 "Kernel memory reads that failed (fields sent as zero)",
                 k.read_errors,
