@@ -121,6 +121,12 @@ pub(crate) struct Late {
     pub stood: Stood,
     /// This agent's start: an earlier agent's Event about the death is from before it.
     pub started: SystemTime,
+    /// Where the runtime's record lost the exit (containerd restarted after the container died
+    /// and wrote exit 255 `Unknown`, finished at its own restart): the container instance's
+    /// start. The exit and the finish then name nothing, and any death Event of this container
+    /// published since that start is this instance's death (it dies once; the next instance is
+    /// started after the runtime came back).
+    pub exit_lost_since: Option<SystemTime>,
 }
 
 /// What the API's `ContainersAlive` said of a death that finished before the agent started.
@@ -432,6 +438,12 @@ fn tells(e: &K8sEvent, action: &str, late: &Late) -> bool {
     if found == action {
         return true;
     }
+    if let Some(instance) = late.exit_lost_since {
+        let death = ["Exit/", "Signal/", "Late/"]
+            .iter()
+            .any(|p| found.starts_with(p));
+        return death && observed(e).is_some_and(|at| at >= instance && at <= late.started);
+    }
     let Some(live) = action
         .strip_prefix("Late/")
         .and_then(|a| a.rsplit_once('@'))
@@ -445,20 +457,23 @@ fn tells(e: &K8sEvent, action: &str, late: &Late) -> bool {
     if !same {
         return false;
     }
-    // A series' last observation is its latest death's; the Event's time, its only one's.
-    let Some(at) = e
-        .series
-        .as_ref()
-        .map(|s| s.last_observed_time.0)
-        .or(e.event_time.as_ref().map(|t| t.0))
-    else {
+    let Some(at) = observed(e) else {
         return false;
     };
-    let at = SystemTime::from(at);
     // The runtime's finish and the Event's time are the node's clock; the API keeps
     // microseconds. A second's slack below the finish (never two deaths of one container in
     // it: a restart takes longer).
     at + Duration::from_secs(1) >= late.finished && at <= late.started
+}
+
+/// When `e` last told a death: a series' last observation is its latest death's; the Event's
+/// time, its only one's.
+fn observed(e: &K8sEvent) -> Option<SystemTime> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .map(SystemTime::from)
 }
 
 /// The exit code a death Event's action stands for: `Exit/<code>`, or `Signal/<n>` as 128 + n.

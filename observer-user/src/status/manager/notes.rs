@@ -118,7 +118,12 @@ impl StatusManager {
                     // Whether an earlier agent told it is read from the API's pod: wait for it.
                     continue;
                 } else {
-                    untold_since(pod, &self.types.alive, c.finished_at, started, max_age)
+                    untold_since(pod, &self.types.alive, c.finished_at, started, max_age).map(|l| {
+                        Late {
+                            exit_lost_since: c.started_at.filter(|_| exit_lost(c)),
+                            ..l
+                        }
+                    })
                 };
                 st.deaths.insert(c.id.to_string());
                 // A death since the start the kernel did not report (before the probes were
@@ -289,6 +294,15 @@ fn still_running_due(
         .map(|d| d + Duration::from_millis(10))
 }
 
+/// Whether the runtime's record of a death lost its exit: containerd, restarted after the
+/// container's task was gone, records exit 255 `Unknown` finished at its own restart
+/// (internal/cri/server/restart.go, `unknownExitCode`).
+fn exit_lost(c: &ContainerView) -> bool {
+    !c.kernel_seen
+        && c.runtime_exit_code == Some(255)
+        && c.runtime_reason.as_deref() == Some("Unknown")
+}
+
 /// Whether a death that finished before this agent's start (at `started`) may be untold, read
 /// from the API's `ContainersAlive` (type `alive`):
 /// - True since before the death: no agent wrote its False (an agent that was running would
@@ -318,6 +332,7 @@ fn untold_since(
         finished,
         stood,
         started,
+        exit_lost_since: None,
     };
     match c.status.as_str() {
         "True" => {

@@ -741,6 +741,57 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
     );
 }
 
+/// containerd restarted after a container's task was gone records exit 255 `Unknown`, finished
+/// at its own restart. An earlier agent told the real death (`Signal/9`, a minute before that
+/// "finish"): the agent started since finds that Event and does not tell the death again; an
+/// Event before the instance started (its predecessor's death) does not count.
+#[tokio::test(start_paused = true)]
+async fn a_death_the_runtime_lost_the_exit_of_is_not_told_again() {
+    let restarted = SystemTime::now() - Duration::from_secs(20);
+    let died = restarted - Duration::from_secs(60);
+    let mut dead = exited("app", 0, 255, "Unknown");
+    dead.signal = None;
+    dead.kernel_seen = false;
+    dead.exit_source = None;
+    dead.runtime_exit_code = Some(255);
+    dead.runtime_reason = Some("Unknown".into());
+    dead.started_at = Some(died - Duration::from_secs(30));
+    dead.finished_at = Some(restarted);
+    let run = |held: Vec<Value>| {
+        let dead = dead.clone();
+        async move {
+            let (h, log) = start_holding(
+                StatusMode::Conditions,
+                vec![alive_as("False", died + Duration::from_millis(30))],
+                vec![],
+                crate::model::system_clock(),
+                held,
+            )
+            .await;
+            h.observe(&view(vec![dead, cv("app", 1, Running)]));
+            settle().await;
+            (h, server::events(&log))
+        }
+    };
+    let (h, told) = run(vec![live_event(
+        "Signal/9",
+        died + Duration::from_millis(20),
+    )])
+    .await;
+    assert!(told.is_empty(), "told again: {told:#?}");
+    assert_eq!(
+        h.event_stats()
+            .already_told
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // The predecessor's death, before this instance started: this one's is untold.
+    let (_h, told) = run(vec![live_event("Signal/9", died - Duration::from_secs(40))]).await;
+    assert_eq!(told.len(), 1, "{told:#?}");
+    let note = told[0].body["note"].as_str().unwrap();
+    assert!(note.contains("exited with code 255"), "{note}");
+}
+
 /// A death since the start that the kernel did not report (before the probes were attached,
 /// or lost with a full ring) is told from the runtime's record, and says so.
 #[tokio::test(start_paused = true)]
