@@ -16,6 +16,7 @@ mod real_cluster {
     mod large_node;
     mod memory;
     mod plugin;
+    mod runtime_restart;
     mod status_diff;
     mod truth;
     mod two_nodes;

@@ -298,9 +298,12 @@ fn still_running_due(
 /// container's task was gone, records exit 255 `Unknown` finished at its own restart
 /// (internal/cri/server/restart.go, `unknownExitCode`).
 fn exit_lost(c: &ContainerView) -> bool {
-    !c.kernel_seen
-        && c.runtime_exit_code == Some(255)
-        && c.runtime_reason.as_deref() == Some("Unknown")
+    // The runtime's own words: kept apart where the agent's account differs, else the account.
+    let (code, reason) = match &c.runtime_reason {
+        Some(r) => (c.runtime_exit_code, Some(r.as_str())),
+        None => (c.exit_code, c.reason.as_deref()),
+    };
+    !c.kernel_seen && code == Some(255) && reason == Some("Unknown")
 }
 
 /// Whether a death that finished before this agent's start (at `started`) may be untold, read

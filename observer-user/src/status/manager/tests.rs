@@ -752,9 +752,8 @@ async fn a_death_the_runtime_lost_the_exit_of_is_not_told_again() {
     let mut dead = exited("app", 0, 255, "Unknown");
     dead.signal = None;
     dead.kernel_seen = false;
-    dead.exit_source = None;
-    dead.runtime_exit_code = Some(255);
-    dead.runtime_reason = Some("Unknown".into());
+    // As the reconciler makes it from the runtime's record alone.
+    dead.exit_source = Some(crate::reconcile::Source::Runtime);
     dead.started_at = Some(died - Duration::from_secs(30));
     dead.finished_at = Some(restarted);
     let run = |held: Vec<Value>| {
