@@ -40,6 +40,33 @@ fn check_passes_on_this_machine() {
             "{row}: {text}"
         );
     }
+    // Which hook each memory probe got on this kernel, named (tests/tests/kernel.rs requires
+    // one where the kernel has it).
+    for (probe, hooks) in [
+        (
+            "memory limit hits",
+            [
+                "fexit/try_to_free_mem_cgroup_pages",
+                "tracepoint/vmscan/",
+                "none (",
+            ],
+        ),
+        (
+            "memory limit crossings",
+            [
+                "fexit/try_charge_memcg",
+                "raw_tp/mod_memcg_lruvec_state",
+                "none (",
+            ],
+        ),
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with("note")
+                && l.contains(probe)
+                && hooks.iter().any(|h| l.contains(h))),
+            "{probe}: {text}"
+        );
+    }
 }
 
 #[test]

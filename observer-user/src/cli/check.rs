@@ -5,7 +5,8 @@ use std::{path::PathBuf, process::ExitCode, time::Instant};
 use crate::{
     cgroup::{cgroup_id, CgroupIndex, CgroupMode, CgroupMounts, HierarchyMount, KubeRoots},
     kernel::{
-        btf::KernelBtf, kmsg, tracefs, GroupDeadSource, LimitHitSource, ProbeOptions, Probes,
+        btf::KernelBtf, kmsg, tracefs, ChargeSource, GroupDeadSource, LimitHitSource, ProbeOptions,
+        Probes,
     },
 };
 
@@ -326,6 +327,27 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     LimitHitSource::Off(why) => r.note(
                         "  memory limit hits",
                         format!("none ({why}): no warnings before OOM kills"),
+                    ),
+                }
+                match p.charge_source() {
+                    ChargeSource::Fexit => r.note(
+                        "  memory limit crossings",
+                        "fexit/try_charge_memcg: usage against the limit at every charge batch \
+                         (a quarter MiB a CPU), 50/75/86/90/95 % each sent once",
+                    ),
+                    ChargeSource::RawTracepoint(why) => r.note(
+                        "  memory limit crossings",
+                        format!(
+                            "raw_tp/mod_memcg_lruvec_state ({why}): the page counters read once \
+                             per 64 pages a CPU adds to a memory cgroup's statistics"
+                        ),
+                    ),
+                    ChargeSource::Off(why) => r.note(
+                        "  memory limit crossings",
+                        format!(
+                            "none ({why}): a leak with nothing to reclaim is warned of only at \
+                             its limit"
+                        ),
                     ),
                 }
             }
