@@ -125,16 +125,7 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ),
     }
 
-    let release = nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let version: Vec<u32> = release
-        .split(|c: char| !c.is_ascii_digit())
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let new_enough = version.as_slice() >= [5, 15].as_slice();
-    r.row("kernel version >= 5.15", new_enough, &release);
+    kernel_version(&mut r);
 
     let btf = KernelBtf::load();
     match &btf {
@@ -222,6 +213,71 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    cgroups(&mut r, &args);
+
+    match kmsg::read_history_from(None) {
+        Ok((history, source)) => r.row(
+            "kernel log",
+            true,
+            format!(
+                "read through {source}, {} OOM kill(s) in it",
+                history.kills.len()
+            ),
+        ),
+        Err(e) => r.row(
+            "kernel log",
+            false,
+            format!("{e}: OOM kills from before start-up are not reported"),
+        ),
+    }
+
+    match aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
+        Ok(ok) => r.row(
+            "ring buffer maps",
+            ok,
+            if ok {
+                "supported"
+            } else {
+                "not supported (needs 5.8+)"
+            },
+        ),
+        Err(e) => r.row("ring buffer maps", false, e),
+    }
+
+    if !args.no_load && r.missing == 0 {
+        match Probes::load(&ProbeOptions::default()) {
+            Ok(p) => attached(&mut r, &p),
+            Err(e) => r.row("load and attach probes", false, e),
+        }
+    }
+
+    realtime(&mut r, args.realtime.realtime_priority);
+
+    if r.missing == 0 {
+        println!("\nall requirements met");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\n{} requirement(s) missing", r.missing);
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The running kernel's release against the oldest the probes are built for.
+fn kernel_version(r: &mut Report) {
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let version: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let new_enough = version.as_slice() >= [5, 15].as_slice();
+    r.row("kernel version >= 5.15", new_enough, &release);
+}
+
+/// The cgroup mode, and whether a cgroup id finds its path below kubelet's cgroups.
+fn cgroups(r: &mut Report, args: &CheckArgs) {
     match CgroupMounts::detect(args.cgroupfs.as_deref()) {
         Ok(m) => {
             let mode = m.mode();
@@ -256,113 +312,70 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => r.row("cgroup mode", false, e),
     }
+}
 
-    match kmsg::read_history_from(None) {
-        Ok((history, source)) => r.row(
-            "kernel log",
-            true,
+/// The probes loaded and attached: how many, and the hook each variable part got on this kernel.
+fn attached(r: &mut Report, p: &Probes) {
+    r.row(
+        "load and attach probes",
+        true,
+        format!(
+            "{} programs attached, then detached",
+            p.program_stats().map(|s| s.len()).unwrap_or(0)
+        ),
+    );
+    match p.group_dead_source() {
+        GroupDeadSource::Tracepoint => {}
+        GroupDeadSource::Fentry => r.note(
+            "  exit group_dead",
+            "not a tracepoint argument here: taken from fentry/taskstats_exit",
+        ),
+        GroupDeadSource::SignalLive(why) => r.note(
+            "  exit group_dead",
             format!(
-                "read through {source}, {} OOM kill(s) in it",
-                history.kills.len()
+                "not a tracepoint argument here, and fentry/taskstats_exit refused \
+                 ({why}): from signal->live, two threads exiting at once may both \
+                 be reported as the last"
             ),
         ),
-        Err(e) => r.row(
-            "kernel log",
-            false,
-            format!("{e}: OOM kills from before start-up are not reported"),
+    }
+    match p.limit_hit_source() {
+        LimitHitSource::Fexit => r.note(
+            "  memory limit hits",
+            "fexit/try_to_free_mem_cgroup_pages: the cgroup at its limit from the kernel",
+        ),
+        LimitHitSource::Tracepoint(why) => r.note(
+            "  memory limit hits",
+            format!(
+                "tracepoint/vmscan/mm_vmscan_memcg_reclaim_end ({why}): the cgroup at \
+                 its limit is read from cgroupfs"
+            ),
+        ),
+        LimitHitSource::Off(why) => r.note(
+            "  memory limit hits",
+            format!("none ({why}): no warnings before OOM kills"),
         ),
     }
-
-    match aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
-        Ok(ok) => r.row(
-            "ring buffer maps",
-            ok,
-            if ok {
-                "supported"
-            } else {
-                "not supported (needs 5.8+)"
-            },
+    match p.charge_source() {
+        ChargeSource::Fexit => r.note(
+            "  memory limit crossings",
+            "fexit/try_charge_memcg: usage against the limit at every charge batch \
+             (a quarter MiB a CPU), 50/75/86/90/95 % each sent once",
         ),
-        Err(e) => r.row("ring buffer maps", false, e),
-    }
-
-    if !args.no_load && r.missing == 0 {
-        match Probes::load(&ProbeOptions::default()) {
-            Ok(p) => {
-                r.row(
-                    "load and attach probes",
-                    true,
-                    format!(
-                        "{} programs attached, then detached",
-                        p.program_stats().map(|s| s.len()).unwrap_or(0)
-                    ),
-                );
-                match p.group_dead_source() {
-                    GroupDeadSource::Tracepoint => {}
-                    GroupDeadSource::Fentry => r.note(
-                        "  exit group_dead",
-                        "not a tracepoint argument here: taken from fentry/taskstats_exit",
-                    ),
-                    GroupDeadSource::SignalLive(why) => r.note(
-                        "  exit group_dead",
-                        format!(
-                            "not a tracepoint argument here, and fentry/taskstats_exit refused \
-                             ({why}): from signal->live, two threads exiting at once may both \
-                             be reported as the last"
-                        ),
-                    ),
-                }
-                match p.limit_hit_source() {
-                    LimitHitSource::Fexit => r.note(
-                        "  memory limit hits",
-                        "fexit/try_to_free_mem_cgroup_pages: the cgroup at its limit from the kernel",
-                    ),
-                    LimitHitSource::Tracepoint(why) => r.note(
-                        "  memory limit hits",
-                        format!(
-                            "tracepoint/vmscan/mm_vmscan_memcg_reclaim_end ({why}): the cgroup at \
-                             its limit is read from cgroupfs"
-                        ),
-                    ),
-                    LimitHitSource::Off(why) => r.note(
-                        "  memory limit hits",
-                        format!("none ({why}): no warnings before OOM kills"),
-                    ),
-                }
-                match p.charge_source() {
-                    ChargeSource::Fexit => r.note(
-                        "  memory limit crossings",
-                        "fexit/try_charge_memcg: usage against the limit at every charge batch \
-                         (a quarter MiB a CPU), 50/75/86/90/95 % each sent once",
-                    ),
-                    ChargeSource::RawTracepoint(why) => r.note(
-                        "  memory limit crossings",
-                        format!(
-                            "raw_tp/mod_memcg_lruvec_state ({why}): the page counters read once \
-                             per 64 pages a CPU adds to a memory cgroup's statistics"
-                        ),
-                    ),
-                    ChargeSource::Off(why) => r.note(
-                        "  memory limit crossings",
-                        format!(
-                            "none ({why}): a leak with nothing to reclaim is warned of only at \
-                             its limit"
-                        ),
-                    ),
-                }
-            }
-            Err(e) => r.row("load and attach probes", false, e),
-        }
-    }
-
-    realtime(&mut r, args.realtime.realtime_priority);
-
-    if r.missing == 0 {
-        println!("\nall requirements met");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        println!("\n{} requirement(s) missing", r.missing);
-        Ok(ExitCode::FAILURE)
+        ChargeSource::RawTracepoint(why) => r.note(
+            "  memory limit crossings",
+            format!(
+                "raw_tp/mod_memcg_lruvec_state ({why}): the page counters read once \
+                 per 64 pages a CPU adds to a memory cgroup's statistics"
+            ),
+        ),
+        ChargeSource::Off(why) => r.note(
+            "  memory limit crossings",
+            format!(
+                "none ({why}): a leak with nothing to reclaim is warned of only at \
+                 its limit"
+            ),
+        ),
     }
 }
 
