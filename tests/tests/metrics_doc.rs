@@ -79,7 +79,7 @@ fn docs_metrics_lists_what_metrics_serves() {
     // their names are in the source that encodes them.
     assert!(!conditional.is_empty());
     let source =
-        std::fs::read_to_string(workspace().join("observer-user/src/pipeline/metrics.rs")).unwrap();
+        std::fs::read_to_string(workspace().join("observer-user/src/kernel/metrics.rs")).unwrap();
     for (name, _) in &conditional {
         assert!(
             !served.iter().any(|(n, _)| n == name),
@@ -91,7 +91,7 @@ fn docs_metrics_lists_what_metrics_serves() {
             .trim_end_matches("_seconds");
         assert!(
             source.contains(&format!("\"{base}\"")),
-            "{name}: no \"{base}\" in observer-user/src/pipeline/metrics.rs"
+            "{name}: no \"{base}\" in observer-user/src/kernel/metrics.rs"
         );
     }
 }

@@ -6,6 +6,7 @@ pub mod event;
 pub mod kmsg;
 mod known_inits;
 mod loader;
+mod metrics;
 pub mod oom_report;
 mod reader;
 pub mod tracefs;
@@ -20,6 +21,7 @@ pub use loader::{
     privileges, ChargeSource, GroupDeadSource, KernelCounters, LimitHitSource, ProbeOptions,
     Probes, ProgramStats, Wake, Watch, CROSSING_THRESHOLDS, LIMIT_HIT_INTERVAL,
 };
+pub(crate) use metrics::run_time_accounted;
 pub use observer_common::WatchRoot;
 pub use reader::{EventReader, Wait};
 
