@@ -633,6 +633,27 @@ fn live_event(action: &str, at: SystemTime) -> Value {
     })
 }
 
+/// An agent started where the API's ContainersAlive stood False since `false_since` and the API
+/// holds `held` Events, shown the app container's `dead` instance and its running successor:
+/// the Events it sent.
+async fn started_beside_false(
+    false_since: SystemTime,
+    held: Vec<Value>,
+    dead: ContainerView,
+) -> (Handles, Vec<Seen>) {
+    let (h, log) = start_holding(
+        StatusMode::Conditions,
+        vec![alive_as("False", false_since)],
+        vec![],
+        crate::model::system_clock(),
+        held,
+    )
+    .await;
+    h.observe(&view(vec![dead, cv("app", 1, Running)]));
+    settle().await;
+    (h, server::events(&log))
+}
+
 /// An earlier agent wrote the death's False, then was stopped (SIGKILL) before its Event went
 /// out: the next agent finds the False and no Event about the death, and tells it late. An
 /// Event of the earlier agent about that death (live, between the death and this start) is
@@ -649,19 +670,7 @@ async fn a_death_whose_event_an_earlier_agent_never_sent_is_told_late() {
         .unwrap()
         .as_secs();
     let false_since = finished + Duration::from_millis(30);
-    let run = |held: Vec<Value>, dead: ContainerView| async move {
-        let (h, log) = start_holding(
-            StatusMode::Conditions,
-            vec![alive_as("False", false_since)],
-            vec![],
-            crate::model::system_clock(),
-            held,
-        )
-        .await;
-        h.observe(&view(vec![dead, cv("app", 1, Running)]));
-        settle().await;
-        (h, server::events(&log))
-    };
+    let run = |held: Vec<Value>, dead: ContainerView| started_beside_false(false_since, held, dead);
 
     let (_h, told) = run(vec![], dead.clone()).await;
     assert_eq!(told.len(), 1, "{told:#?}");
@@ -757,20 +766,7 @@ async fn a_death_the_runtime_lost_the_exit_of_is_not_told_again() {
     dead.started_at = Some(died - Duration::from_secs(30));
     dead.finished_at = Some(restarted);
     let run = |held: Vec<Value>| {
-        let dead = dead.clone();
-        async move {
-            let (h, log) = start_holding(
-                StatusMode::Conditions,
-                vec![alive_as("False", died + Duration::from_millis(30))],
-                vec![],
-                crate::model::system_clock(),
-                held,
-            )
-            .await;
-            h.observe(&view(vec![dead, cv("app", 1, Running)]));
-            settle().await;
-            (h, server::events(&log))
-        }
+        started_beside_false(died + Duration::from_millis(30), held, dead.clone())
     };
     let (h, told) = run(vec![live_event(
         "Signal/9",
