@@ -116,7 +116,14 @@ impl Pods {
 
     /// The agent on these pods, once its status manager listed them.
     async fn agent(&self) -> Result<AgentStack> {
-        let stack = AgentStack::start(&self.cg, self.runtime.clone(), &self.api, NODE).await?;
+        let stack = AgentStack::start(
+            &self.cg,
+            self.runtime.clone(),
+            &self.api,
+            NODE,
+            observer::model::SystemClock,
+        )
+        .await?;
         tokio::time::timeout(Duration::from_secs(30), stack.status.pods().ready())
             .await
             .context("pods never listed")?;

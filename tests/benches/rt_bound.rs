@@ -14,6 +14,11 @@
 //!      death turns its pod's ContainersAlive False: a PATCH per death, sent from the same thread
 //!      on its own connections to the API stand-in, which runs in this process). The hogs' CPU over a 3 s window that starts with the kills, the agent thread's
 //!      CPU time, and when the last death's line was written / PATCH went on the wire.
+//!      A fourth round is the fast status path again with its log's reader stalled: the
+//!      agent's log queue (`observer::sync::logs`, as `observer run` installs it) drains into a
+//!      sink whose writes do not return, a normal-priority thread logs without pause so that the
+//!      queue stays full, and every filter is at debug. The PATCHes' times beside the third
+//!      round's are the proof that a stalled log costs lines, never the real-time thread's writes.
 //!   3. A fork storm in one container (`observer-workload spin` / `spin-ns`, a process per core),
 //!      without and with the agent's loop: the storm's rate, the hogs' share, the agent thread's
 //!      CPU.
@@ -54,7 +59,7 @@ fn main() -> Result<()> {
     if !require_kernel() {
         return Ok(());
     }
-    observer_tests::bench::init_tracing();
+    let logs = Logs::init()?;
     let deaths = observer_tests::bench::env_count("OBSERVER_BENCH_DEATHS", DEFAULT_DEATHS)?;
     let cores = std::thread::available_parallelism()?.get();
     println!(
@@ -68,7 +73,7 @@ fn main() -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(burst(cores, deaths))?;
+    rt.block_on(burst(cores, deaths, &logs))?;
     rt.block_on(storm(cores, forks))
 }
 
@@ -154,6 +159,8 @@ fn bound(cores: usize) -> Result<()> {
         };
         std::thread::sleep(WINDOW);
         let hogs_share = share(&hogs, t0, start.elapsed(), cores);
+        let dropped = stall.as_ref().map(Stalled::dropped);
+        drop(stall);
         stop.store(true, Ordering::Relaxed);
         let (granted, own) = match thread {
             Some(t) => {
@@ -483,14 +490,145 @@ enum Sink {
     Api,
 }
 
-async fn burst(cores: usize, n: usize) -> Result<()> {
+/// The bench's log, installed as `observer run` installs the agent's (`sync::logs`: one bounded
+/// queue, drained on a thread of its own), into a sink that can be made to stall.
+struct Logs {
+    queue: observer::sync::logs::LogQueue,
+    _flush: observer::sync::logs::LogFlush,
+    gate: Arc<Gate>,
+    filter: tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >,
+}
+
+/// While closed, a write into it does not return (a log collector that stopped reading).
+#[derive(Default)]
+struct Gate {
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+struct GatedStderr(Arc<Gate>);
+
+impl Write for GatedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut closed = self.0.closed.lock().unwrap_or_else(|p| p.into_inner());
+        while *closed {
+            closed = self
+                .0
+                .opened
+                .wait(closed)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        std::io::stderr().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl Logs {
+    fn init() -> Result<Self> {
+        use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt};
+        let gate = Arc::new(Gate::default());
+        let (queue, flush) = observer::sync::logs::queue(
+            GatedStderr(Arc::clone(&gate)),
+            observer::sync::logs::CAPACITY,
+        )?;
+        let env = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let (filter, handle) = tracing_subscriber::reload::Layer::new(env);
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(tracing_subscriber::fmt::layer().with_writer(queue.clone()))
+            .try_init()?;
+        Ok(Self {
+            queue,
+            _flush: flush,
+            gate,
+            filter: handle,
+        })
+    }
+
+    /// Stalls the sink, sets every filter to debug and keeps the queue full from a thread of
+    /// normal priority, until the returned guard is dropped.
+    fn stall(&self) -> Result<Stalled<'_>> {
+        self.filter
+            .reload(tracing_subscriber::EnvFilter::new("debug"))?;
+        *self.gate.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        let stop = Arc::new(AtomicBool::new(false));
+        let chatty = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("bench-chatty".into())
+                .spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        tracing::info!(n, "a line for a log nobody reads");
+                    }
+                })?
+        };
+        Ok(Stalled {
+            logs: self,
+            stop,
+            chatty: Some(chatty),
+            dropped: self.queue.dropped(),
+        })
+    }
+}
+
+struct Stalled<'a> {
+    logs: &'a Logs,
+    stop: Arc<AtomicBool>,
+    chatty: Option<std::thread::JoinHandle<()>>,
+    /// Lines dropped before the stall.
+    dropped: u64,
+}
+
+impl Stalled<'_> {
+    /// Lines dropped since the stall began.
+    fn dropped(&self) -> u64 {
+        self.logs.queue.dropped() - self.dropped
+    }
+}
+
+impl Drop for Stalled<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.chatty.take() {
+            let _ = t.join();
+        }
+        let _ = self
+            .logs
+            .filter
+            .reload(tracing_subscriber::EnvFilter::new("warn"));
+        *self
+            .logs
+            .gate
+            .closed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = false;
+        self.logs.gate.opened.notify_all();
+    }
+}
+
+async fn burst(cores: usize, n: usize, logs: &Logs) -> Result<()> {
     println!(
         "\n### A burst of {n} container deaths ({PODS} pods, or one per container where said; all SIGKILLed at once) beside a hog per core, {} s window from the kills\n",
         WINDOW.as_secs()
     );
     println!("| the agent | hogs' share of all cores | the agent's real-time thread: CPU in the window | the bench process's other threads: CPU in the window | deaths written | the last death's line / PATCH written after the kills |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (round, sink) in [(1usize, Sink::None), (2, Sink::Lines), (3, Sink::Api)] {
+    let rounds = [
+        (1usize, Sink::None, false),
+        (2, Sink::Lines, false),
+        (3, Sink::Api, false),
+        (4, Sink::Api, true),
+    ];
+    for (round, sink, stalled_log) in rounds {
         let mut cg = TestCgroup::new("rt-burst")?;
         // Only a pod's first death turns its ContainersAlive False: for a PATCH per death, the
         // fast status path's round has a pod per container.
@@ -522,6 +660,11 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
         }
         let task = task.map(|t| t.0);
         let (hogs, agent0, t0, start) = hogs_at_speed(cores)?;
+        let stall = if stalled_log {
+            Some(logs.stall()?)
+        } else {
+            None
+        };
         let own0 = process_cpu();
         let killed = std::time::SystemTime::now();
         kill_all(&cg, &rels);
@@ -538,6 +681,8 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let hogs_share = share(&hogs, t0, start.elapsed(), cores);
+        let dropped = stall.as_ref().map(Stalled::dropped);
+        drop(stall);
         let agent_cpu = thread_cpu_of("observer-kernel").map(|t| t - agent0);
         let agent = agent_cpu.map(|t| t.as_secs_f64());
         // This process less the agent's thread: the stand-in, the PLEG queue's consumer, this
@@ -568,7 +713,10 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
                     .max();
                 (
                     format!(
-                        "reader → PLEG → fast status path, {rt} ({pods} pods of one container: a PATCH per death)"
+                        "reader → PLEG → fast status path, {rt} ({pods} pods of one container: a PATCH per death){}",
+                        dropped.map_or(String::new(), |d| format!(
+                            "; the log's reader stalled, its queue kept full at debug ({d} lines dropped)"
+                        ))
                     ),
                     format!("{} PATCHes", sent(api)),
                     wire.filter(|_| last.is_some()),
@@ -593,7 +741,8 @@ async fn burst(cores: usize, n: usize) -> Result<()> {
         "\nThe API stand-in answers in this process, at normal priority beside the hogs (the other \
          threads' column): with the \
          fast status path, the hogs' share also pays for its answers (on a node, that is the API \
-         server's side)."
+         server's side). In the stalled log's round, the other threads include the one that keeps \
+         the log's queue full, spinning at normal priority beside the hogs."
     );
     Ok(())
 }

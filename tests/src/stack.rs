@@ -19,7 +19,7 @@ use observer::{
     cgroup::{container_cgroup_path, pod_cgroup_path, CgroupDriver, Qos, Runtime},
     cri::{api, keys, ConnectionState, ContainerEventStream, CriError},
     kernel::{ProbeOptions, Watch},
-    model::{ContainerId, PodUid},
+    model::{Clock, ContainerId, PodUid, SystemClock},
     pipeline::{PipelineConfig, ReaderThread},
     reconcile::{ReconcileConfig, ReconcileHandle, RuntimeService},
     status::{StatusConfig, StatusHandle, StatusMode},
@@ -228,18 +228,21 @@ pub struct AgentStack {
 impl AgentStack {
     /// Probes filtered to `cg` and its start-up walk, as [`crate::kernel::PlegWatch`]; the
     /// kernel log followed from now on (the history before it read once).
-    pub async fn start(
+    /// `clock` is the wall clock the agent decides by (`observer::model::SystemClock`, or a
+    /// `FakeClock`).
+    pub async fn start<C: Clock>(
         cg: &TestCgroup,
         runtime: RuntimeStandIn,
         api: &ApiStandIn,
         node: &str,
+        clock: C,
     ) -> anyhow::Result<Self> {
         let client = observer::kube::client(Some(api.kubeconfig()?.as_os_str())).await?;
         let mut status = StatusConfig::new(node, StatusMode::Conditions);
         status.api_url = client.url.clone();
         let agent = Agent::build(AgentParts {
             runtime,
-            clock: observer::model::SystemClock,
+            clock,
             runtime_fallback: "containerd".into(),
             pipeline: PipelineConfig {
                 unified: cg.mount.clone(),
@@ -359,7 +362,17 @@ impl StandInPod {
 
     /// The agent's chain on this pod, once the status manager listed the API's pods.
     pub async fn agent(&self, cg: &TestCgroup, node: &str) -> anyhow::Result<AgentStack> {
-        let stack = AgentStack::start(cg, self.runtime.clone(), &self.api, node).await?;
+        self.agent_on(cg, node, SystemClock).await
+    }
+
+    /// [`Self::agent`] deciding by the wall clock `clock`.
+    pub async fn agent_on<C: Clock>(
+        &self,
+        cg: &TestCgroup,
+        node: &str,
+        clock: C,
+    ) -> anyhow::Result<AgentStack> {
+        let stack = AgentStack::start(cg, self.runtime.clone(), &self.api, node, clock).await?;
         tokio::time::timeout(
             std::time::Duration::from_secs(30),
             stack.status.pods().ready(),

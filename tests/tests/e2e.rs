@@ -716,3 +716,77 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
     );
     Ok(())
 }
+
+/// The merge rule never contradicts the runtime without evidence, tried as a user did: inits
+/// OOM-killed (`exec tail /dev/zero` under 32 MiB) while no agent ran, read afterwards by a fresh
+/// `observer status -o account`. Each container is what the evidence proves: OOMKilled/137 where
+/// the runtime or the kernel's report proves the init was the victim, the runtime's account
+/// otherwise; never a reason the runtime did not give without the evidence named
+/// (`exit_source`), never a victim said not to be the init on no evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inits_oom_killed_while_no_agent_ran_are_told_as_the_evidence_proves() -> Result<()> {
+    if !observer_tests::require_containerd() || !observer_tests::kernel::require_kernel() {
+        return Ok(());
+    }
+    observer_tests::init_tracing();
+    let ctrd = observer_tests::Containerd::start().await?;
+    let mut pods = Vec::new();
+    for n in 0..6 {
+        let spec = ContainerSpec::sh("app", "exec tail /dev/zero").memory_limit_mib(32);
+        let pod = ctrd
+            .run_pod(
+                PodSpec::new(format!("tail-{n}"))
+                    .qos(Qos::Burstable)
+                    .container(spec),
+            )
+            .await?;
+        pods.push((pod.uid.clone(), pod.containers[0].id.clone()));
+    }
+    let mut runtime = Vec::new();
+    for (_, id) in &pods {
+        let s = ctrd.wait_exited(id, WAIT).await?;
+        runtime.push((s.exit_code, s.reason.clone()));
+    }
+    let bin = observer_tests::observer_bin();
+    let endpoint = ctrd.socket().display().to_string();
+    let out = tokio::process::Command::new(&bin)
+        .args(["status", "-o", "account", "--cri-endpoint", &endpoint])
+        .output()
+        .await?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut told = Vec::new();
+    for ((uid, _), said) in pods.iter().zip(&runtime) {
+        let row = rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["uid"] == uid.as_str())
+            .with_context(|| format!("{uid} not in {rows:#}"))?;
+        let c = &row["containers"][0];
+        eprintln!("runtime {said:?}: {row:#}");
+        told.push(c.clone());
+        // The kill, where the kernel printed its report (at most 10 in 5 s: in a storm the
+        // rest have only their `Killed process` line, which names no cgroup): tail's, and never
+        // said not to be the init.
+        let kill = &row["last_oom"];
+        if !kill.is_null() {
+            assert_eq!(kill["comm"], "tail", "{row:#}");
+            assert_ne!(kill["init"], false, "{row:#}");
+        }
+        assert_eq!(c["exit_code"], 137, "{c:#}");
+        let reason = c["reason"].as_str().unwrap_or_default();
+        if reason != said.1 {
+            // A verdict other than the runtime's names its evidence: the kernel log.
+            assert_eq!(c["exit_source"], "kernel-log", "{c:#}");
+            assert_eq!(reason, "OOMKilled", "the runtime said {said:?}: {c:#}");
+        }
+    }
+    // The init was the victim in every one: each is OOMKilled, by the runtime's word or the
+    // kernel's report.
+    for c in &told {
+        assert_eq!(c["reason"], "OOMKilled", "{c:#}");
+    }
+    Ok(())
+}

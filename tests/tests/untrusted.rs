@@ -12,6 +12,7 @@ use observer::{
     cgroup::{
         container_cgroup_path, pod_cgroup_path, CgroupDriver, ContainerId, PodUid, Qos, Runtime,
     },
+    model::{Clock, FakeClock, SystemClock},
     reconcile::ContainerPhase,
 };
 use observer_tests::{
@@ -42,12 +43,22 @@ struct Running {
 
 impl Running {
     async fn start(cg: &mut TestCgroup, name: &'static str, n: u32) -> Result<Self> {
+        Self::start_on(cg, name, n, SystemClock).await
+    }
+
+    /// [`Self::start`] with the agent deciding by the wall clock `clock`.
+    async fn start_on<C: Clock>(
+        cg: &mut TestCgroup,
+        name: &'static str,
+        n: u32,
+        clock: C,
+    ) -> Result<Self> {
         let in_api = InApi {
             limit: None,
             gate: Some(ALIVE),
         };
         let pod = StandInPod::new(cg, name, 0xa1, n, NODE, in_api).await?;
-        let stack = pod.agent(cg, NODE).await?;
+        let stack = pod.agent_on(cg, NODE, clock).await?;
         let StandInPod {
             name,
             uid,
@@ -137,6 +148,62 @@ fn condition<'a>(body: &'a Value, type_: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
+}
+
+/// The wall clock is the agent's own, injected (`AgentParts::clock`), not whatever the node's
+/// says: an agent built with a fake clock a day behind this machine's stamps ContainersAlive's
+/// transitions (True at the start, False at the death) from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_transitions_are_stamped_by_the_clock_it_is_given() -> Result<()> {
+    if !require_kernel() {
+        return Ok(());
+    }
+    let day = Duration::from_secs(86_400);
+    let behind = std::time::SystemTime::now() - day;
+    let mut cg = TestCgroup::new("fake-clock")?;
+    let mut pod = Running::start_on(&mut cg, "clocked", 3, FakeClock::at(behind)).await?;
+    let from = pod.api.recorded().len();
+    pod.init.kill()?;
+    pod.init.wait()?;
+    pod.api
+        .wait_for(WAIT, |r| r.seq >= from && pod.alive(r) == Some("False"))
+        .await
+        .context("the death was not written")?;
+    // True as the agent first wrote it; False as the API serves it after the death (a patch
+    // leaves out a transition time equal to the served one, to the second).
+    let written_true = pod
+        .api
+        .recorded()
+        .iter()
+        .filter(|r| pod.alive(r) == Some("True"))
+        .find_map(|r| {
+            condition(&r.body, ALIVE)?["lastTransitionTime"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .context("no True with a transition time")?;
+    let served = pod
+        .api
+        .pod("default", pod.name)
+        .context("the pod is served")?;
+    let served_false = condition(&served, ALIVE)
+        .filter(|c| c["status"] == "False")
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .with_context(|| format!("the served pod: {served:#}"))?
+        .to_string();
+    let machine = std::time::SystemTime::now();
+    for (status, at) in [("True", &written_true), ("False", &served_false)] {
+        let at: std::time::SystemTime =
+            time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                .context("a time")?
+                .into();
+        // Within the test's own span on the fake clock, a day before the machine's.
+        ensure!(
+            at >= behind - Duration::from_secs(1) && at + day <= machine + Duration::from_secs(1),
+            "{status} stamped {at:?}, not by the agent's clock ({behind:?} on)"
+        );
+    }
+    Ok(())
 }
 
 /// A running container's pod and container cgroups made again below a subtree of the test

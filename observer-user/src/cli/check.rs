@@ -176,41 +176,7 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // Several MB: gone before the probes below read the BTF again, so that the two never add up.
     drop(btf);
     if let Some(t) = &tracefs {
-        match tracefs::oom_offsets(t) {
-            Ok(o) => {
-                r.row("tracepoint oom/mark_victim", true, "present");
-                let absent: Vec<&str> = [
-                    ("total_vm", o.total_vm),
-                    ("anon_rss", o.anon_rss),
-                    ("file_rss", o.file_rss),
-                    ("shmem_rss", o.shmem_rss),
-                ]
-                .into_iter()
-                .filter(|(_, off)| *off == observer_common::config::FIELD_ABSENT)
-                .map(|(name, _)| name)
-                .collect();
-                if !absent.is_empty() {
-                    r.note(
-                        "  victim memory fields",
-                        format!(
-                            "absent: {} (this kernel's mark_victim predates Linux 6.8); OOM kills \
-                             are reported without them, victim name and oom_score_adj come from \
-                             the victim task",
-                            absent.join(", ")
-                        ),
-                    );
-                }
-            }
-            Err(e) => r.row("tracepoint oom/mark_victim", false, e),
-        }
-        match tracefs::cgroup_offsets(t) {
-            Ok(_) => r.row(
-                "tracepoints cgroup/*",
-                true,
-                "cgroup_mkdir, cgroup_rmdir, cgroup_notify_populated",
-            ),
-            Err(e) => r.row("tracepoints cgroup/*", false, e),
-        }
+        tracepoints(&mut r, t);
     }
 
     cgroups(&mut r, &args);
@@ -259,6 +225,45 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("\n{} requirement(s) missing", r.missing);
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The tracepoints whose record layouts the probes read from tracefs.
+fn tracepoints(r: &mut Report, t: &std::path::Path) {
+    match tracefs::oom_offsets(t) {
+        Ok(o) => {
+            r.row("tracepoint oom/mark_victim", true, "present");
+            let absent: Vec<&str> = [
+                ("total_vm", o.total_vm),
+                ("anon_rss", o.anon_rss),
+                ("file_rss", o.file_rss),
+                ("shmem_rss", o.shmem_rss),
+            ]
+            .into_iter()
+            .filter(|(_, off)| *off == observer_common::config::FIELD_ABSENT)
+            .map(|(name, _)| name)
+            .collect();
+            if !absent.is_empty() {
+                r.note(
+                    "  victim memory fields",
+                    format!(
+                        "absent: {} (this kernel's mark_victim predates Linux 6.8); OOM kills \
+                         are reported without them, victim name and oom_score_adj come from \
+                         the victim task",
+                        absent.join(", ")
+                    ),
+                );
+            }
+        }
+        Err(e) => r.row("tracepoint oom/mark_victim", false, e),
+    }
+    match tracefs::cgroup_offsets(t) {
+        Ok(_) => r.row(
+            "tracepoints cgroup/*",
+            true,
+            "cgroup_mkdir, cgroup_rmdir, cgroup_notify_populated",
+        ),
+        Err(e) => r.row("tracepoints cgroup/*", false, e),
     }
 }
 

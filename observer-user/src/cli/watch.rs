@@ -461,26 +461,7 @@ async fn watch_pods_reconciled(
                 e = &mut drain => return Err(e.into()),
                 _ = &mut settled, if !caught_up => {
                     caught_up = true;
-                    let mut lines = Vec::new();
-                    {
-                        let mut p = crate::sync::lock(&printer.0);
-                        for pod in reconcile.pods() {
-                            for c in &pod.containers {
-                                if let Some(o) = &c.last_oom {
-                                    if o.source != crate::reconcile::Source::Kernel && p.killed.insert((c.id, o.pid)) {
-                                        lines.push(crate::present::render::view_oom_line(&pod, c, o));
-                                    }
-                                }
-                                if c.phase == crate::reconcile::ContainerPhase::Exited && p.died.insert(c.id) {
-                                    lines.push(crate::present::render::view_died_line(&pod, c));
-                                }
-                            }
-                        }
-                    }
-                    for line in &lines {
-                        printer.write(line, false);
-                    }
-                    printer.flush();
+                    catch_up(&printer, &reconcile);
                 }
             }
         }
@@ -488,6 +469,37 @@ async fn watch_pods_reconciled(
     .await;
     printer.flush();
     finish(result)
+}
+
+/// The deaths and OOM kills the agent did not see happen (it started after them), printed once
+/// each. The loop's thread (real-time with --realtime-priority) takes the printer's lock too:
+/// it is held here for one container's set inserts, never while the reconciler's view is read
+/// or a line is made.
+fn catch_up(printer: &SharedPrinter, reconcile: &crate::reconcile::ReconcileHandle) {
+    use crate::reconcile::{ContainerPhase, Source};
+    let mut lines = Vec::new();
+    for pod in reconcile.pods() {
+        for c in &pod.containers {
+            let oom = c.last_oom.as_ref().filter(|o| o.source != Source::Kernel);
+            let (kill, death) = {
+                let mut p = crate::sync::lock(&printer.0);
+                (
+                    oom.filter(|o| p.killed.insert((c.id, o.pid))),
+                    c.phase == ContainerPhase::Exited && p.died.insert(c.id),
+                )
+            };
+            if let Some(o) = kill {
+                lines.push(crate::present::render::view_oom_line(&pod, c, o));
+            }
+            if death {
+                lines.push(crate::present::render::view_died_line(&pod, c));
+            }
+        }
+    }
+    for line in &lines {
+        printer.write(line, false);
+    }
+    printer.flush();
 }
 
 fn finish(result: anyhow::Result<()>) -> anyhow::Result<ExitCode> {

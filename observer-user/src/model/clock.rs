@@ -9,7 +9,6 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-#[cfg(test)]
 use std::sync::{Mutex, PoisonError};
 
 use nix::time::{clock_gettime, ClockId};
@@ -42,23 +41,21 @@ impl Clock for SystemClock {
     }
 }
 
-/// A wall clock that moves only when told; clones share it.
-#[cfg(test)]
+/// A wall clock that moves only when told; clones share it. For tests, this crate's and the
+/// suites' (an agent built with it stamps what it writes from it).
 #[derive(Clone, Debug)]
-pub(crate) struct FakeClock(Arc<Mutex<SystemTime>>);
+pub struct FakeClock(Arc<Mutex<SystemTime>>);
 
-#[cfg(test)]
 impl FakeClock {
-    pub(crate) fn at(t: SystemTime) -> Self {
+    pub fn at(t: SystemTime) -> Self {
         Self(Arc::new(Mutex::new(t)))
     }
 
-    pub(crate) fn advance(&self, by: Duration) {
+    pub fn advance(&self, by: Duration) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) += by;
     }
 }
 
-#[cfg(test)]
 impl Clock for FakeClock {
     fn now(&self) -> SystemTime {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)

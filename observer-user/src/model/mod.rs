@@ -9,10 +9,8 @@ mod clock;
 mod ids;
 mod text;
 
-#[cfg(test)]
-pub(crate) use clock::FakeClock;
 pub(crate) use clock::SharedClock;
-pub use clock::{system_clock, BootClock, BootNs, Clock, SystemClock};
+pub use clock::{system_clock, BootClock, BootNs, Clock, FakeClock, SystemClock};
 pub use ids::IdError;
 pub use ids::{ContainerId, PodUid};
 pub use text::{printable, Printable};

@@ -301,6 +301,20 @@ pub fn render_text(e: &Explanation) -> String {
         Printable(&e.name)
     );
     let _ = writeln!(s, "UID:        {}", e.uid);
+    render_lifecycle(e, &mut s);
+    kubelet::render(&e.kubelet, &mut s);
+    render_warnings(e, &mut s);
+    if e.kills.is_empty() {
+        let _ = writeln!(s, "OOM kills:  none");
+    }
+    for k in &e.kills {
+        render_kill(k, &mut s);
+    }
+    s
+}
+
+fn render_lifecycle(e: &Explanation, s: &mut String) {
+    use std::fmt::Write;
     let _ = writeln!(s, "Lifecycle (the agent's record, oldest first):");
     for i in &e.instances {
         let exit = match (i.exit_code, i.signal) {
@@ -335,7 +349,10 @@ pub fn render_text(e: &Explanation) -> String {
             },
         );
     }
-    kubelet::render(&e.kubelet, &mut s);
+}
+
+fn render_warnings(e: &Explanation, s: &mut String) {
+    use std::fmt::Write;
     for w in &e.warnings {
         let _ = writeln!(
             s,
@@ -351,138 +368,137 @@ pub fn render_text(e: &Explanation) -> String {
         );
         let _ = writeln!(s, "  {}", Printable(&w.sentence));
     }
-    if e.kills.is_empty() {
-        let _ = writeln!(s, "OOM kills:  none");
-    }
-    for k in &e.kills {
+}
+
+/// One kill: what the kernel's report says of it, or why there is none.
+fn render_kill(k: &Kill, s: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "OOM kill in {} at {} (scope: {}):",
+        Printable(&k.container),
+        k.time,
+        k.scope
+    );
+    let _ = writeln!(s, "  {}", k.sentence);
+    let Some(r) = &k.report else {
         let _ = writeln!(
             s,
-            "OOM kill in {} at {} (scope: {}):",
-            Printable(&k.container),
-            k.time,
-            k.scope
+            "  Report:   none ({})",
+            k.scope_detail.as_deref().unwrap_or("not in the kernel log")
         );
-        let _ = writeln!(s, "  {}", k.sentence);
-        let Some(r) = &k.report else {
-            let _ = writeln!(
-                s,
-                "  Report:   none ({})",
-                k.scope_detail.as_deref().unwrap_or("not in the kernel log")
-            );
-            continue;
-        };
-        if let Some(t) = &r.trigger {
-            let _ = writeln!(
-                s,
-                "  Trigger:  {} (pid {}) gfp_mask={} order={} oom_score_adj={}",
-                Printable(&t.comm),
-                t.pid.map_or("?".into(), |p| p.to_string()),
-                t.gfp_mask,
-                t.order.map_or("?".into(), |o| o.to_string()),
-                t.oom_score_adj.map_or("?".into(), |a| a.to_string()),
-            );
-        } else if k.others_withheld.is_some() && r.has_start {
-            let _ = writeln!(
-                s,
-                "  Trigger:  not named (a process outside this container)"
-            );
-        } else {
-            let _ = writeln!(s, "  Trigger:  unknown (the log lost the report's start)");
-        }
-        let cg = if r.oom_memcg.is_empty() {
-            "none (global OOM)"
-        } else {
-            &r.oom_memcg
-        };
-        let _ = writeln!(s, "  Limit of: {}", Printable(cg));
-        for c in &r.counters {
-            let _ = writeln!(
-                s,
-                "  {:<9} usage {}, limit {}, failcnt {}",
-                format!("{}:", c.name),
-                mib(c.usage_kb),
-                // v1 prints an unset limit as PAGE_COUNTER_MAX pages.
-                if c.limit_kb >= 1 << 50 {
-                    "none".to_string()
-                } else {
-                    mib(c.limit_kb)
-                },
-                c.failcnt
-            );
-        }
-        if let Some(b) = &r.breakdown {
-            let mut parts: Vec<String> = b
-                .parts()
-                .iter()
-                .filter(|(_, v)| *v > 0)
-                .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
-                .collect();
-            if let Some(u) = b.unmapped_anon().filter(|&u| u >= 1 << 20) {
-                parts.push(format!(
-                    "anon mapped by no process {} (an exited or killed process's, not yet freed)",
-                    mib(u / 1024)
-                ));
-            }
-            let _ = writeln!(s, "  Filled:   {}", parts.join(", "));
-        }
-        if let Some(w) = &k.others_withheld {
-            let _ = writeln!(
-                s,
-                "  Others:   {} processes held {} resident (not named: the report spans other pods)",
-                w.processes,
-                mib(w.rss_kb)
-            );
-        }
-        if r.tasks_listed {
-            let _ = writeln!(
-                s,
-                "  Tasks ({} listed, largest {}{}):",
-                r.task_count,
-                r.tasks.len(),
-                if k.others_withheld.is_some() {
-                    ", this pod's victim only"
-                } else {
-                    ""
-                }
-            );
-            let _ = writeln!(
-                s,
-                "    {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}  NAME",
-                "PID", "RSS", "ANON", "FILE", "SHMEM", "ADJ"
-            );
-            let kb = |p: Option<u64>| p.map_or("-".into(), |p| mib(p * PAGE_KB));
-            for t in &r.tasks {
-                let _ = writeln!(
-                    s,
-                    "    {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
-                    t.pid,
-                    mib(t.rss_pages * PAGE_KB),
-                    kb(t.rss_anon_pages),
-                    kb(t.rss_file_pages),
-                    kb(t.rss_shmem_pages),
-                    t.oom_score_adj,
-                    Printable(&t.name)
-                );
-            }
-        } else {
-            let _ = writeln!(s, "  Tasks:    not listed (vm.oom_dump_tasks=0)");
-        }
-        let killed: Vec<String> = r
-            .killed()
-            .map(|k| format!("{} (pid {})", Printable(&k.comm), k.pid))
-            .collect();
+        return;
+    };
+    if let Some(t) = &r.trigger {
         let _ = writeln!(
             s,
-            "  Killed:   {}{}",
-            killed.join(", "),
-            if r.group_cgroup.is_some() {
-                " (memory.oom.group)"
+            "  Trigger:  {} (pid {}) gfp_mask={} order={} oom_score_adj={}",
+            Printable(&t.comm),
+            t.pid.map_or("?".into(), |p| p.to_string()),
+            t.gfp_mask,
+            t.order.map_or("?".into(), |o| o.to_string()),
+            t.oom_score_adj.map_or("?".into(), |a| a.to_string()),
+        );
+    } else if k.others_withheld.is_some() && r.has_start {
+        let _ = writeln!(
+            s,
+            "  Trigger:  not named (a process outside this container)"
+        );
+    } else {
+        let _ = writeln!(s, "  Trigger:  unknown (the log lost the report's start)");
+    }
+    let cg = if r.oom_memcg.is_empty() {
+        "none (global OOM)"
+    } else {
+        &r.oom_memcg
+    };
+    let _ = writeln!(s, "  Limit of: {}", Printable(cg));
+    for c in &r.counters {
+        let _ = writeln!(
+            s,
+            "  {:<9} usage {}, limit {}, failcnt {}",
+            format!("{}:", c.name),
+            mib(c.usage_kb),
+            // v1 prints an unset limit as PAGE_COUNTER_MAX pages.
+            if c.limit_kb >= 1 << 50 {
+                "none".to_string()
+            } else {
+                mib(c.limit_kb)
+            },
+            c.failcnt
+        );
+    }
+    if let Some(b) = &r.breakdown {
+        let mut parts: Vec<String> = b
+            .parts()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {}", mib(v / 1024)))
+            .collect();
+        if let Some(u) = b.unmapped_anon().filter(|&u| u >= 1 << 20) {
+            parts.push(format!(
+                "anon mapped by no process {} (an exited or killed process's, not yet freed)",
+                mib(u / 1024)
+            ));
+        }
+        let _ = writeln!(s, "  Filled:   {}", parts.join(", "));
+    }
+    if let Some(w) = &k.others_withheld {
+        let _ = writeln!(
+            s,
+            "  Others:   {} processes held {} resident (not named: the report spans other pods)",
+            w.processes,
+            mib(w.rss_kb)
+        );
+    }
+    if r.tasks_listed {
+        let _ = writeln!(
+            s,
+            "  Tasks ({} listed, largest {}{}):",
+            r.task_count,
+            r.tasks.len(),
+            if k.others_withheld.is_some() {
+                ", this pod's victim only"
             } else {
                 ""
             }
         );
+        let _ = writeln!(
+            s,
+            "    {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}  NAME",
+            "PID", "RSS", "ANON", "FILE", "SHMEM", "ADJ"
+        );
+        let kb = |p: Option<u64>| p.map_or("-".into(), |p| mib(p * PAGE_KB));
+        for t in &r.tasks {
+            let _ = writeln!(
+                s,
+                "    {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
+                t.pid,
+                mib(t.rss_pages * PAGE_KB),
+                kb(t.rss_anon_pages),
+                kb(t.rss_file_pages),
+                kb(t.rss_shmem_pages),
+                t.oom_score_adj,
+                Printable(&t.name)
+            );
+        }
+    } else {
+        let _ = writeln!(s, "  Tasks:    not listed (vm.oom_dump_tasks=0)");
     }
-    s
+    let killed: Vec<String> = r
+        .killed()
+        .map(|k| format!("{} (pid {})", Printable(&k.comm), k.pid))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  Killed:   {}{}",
+        killed.join(", "),
+        if r.group_cgroup.is_some() {
+            " (memory.oom.group)"
+        } else {
+            ""
+        }
+    );
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! of their own.
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{
@@ -71,20 +71,7 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
             .map(|t| SystemTime::from(t.0))
     };
 
-    let mut reason = status
-        .reason
-        .clone()
-        .filter(|r| !r.is_empty())
-        .or_else(|| status.phase.clone())
-        .unwrap_or_default();
-    let gated = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("SchedulingGated"));
-    if gated {
-        reason = "SchedulingGated".into();
-    }
+    let mut reason = pod_reason(status);
 
     let mut initializing = false;
     for (i, c) in init.iter().enumerate() {
@@ -108,13 +95,7 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
         }
         initializing = true;
         reason = match (term, st.waiting.as_ref()) {
-            (Some(t), _) => match t.reason.as_deref().filter(|r| !r.is_empty()) {
-                Some(r) => format!("Init:{r}"),
-                None if t.signal.unwrap_or(0) != 0 => {
-                    format!("Init:Signal:{}", t.signal.unwrap_or(0))
-                }
-                None => format!("Init:ExitCode:{}", t.exit_code),
-            },
+            (Some(t), _) => terminated_reason(t, "Init:"),
             (None, Some(w))
                 if w.reason
                     .as_deref()
@@ -148,13 +129,7 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
             {
                 reason = r;
             } else if let Some(t) = &st.terminated {
-                reason = match t.reason.as_deref().filter(|r| !r.is_empty()) {
-                    Some(r) => r.to_string(),
-                    None if t.signal.unwrap_or(0) != 0 => {
-                        format!("Signal:{}", t.signal.unwrap_or(0))
-                    }
-                    None => format!("ExitCode:{}", t.exit_code),
-                };
+                reason = terminated_reason(t, "");
             } else if st.running.is_some() && (c.ready || readiness_unknown(&c.name)) {
                 has_running = true;
                 if c.ready {
@@ -195,6 +170,33 @@ pub fn columns(pod: &Pod, unknown: &[Unknown]) -> Columns {
         status: reason,
         restarts,
         last_restart,
+    }
+}
+
+/// The pod's own reason, or its phase; a pod held by a scheduling gate says so.
+fn pod_reason(status: &PodStatus) -> String {
+    let gated = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("SchedulingGated"));
+    if gated {
+        return "SchedulingGated".into();
+    }
+    status
+        .reason
+        .clone()
+        .filter(|r| !r.is_empty())
+        .or_else(|| status.phase.clone())
+        .unwrap_or_default()
+}
+
+/// kubectl's words for a terminated container: its reason, else its signal, else its code.
+fn terminated_reason(t: &ContainerStateTerminated, prefix: &str) -> String {
+    match t.reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(r) => format!("{prefix}{r}"),
+        None if t.signal.unwrap_or(0) != 0 => format!("{prefix}Signal:{}", t.signal.unwrap_or(0)),
+        None => format!("{prefix}ExitCode:{}", t.exit_code),
     }
 }
 

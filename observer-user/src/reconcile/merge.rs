@@ -10,9 +10,13 @@
 //!   (kubernetes #104454). The container is Completed (exit 0) or Error, the runtime's account is
 //!   kept beside it, and the kill is the evidence where the kernel log still holds it.
 //! - The kernel lost the exit (only the cgroup emptying or vanishing was seen): the runtime's
-//!   exit code and reason, if it has them.
+//!   exit code and reason, if it has them; OOMKilled where the kernel log proves the init's kill.
+//! - The init's pid unknown: a kill whose report lists the victim alone in the container's own
+//!   cgroup was the init's; short of that, whether a victim was the init is not known.
 //!
-//! Every termination says how it is known ([`Source`]); nothing is guessed.
+//! Every termination says how it is known ([`Source`]); nothing is guessed. README.md's table
+//! ("How a container's end is decided") is checked against [`merge`] over every combination of
+//! evidence (merge/tests.rs).
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as api;
@@ -170,6 +174,18 @@ pub(crate) fn scope_of(k: &LoggedOomKill, id: ContainerId) -> OomScope {
     }
 }
 
+/// The kill's report proves its victim was the container's init, whose pid is not known: the
+/// cgroup that ran out is the container's own and its task dump lists no process but the
+/// victim. While a container runs its init is in its cgroup, so the one process there is it.
+fn victim_alone(k: &LoggedOomKill, id: ContainerId) -> bool {
+    let Some(r) = k.report.as_ref().filter(|r| r.tasks_listed) else {
+        return false;
+    };
+    scope_of(k, id) == OomScope::Container
+        && r.task_count == 1
+        && r.tasks.iter().all(|t| t.tgid == k.pid)
+}
+
 /// The trigger's container: its cpuset cgroup's name (`cpuset=` of the `oom-kill:` line), which
 /// is the container's cgroup where kubelet's layout gives containers a cpuset (cgroup v2, and
 /// v1's cpuset hierarchy).
@@ -216,9 +232,14 @@ pub fn merge(i: Inputs<'_>, clock: &BootClock) -> ContainerView {
                 None if runtime.is_some() => correct_unwatched(&mut v, &i),
                 None => {
                     v.exit_code = Some(SIGKILL_EXIT);
-                    v.reason = Some(ExitReason::Unknown.as_str().to_string());
                     v.finished_at = v.finished_at.or(Some(clock.to_system_time(*at)));
-                    v.exit_source = Some(Source::Kernel);
+                    if log_proves_init_killed(v.init_pid, &i) {
+                        v.reason = Some(ExitReason::OomKilled.as_str().to_string());
+                        v.exit_source = Some(Source::KernelLog);
+                    } else {
+                        v.reason = Some(ExitReason::Unknown.as_str().to_string());
+                        v.exit_source = Some(Source::Kernel);
+                    }
                 }
             }
             if let Some((code, reason)) = runtime {
@@ -308,11 +329,14 @@ fn runtime_message(m: &str) -> Option<String> {
 
 /// OOM kills of the container: the probes' and the kernel log's (a kill both saw counts once).
 fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
-    // Whether a victim was the init: by its pid where known; else what the container's own fate
-    // proves (its init still runs, or ended other than by SIGKILL: never the victim).
     let init_pid = v.init_pid;
+    // Whether a victim was the init: by its pid where known; else what the container's own fate
+    // proves (its init still runs, or ended other than by SIGKILL: never the victim; a runtime
+    // that lost the exit says nothing of it).
     let init_survived = v.phase == ContainerPhase::Running
-        || (v.phase == ContainerPhase::Exited && v.exit_code.is_some_and(|c| c != SIGKILL_EXIT));
+        || (v.phase == ContainerPhase::Exited
+            && v.exit_code
+                .is_some_and(|c| c != SIGKILL_EXIT && !runtime_lost_exit(c, &v.reason)));
     let init = |pid: u32| match init_pid {
         Some(p) => Some(p == pid),
         None if init_survived => Some(false),
@@ -357,15 +381,11 @@ fn oom_account(v: &mut ContainerView, i: &Inputs<'_>, clock: &BootClock) {
         .iter()
         .max_by_key(|k| (init(k.pid) == Some(true), k.at_us))
         .map(|k| {
-            logged_oom(
-                k,
-                i.id,
-                if k.group && init_pid.is_none() {
-                    None
-                } else {
-                    init(k.pid)
-                },
-            )
+            let init = match init(k.pid) {
+                None if victim_alone(k, i.id) => Some(true),
+                known => known,
+            };
+            logged_oom(k, i.id, init)
         });
     v.last_oom = match (probe, newest_logged) {
         (Some(p), Some(l)) if l.time > p.time => Some(l),
@@ -381,14 +401,13 @@ fn correct_unwatched(v: &mut ContainerView, i: &Inputs<'_>) {
     let (Some(code), reason) = (v.exit_code, v.reason.clone()) else {
         return;
     };
-    // The log names the init as a victim, or killed the container's whole cgroup.
-    let init_killed = i.logged.iter().any(|k| k.group)
-        || v.init_pid
-            .is_some_and(|pid| i.logged.iter().any(|k| k.pid == pid));
+    let init_killed = log_proves_init_killed(v.init_pid, i);
     let runtime_says_oom = reason.as_deref() == Some(ExitReason::OomKilled.as_str());
-    let corrected = if init_killed && code == SIGKILL_EXIT {
-        // The kernel log names the init as the victim.
+    let corrected = if init_killed && (code == SIGKILL_EXIT || runtime_lost_exit(code, &reason)) {
+        // The kernel log names the init as the victim: what the runtime said (a SIGKILL, or
+        // nothing it knew) was the OOM killer's.
         v.exit_source = Some(Source::KernelLog);
+        v.exit_code = Some(SIGKILL_EXIT);
         Some(ExitReason::OomKilled)
     } else if runtime_says_oom && code != SIGKILL_EXIT {
         // A killed init dies of SIGKILL: OOMKilled with any other code is the runtime's
@@ -411,6 +430,24 @@ fn correct_unwatched(v: &mut ContainerView, i: &Inputs<'_>) {
         v.runtime_exit_code = Some(code);
         v.reason = Some(r.as_str().to_string());
     }
+}
+
+/// The kernel log proves the init was OOM-killed: it names the init's pid as a victim, or
+/// killed the container's whole cgroup, or (the init's pid not known) reports a victim that was
+/// the only process of the container.
+fn log_proves_init_killed(init_pid: Option<u32>, i: &Inputs<'_>) -> bool {
+    i.logged.iter().any(|k| k.group)
+        || match init_pid {
+            Some(pid) => i.logged.iter().any(|k| k.pid == pid),
+            None => i.logged.iter().any(|k| victim_alone(k, i.id)),
+        }
+}
+
+/// Whether a runtime's record of an exit says it lost it: containerd, restarted after the
+/// container's task was gone, records exit 255 `Unknown` (internal/cri/server/restart.go,
+/// `unknownExitCode`).
+pub(crate) fn runtime_lost_exit(code: i32, reason: &Option<String>) -> bool {
+    code == 255 && reason.as_deref() == Some("Unknown")
 }
 
 /// The kernel log reaches back before the container started.

@@ -508,6 +508,182 @@ pub(crate) struct EventPublisher {
     stats: Arc<EventStats>,
 }
 
+/// The task that publishes, one Event at a time in queue order.
+struct Worker {
+    client: Client,
+    recorder: Recorder,
+    controller: String,
+    stats: Arc<EventStats>,
+    timeout: Duration,
+    max_age: Duration,
+    /// Names the API server in reports.
+    url: String,
+    /// Listing Events was refused (403), said once: the RBAC of an older release.
+    list_refused: bool,
+}
+
+impl Worker {
+    async fn run(mut self, mut rx: mpsc::Receiver<Queued>) {
+        while let Some((reference, event, late)) = rx.recv().await {
+            if let Some(late) = late {
+                if self.told_before(&reference, &event, &late).await {
+                    self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                }
+                // The node's log says it too, for log pipelines (as the manager says a live
+                // tell).
+                tracing::info!(
+                    namespace = reference.namespace.as_deref().unwrap_or_default(),
+                    pod = reference.name.as_deref().unwrap_or_default(),
+                    reason = %event.reason,
+                    "{}",
+                    event.note.as_deref().unwrap_or_default()
+                );
+            }
+            self.send(&reference, &event).await;
+            self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a death told late was told by an earlier agent already (killed again before its
+    /// own ContainersAlive write, or after its live Event): its Event says so.
+    async fn told_before(
+        &mut self,
+        reference: &ObjectReference,
+        event: &Event,
+        late: &Late,
+    ) -> bool {
+        let found = tokio::time::timeout(
+            self.timeout,
+            told_already(
+                &self.client,
+                reference,
+                &self.controller,
+                &event.action,
+                late,
+            ),
+        )
+        .await;
+        let known = match found {
+            Ok(Ok(told)) => Some(told),
+            Ok(Err(::kube::Error::Api(s))) if s.code == 403 && !self.list_refused => {
+                // An operator's to fix, once: the RBAC of an older release.
+                self.list_refused = true;
+                tracing::warn!("the API refuses to list Events (403): a death told late may be told again by each agent restarted in a row, or an earlier agent's untold Event not told; grant events.k8s.io events `list` to the agent (deploy/rbac.yaml)");
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::debug!("whether an earlier agent told a death could not be read ({e})");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "whether an earlier agent told a death could not be read in {:?}",
+                    self.timeout
+                );
+                None
+            }
+        };
+        // Unknown: a death no agent wrote False for is told, rather than risk not telling it;
+        // one an earlier agent wrote False for almost always had its Event too, and is not told
+        // twice on a guess.
+        let skip = match known {
+            Some(told) => told,
+            None => late.stood == Stood::False,
+        };
+        if skip {
+            let counter = if known.is_some() {
+                &self.stats.already_told
+            } else {
+                &self.stats.unknown_not_told
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(reason = %event.reason, told = ?known, "a death an earlier agent told, or wrote False for: not told again");
+        }
+        skip
+    }
+
+    /// Publishes one Event. An API server that is away, overloaded or throttling: the Event
+    /// waits (in order: the ones behind it would fail the same way) and is sent again, with
+    /// back-off, until it is `max_age` old. A series update is a PATCH of its count, the same
+    /// when sent again. A create whose answer never came may have landed: before it is sent
+    /// again, the pod's Events are looked at, and one this attempt created is the Event
+    /// published (not a second).
+    async fn send(&self, reference: &ObjectReference, event: &Event) {
+        let timeout = self.timeout;
+        let stats = &self.stats;
+        let queued = tokio::time::Instant::now();
+        let mut delay = RETRY_INITIAL;
+        // When the first attempt whose answer never came was sent.
+        let mut unanswered: Option<SystemTime> = None;
+        loop {
+            // Before a create whose answer never came is sent again: did it land?
+            let found = match unanswered.filter(|_| !self.list_refused) {
+                Some(since) => Some(
+                    tokio::time::timeout(
+                        timeout,
+                        ours_about(&self.client, reference, &self.controller),
+                    )
+                    .await
+                    .map(|r| r.map(|ours| ours.iter().any(|e| created_since(e, event, since)))),
+                ),
+                None => None,
+            };
+            let r = match found {
+                Some(Ok(Ok(true))) => {
+                    stats.landed_unanswered.fetch_add(1, Ordering::Relaxed);
+                    stats.published.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(reason = %event.reason, "an Event whose create went unanswered was created: not sent again");
+                    return;
+                }
+                // Cannot tell yet (the API still away): wait as for a failed create.
+                Some(Ok(Err(e))) if !matches!(&e, ::kube::Error::Api(s) if s.code == 403) => {
+                    Ok(Err(e))
+                }
+                Some(Err(elapsed)) => Err(elapsed),
+                // Not there, or the list not ours to read: send it.
+                _ => {
+                    let attempt = SystemTime::now();
+                    let r = tokio::time::timeout(timeout, self.recorder.publish(event, reference))
+                        .await;
+                    if unanswered.is_none() && answer_lost(&r) {
+                        unanswered = Some(attempt);
+                    }
+                    r
+                }
+            };
+            let failed = match r {
+                Ok(Ok(())) => {
+                    stats.published.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                failed => failed,
+            };
+            let retry = match &failed {
+                Ok(Err(e)) => retryable(e),
+                _ => true,
+            };
+            let n = stats.failures.fetch_add(1, Ordering::Relaxed);
+            // One line per power of two: an API outage does not flood the log.
+            if n.is_power_of_two() || n == 0 {
+                let why = match failed {
+                    Ok(Err(e)) => crate::kube::describe_api_error(&e, &self.url),
+                    _ => format!("no answer within {timeout:?}"),
+                };
+                let then = if retry { "retrying" } else { "dropped" };
+                tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}; {then}");
+            }
+            if !retry || queued.elapsed() + delay > self.max_age {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            stats.retried.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(RETRY_MAX);
+        }
+    }
+}
+
 impl EventPublisher {
     /// The publisher, and the task that publishes (spawn it; it ends when the publisher is
     /// dropped and its queue is empty). `url` names the API server in reports.
@@ -517,155 +693,18 @@ impl EventPublisher {
         cfg: EventConfig,
         url: &str,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let url = url.to_string();
-        let (tx, mut rx) = mpsc::channel::<Queued>(cfg.queue.max(1));
+        let (tx, rx) = mpsc::channel::<Queued>(cfg.queue.max(1));
         let stats = Arc::new(EventStats::default());
-        let worker_stats = Arc::clone(&stats);
         let controller = reporter.controller.clone();
-        let recorder = Recorder::new(client.clone(), reporter);
-        let timeout = cfg.timeout;
-        let max_age = cfg.max_age;
-        let worker = async move {
-            let mut list_refused = false;
-            while let Some((reference, event, late)) = rx.recv().await {
-                // A death told late may have been told by an earlier agent already (killed
-                // again before its own ContainersAlive write, or after its live Event): its
-                // Event says so.
-                if let Some(late) = late {
-                    let found = tokio::time::timeout(
-                        timeout,
-                        told_already(&client, &reference, &controller, &event.action, &late),
-                    )
-                    .await;
-                    let known = match found {
-                        Ok(Ok(told)) => Some(told),
-                        Ok(Err(::kube::Error::Api(s))) if s.code == 403 && !list_refused => {
-                            // An operator's to fix, once: the RBAC of an older release.
-                            list_refused = true;
-                            tracing::warn!("the API refuses to list Events (403): a death told late may be told again by each agent restarted in a row, or an earlier agent's untold Event not told; grant events.k8s.io events `list` to the agent (deploy/rbac.yaml)");
-                            None
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(
-                                "whether an earlier agent told a death could not be read ({e})"
-                            );
-                            None
-                        }
-                        Err(_) => {
-                            tracing::debug!("whether an earlier agent told a death could not be read in {timeout:?}");
-                            None
-                        }
-                    };
-                    // Unknown: a death no agent wrote False for is told, rather than risk not
-                    // telling it; one an earlier agent wrote False for almost always had its
-                    // Event too, and is not told twice on a guess.
-                    let skip = match known {
-                        Some(told) => told,
-                        None => late.stood == Stood::False,
-                    };
-                    if skip {
-                        let counter = if known.is_some() {
-                            &worker_stats.already_told
-                        } else {
-                            &worker_stats.unknown_not_told
-                        };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
-                        tracing::debug!(reason = %event.reason, told = ?known, "a death an earlier agent told, or wrote False for: not told again");
-                        continue;
-                    }
-                    // The node's log says it too, for log pipelines (as the manager says a live
-                    // tell).
-                    tracing::info!(
-                        namespace = reference.namespace.as_deref().unwrap_or_default(),
-                        pod = reference.name.as_deref().unwrap_or_default(),
-                        reason = %event.reason,
-                        "{}",
-                        event.note.as_deref().unwrap_or_default()
-                    );
-                }
-                // An API server that is away, overloaded or throttling: the Event waits (in
-                // order: the ones behind it would fail the same way) and is sent again, with
-                // back-off, until it is `max_age` old. A series update is a PATCH of its count,
-                // the same when sent again. A create whose answer never came may have landed:
-                // before it is sent again, the pod's Events are looked at, and one this attempt
-                // created is the Event published (not a second).
-                let queued = tokio::time::Instant::now();
-                let mut delay = RETRY_INITIAL;
-                // When the first attempt whose answer never came was sent.
-                let mut unanswered: Option<SystemTime> = None;
-                loop {
-                    // Before a create whose answer never came is sent again: did it land?
-                    let found = match unanswered.filter(|_| !list_refused) {
-                        Some(since) => Some(
-                            tokio::time::timeout(
-                                timeout,
-                                ours_about(&client, &reference, &controller),
-                            )
-                            .await
-                            .map(|r| {
-                                r.map(|ours| ours.iter().any(|e| created_since(e, &event, since)))
-                            }),
-                        ),
-                        None => None,
-                    };
-                    let r = match found {
-                        Some(Ok(Ok(true))) => {
-                            worker_stats
-                                .landed_unanswered
-                                .fetch_add(1, Ordering::Relaxed);
-                            worker_stats.published.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(reason = %event.reason, "an Event whose create went unanswered was created: not sent again");
-                            break;
-                        }
-                        // Cannot tell yet (the API still away): wait as for a failed create.
-                        Some(Ok(Err(e))) if !matches!(&e, ::kube::Error::Api(s) if s.code == 403) => {
-                            Ok(Err(e))
-                        }
-                        Some(Err(elapsed)) => Err(elapsed),
-                        // Not there, or the list not ours to read: send it.
-                        _ => {
-                            let attempt = SystemTime::now();
-                            let r =
-                                tokio::time::timeout(timeout, recorder.publish(&event, &reference))
-                                    .await;
-                            if unanswered.is_none() && answer_lost(&r) {
-                                unanswered = Some(attempt);
-                            }
-                            r
-                        }
-                    };
-                    let failed = match r {
-                        Ok(Ok(())) => {
-                            worker_stats.published.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        failed => failed,
-                    };
-                    let retry = match &failed {
-                        Ok(Err(e)) => retryable(e),
-                        _ => true,
-                    };
-                    let n = worker_stats.failures.fetch_add(1, Ordering::Relaxed);
-                    // One line per power of two: an API outage does not flood the log.
-                    if n.is_power_of_two() || n == 0 {
-                        let why = match failed {
-                            Ok(Err(e)) => crate::kube::describe_api_error(&e, &url),
-                            _ => format!("no answer within {timeout:?}"),
-                        };
-                        let then = if retry { "retrying" } else { "dropped" };
-                        tracing::warn!(failures = n + 1, reason = %event.reason, "event not published: {why}; {then}");
-                    }
-                    if !retry || queued.elapsed() + delay > max_age {
-                        worker_stats.failed.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    worker_stats.retried.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX);
-                }
-                worker_stats.pending.fetch_sub(1, Ordering::Relaxed);
-            }
+        let worker = Worker {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            controller,
+            stats: Arc::clone(&stats),
+            timeout: cfg.timeout,
+            max_age: cfg.max_age,
+            url: url.to_string(),
+            list_refused: false,
         };
         (
             Self {
@@ -679,7 +718,7 @@ impl EventPublisher {
                 ),
                 stats,
             },
-            worker,
+            worker.run(rx),
         )
     }
 

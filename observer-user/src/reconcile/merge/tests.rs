@@ -774,3 +774,485 @@ fn a_kill_read_after_the_death_it_caused_is_the_deaths_reason() {
     // A child's kill after the init's SIGKILL is not the init's.
     assert_eq!(late_kill(CHILD).reason.as_deref(), Some("Error"));
 }
+
+/// A kill in the kernel log whose report says the OOM-ing cgroup was the container's own and
+/// lists `tasks` processes, the victim `pid` first.
+fn logged_with_dump(pid: u32, tasks: u32) -> LoggedOomKill {
+    let cgroup = format!("/kubepods/burstable/pod{}/{}", "1".repeat(8), id());
+    let dump = (0..tasks)
+        .map(|n| crate::kernel::oom_report::Task {
+            pid: pid + n,
+            tgid: pid + n,
+            name: "tail".into(),
+            ..Default::default()
+        })
+        .collect();
+    LoggedOomKill {
+        task_memcg: cgroup.clone(),
+        oom_memcg: cgroup,
+        report: Some(std::sync::Arc::new(crate::kernel::oom_report::OomReport {
+            tasks_listed: true,
+            task_count: tasks,
+            tasks: dump,
+            constraint: Some(Constraint::Memcg),
+            ..Default::default()
+        })),
+        ..logged(pid, 10)
+    }
+}
+
+#[test]
+fn unwatched_error_137_whose_report_lists_the_victim_alone_is_oomkilled() {
+    // containerd's OOM event raced its exit event (it said Error/137); the init's pid is gone
+    // with its exit. The kernel's report: the container's own limit, one process, the victim.
+    let s = exited(137, "Error");
+    let log = [logged_with_dump(CHILD, 1)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("OOMKilled"),
+            Some(Source::KernelLog)
+        )
+    );
+    assert_eq!(runtime_said(&v), (Some(137), Some("Error")));
+    assert_eq!(v.last_oom.unwrap().init, Some(true));
+
+    // Two processes in the dump: which one was the init is not known, and not guessed.
+    let log = [logged_with_dump(CHILD, 2)];
+    let v = view(Inputs {
+        runtime: Some(&s),
+        logged: &log,
+        log_since: log_from(3600),
+        ..Inputs::new(id())
+    });
+    assert_eq!(
+        summary(&v),
+        (
+            ContainerPhase::Exited,
+            Some(137),
+            Some("Error"),
+            Some(Source::Runtime)
+        )
+    );
+    assert_eq!(v.last_oom.unwrap().init, None);
+}
+
+/// What the kernel saw of the init's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// The probes saw its exit: a SIGKILL from the OOM killer, another SIGKILL, exit 0.
+    OomKill,
+    Sigkill,
+    Exit0,
+    /// The probes saw the container end, not how (its cgroup emptied).
+    Lost,
+    /// No agent ran then: the runtime and the kernel log are all there is.
+    NotWatched,
+}
+
+/// The kernel's record of an OOM kill in the container (the probes' where they saw the exit,
+/// else the kernel log's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Record {
+    None,
+    /// The init's pid as the victim, with the kernel's report, or without one (rate-limited).
+    Init,
+    InitNoReport,
+    /// Another process of the container.
+    Child,
+    /// `memory.oom.group`: every process of the container, the init among them.
+    Group,
+    /// A victim the report lists as the container's only process.
+    Alone,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Said {
+    OomKilled137,
+    Error137,
+    OomKilled0,
+    Completed0,
+    Error2,
+    /// containerd restarted after the task was gone: exit 255 `Unknown`.
+    Lost255,
+    Nothing,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Combo {
+    seen: Seen,
+    record: Record,
+    init_known: bool,
+    /// The kernel log reaches back before the container started.
+    log_covers: bool,
+    said: Said,
+}
+
+/// Every combination of evidence that can occur together: the probes know the init wherever
+/// they saw it end; a victim alone in its container is the init, so "alone" is a record only
+/// where the init's pid is not known; a container nobody watched is known from its runtime.
+fn combos() -> Vec<Combo> {
+    use Record as R;
+    use Said as S;
+    use Seen as K;
+    let mut all = Vec::new();
+    for seen in [K::OomKill, K::Sigkill, K::Exit0, K::Lost, K::NotWatched] {
+        for record in [
+            R::None,
+            R::Init,
+            R::InitNoReport,
+            R::Child,
+            R::Group,
+            R::Alone,
+        ] {
+            for init_known in [true, false] {
+                for log_covers in [true, false] {
+                    for said in [
+                        S::OomKilled137,
+                        S::Error137,
+                        S::OomKilled0,
+                        S::Completed0,
+                        S::Error2,
+                        S::Lost255,
+                        S::Nothing,
+                    ] {
+                        let probes = matches!(seen, K::OomKill | K::Sigkill | K::Exit0);
+                        let possible = match seen {
+                            K::OomKill => record == R::Init,
+                            K::Sigkill | K::Exit0 => matches!(record, R::None | R::Child),
+                            K::Lost => true,
+                            K::NotWatched => said != S::Nothing,
+                        } && (!probes || (init_known && log_covers))
+                            && !(record == R::Alone && init_known);
+                        if possible {
+                            all.push(Combo {
+                                seen,
+                                record,
+                                init_known,
+                                log_covers,
+                                said,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The merge's answer for one combination: reason, exit code, how it is known, and whether the
+/// kill's victim was the init (yes / no / not known; `-` without a kill).
+fn answer(c: &Combo) -> (String, &'static str, &'static str) {
+    let s = match c.said {
+        Said::OomKilled137 => Some(exited(137, "OOMKilled")),
+        Said::Error137 => Some(exited(137, "Error")),
+        Said::OomKilled0 => Some(exited(0, "OOMKilled")),
+        Said::Completed0 => Some(exited(0, "Completed")),
+        Said::Error2 => Some(exited(2, "Error")),
+        Said::Lost255 => Some(exited(255, "Unknown")),
+        Said::Nothing => None,
+    };
+    let exit = match c.seen {
+        Seen::OomKill => died(
+            Some(WaitStatus::signaled(9, false)),
+            ExitReason::of(WaitStatus::signaled(9, false), true),
+        ),
+        Seen::Sigkill => died(
+            Some(WaitStatus::signaled(9, false)),
+            ExitReason::of(WaitStatus::signaled(9, false), false),
+        ),
+        Seen::Exit0 => died(
+            Some(WaitStatus::exited(0)),
+            ExitReason::of(WaitStatus::exited(0), false),
+        ),
+        Seen::Lost => died(None, ExitReason::Unknown),
+        Seen::NotWatched => None,
+    };
+    let probes = exit.as_ref().is_some_and(|(_, e)| e.status.is_some());
+    let victim = match c.record {
+        Record::Init | Record::InitNoReport => INIT,
+        _ => CHILD,
+    };
+    let probe_kill = (probes && c.record != Record::None).then(|| oom(victim));
+    let mut k = (c.seen != Seen::NotWatched).then(|| kernel(exit, probe_kill));
+    if let Some(k) = k.as_mut().filter(|_| !c.init_known) {
+        k.started = None;
+        if let Some((_, e)) = k.exit.as_mut() {
+            e.pid = None;
+        }
+    }
+    let logged_kills: Vec<LoggedOomKill> = match c.record {
+        _ if probes => Vec::new(),
+        Record::None => Vec::new(),
+        Record::Init | Record::Child => vec![logged(victim, 10)],
+        Record::InitNoReport => vec![LoggedOomKill {
+            report: Some(std::sync::Arc::new(crate::kernel::oom_report::OomReport {
+                not_printed: true,
+                ..Default::default()
+            })),
+            ..logged(INIT, 10)
+        }],
+        Record::Group => [INIT, CHILD]
+            .map(|pid| LoggedOomKill {
+                group: true,
+                ..logged(pid, 10)
+            })
+            .to_vec(),
+        Record::Alone => vec![logged_with_dump(victim, 1)],
+    };
+    let v = view(Inputs {
+        runtime: s.as_ref(),
+        runtime_pid: (c.init_known && c.seen == Seen::NotWatched).then_some(INIT),
+        kernel: k.as_ref(),
+        logged: &logged_kills,
+        log_since: log_from(if c.log_covers { 3600 } else { 5 }),
+        ..Inputs::new(id())
+    });
+    let verdict = format!(
+        "{} {}",
+        v.reason.as_deref().unwrap_or("?"),
+        v.exit_code.map_or("?".into(), |c| c.to_string())
+    );
+    let from = v.exit_source.map_or("?", |s| s.as_str());
+    let init = match v.last_oom.as_ref().map(|o| o.init) {
+        None => "-",
+        Some(Some(true)) => "yes",
+        Some(Some(false)) => "no",
+        Some(None) => "not known",
+    };
+    (verdict, from, init)
+}
+
+/// One row of the table README.md gives ("How a death's reason is decided"): the
+/// combinations it covers, in its own words, and the answer.
+struct Row {
+    kernel: &'static str,
+    record: &'static str,
+    runtime: &'static str,
+    says: &'static str,
+    from: &'static str,
+    covers: fn(&Combo) -> bool,
+}
+
+fn proves_init(c: &Combo) -> bool {
+    match c.record {
+        Record::Init | Record::InitNoReport => c.init_known,
+        Record::Group | Record::Alone => true,
+        Record::None | Record::Child => false,
+    }
+}
+
+fn watched(c: &Combo) -> bool {
+    matches!(c.seen, Seen::OomKill | Seen::Sigkill | Seen::Exit0)
+}
+
+/// The rows, first match wins.
+fn rule_table() -> Vec<Row> {
+    use Said as S;
+    vec![
+        Row {
+            kernel: "its exit: the OOM killer's SIGKILL",
+            record: "the init's",
+            runtime: "anything",
+            says: "OOMKilled 137",
+            from: "kernel",
+            covers: |c| c.seen == Seen::OomKill,
+        },
+        Row {
+            kernel: "its exit: another SIGKILL",
+            record: "none, or another process's",
+            runtime: "anything",
+            says: "Error 137",
+            from: "kernel",
+            covers: |c| c.seen == Seen::Sigkill,
+        },
+        Row {
+            kernel: "its exit: exit 0",
+            record: "none, or another process's",
+            runtime: "anything",
+            says: "Completed 0",
+            from: "kernel",
+            covers: |c| c.seen == Seen::Exit0,
+        },
+        Row {
+            kernel: "that it ended, not how",
+            record: "proves the init's (below)",
+            runtime: "nothing",
+            says: "OOMKilled 137",
+            from: "kernel-log",
+            covers: |c| c.seen == Seen::Lost && c.said == S::Nothing && proves_init(c),
+        },
+        Row {
+            kernel: "that it ended, not how",
+            record: "anything else",
+            runtime: "nothing",
+            says: "ContainerStatusUnknown 137",
+            from: "kernel",
+            covers: |c| c.seen == Seen::Lost && c.said == S::Nothing,
+        },
+        Row {
+            kernel: "not how it ended",
+            record: "anything",
+            runtime: "Completed 0, Error 2",
+            says: "the runtime's",
+            from: "runtime",
+            covers: |c| !watched(c) && matches!(c.said, S::Completed0 | S::Error2),
+        },
+        Row {
+            kernel: "not how it ended",
+            record: "anything",
+            runtime: "OOMKilled 0",
+            says: "Completed 0",
+            from: "runtime",
+            covers: |c| !watched(c) && c.said == S::OomKilled0,
+        },
+        Row {
+            kernel: "not how it ended",
+            record: "proves the init's (below)",
+            runtime: "OOMKilled 137, Error 137, Unknown 255",
+            says: "OOMKilled 137",
+            from: "kernel-log",
+            covers: |c| {
+                !watched(c)
+                    && matches!(c.said, S::OomKilled137 | S::Error137 | S::Lost255)
+                    && proves_init(c)
+            },
+        },
+        Row {
+            kernel: "not how it ended",
+            record:
+                "none, or another process's; the init's pid known, the log older than the container",
+            runtime: "OOMKilled 137",
+            says: "Error 137",
+            from: "kernel-log",
+            covers: |c| {
+                !watched(c)
+                    && c.said == S::OomKilled137
+                    && c.init_known
+                    && c.log_covers
+                    && matches!(c.record, Record::None | Record::Child)
+            },
+        },
+        Row {
+            kernel: "not how it ended",
+            record: "anything else",
+            runtime: "OOMKilled 137, Error 137, Unknown 255",
+            says: "the runtime's",
+            from: "runtime",
+            covers: |c| !watched(c) && matches!(c.said, S::OomKilled137 | S::Error137 | S::Lost255),
+        },
+    ]
+}
+
+/// The runtime's words for a combination, as the table's "the runtime's" means them.
+fn runtime_words(s: Said) -> &'static str {
+    match s {
+        Said::OomKilled137 => "OOMKilled 137",
+        Said::Error137 => "Error 137",
+        Said::OomKilled0 => "OOMKilled 0",
+        Said::Completed0 => "Completed 0",
+        Said::Error2 => "Error 2",
+        Said::Lost255 => "Unknown 255",
+        Said::Nothing => "-",
+    }
+}
+
+/// Whether the kill's victim was the init, as README.md says it is decided: yes where the
+/// probes saw the OOM killer choose the init or the log names the init's pid; no where the init
+/// outlived the kill (its exit was not a SIGKILL) or the pid is another than the known init's;
+/// yes where the report lists the victim alone in its container; not known otherwise, a group
+/// kill's victims included where the init's pid is not known.
+fn init_words(c: &Combo, runtime_exit: Option<i32>) -> &'static str {
+    if c.record == Record::None {
+        return "-";
+    }
+    let init_survived = match c.seen {
+        Seen::Exit0 => true,
+        Seen::OomKill | Seen::Sigkill => false,
+        Seen::Lost | Seen::NotWatched => runtime_exit.is_some_and(|e| e != 137),
+    };
+    match c.record {
+        Record::Init | Record::InitNoReport | Record::Group if c.init_known => "yes",
+        _ if init_survived => "no",
+        Record::Alone => "yes",
+        Record::Child if c.init_known => "no",
+        _ => "not known",
+    }
+}
+
+#[test]
+fn every_combination_of_evidence_is_answered_as_the_readme_says() {
+    let rows = rule_table();
+    let mut used = vec![0usize; rows.len()];
+    let mut wrong = Vec::new();
+    let all = combos();
+    for c in &all {
+        let Some(n) = rows.iter().position(|r| (r.covers)(c)) else {
+            wrong.push(format!("{c:?}: no row of the table covers it"));
+            continue;
+        };
+        used[n] += 1;
+        let r = &rows[n];
+        let says = match r.says {
+            "the runtime's" => runtime_words(c.said),
+            s => s,
+        };
+        let (verdict, from, init) = answer(c);
+        let runtime_exit = match c.said {
+            Said::OomKilled137 | Said::Error137 => Some(137),
+            Said::OomKilled0 | Said::Completed0 => Some(0),
+            Said::Error2 => Some(2),
+            // The runtime lost the exit: no word on whether the init outlived the kill.
+            Said::Lost255 | Said::Nothing => None,
+        };
+        let expected_init = init_words(c, runtime_exit);
+        if (verdict.as_str(), from, init) != (says, r.from, expected_init) {
+            wrong.push(format!(
+                "{c:?}: row {} says {says} from {} (victim the init: {expected_init}); merged: {verdict} from {from} ({init})",
+                n + 1,
+                r.from
+            ));
+        }
+    }
+    for (n, count) in used.iter().enumerate() {
+        if *count == 0 {
+            wrong.push(format!("row {} covers no combination", n + 1));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} combinations:\n{}",
+        wrong.len(),
+        all.len(),
+        wrong.join("\n")
+    );
+    // The README's table is this one.
+    let readme = include_str!("../../../../README.md");
+    let table = render_table(&rows);
+    assert!(
+        readme.contains(&table),
+        "README.md must hold the rule table as the merge decides it:\n{table}"
+    );
+}
+
+fn render_table(rows: &[Row]) -> String {
+    let mut t = String::from(
+        "| the kernel saw of the init | the kernel's record of an OOM kill | the runtime says | the agent says | known from |\n|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r.kernel, r.record, r.runtime, r.says, r.from
+        ));
+    }
+    t
+}

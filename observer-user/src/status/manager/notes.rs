@@ -294,16 +294,16 @@ fn still_running_due(
         .map(|d| d + Duration::from_millis(10))
 }
 
-/// Whether the runtime's record of a death lost its exit: containerd, restarted after the
-/// container's task was gone, records exit 255 `Unknown` finished at its own restart
-/// (internal/cri/server/restart.go, `unknownExitCode`).
+/// Whether the runtime's record of a death lost its exit (containerd restarted after the
+/// container's task was gone: exit 255 `Unknown`, finished at its own restart).
 fn exit_lost(c: &ContainerView) -> bool {
     // The runtime's own words: kept apart where the agent's account differs, else the account.
     let (code, reason) = match &c.runtime_reason {
-        Some(r) => (c.runtime_exit_code, Some(r.as_str())),
-        None => (c.exit_code, c.reason.as_deref()),
+        Some(_) => (c.runtime_exit_code, &c.runtime_reason),
+        None => (c.exit_code, &c.reason),
     };
-    !c.kernel_seen && code == Some(255) && reason == Some("Unknown")
+    !c.kernel_seen
+        && code.is_some_and(|code| crate::reconcile::merge::runtime_lost_exit(code, reason))
 }
 
 /// Whether a death that finished before this agent's start (at `started`) may be untold, read
