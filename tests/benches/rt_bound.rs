@@ -159,8 +159,6 @@ fn bound(cores: usize) -> Result<()> {
         };
         std::thread::sleep(WINDOW);
         let hogs_share = share(&hogs, t0, start.elapsed(), cores);
-        let dropped = stall.as_ref().map(Stalled::dropped);
-        drop(stall);
         stop.store(true, Ordering::Relaxed);
         let (granted, own) = match thread {
             Some(t) => {

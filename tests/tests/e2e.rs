@@ -25,6 +25,22 @@ macro_rules! child_hog {
     };
 }
 
+/// `observer status -o account` against the containerd at `endpoint`, as a user runs it.
+async fn status_account(endpoint: &str) -> Result<serde_json::Value> {
+    let out = tokio::process::Command::new(observer_tests::observer_bin())
+        .args(["status", "-o", "account", "--cri-endpoint", endpoint])
+        .output()
+        .await?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // A one-shot reader's end is a normal one: its tasks stop with it, and ERROR means an error.
+    assert!(
+        !err.contains("ERROR"),
+        "a successful status said an error:\n{err}"
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 async fn run_one(env: &AgentEnv, name: &str, spec: ContainerSpec) -> Result<(String, String)> {
     let pod = env
         .ctrd
@@ -532,18 +548,7 @@ async fn status_command_shows_pods_and_the_last_oom_kill() -> Result<()> {
     env.ctrd.wait_exited(&failed, WAIT).await?;
 
     let endpoint = env.ctrd.socket().display().to_string();
-    let out = tokio::process::Command::new(&bin)
-        .args(["status", "-o", "account", "--cri-endpoint", &endpoint])
-        .output()
-        .await?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    // A one-shot reader's end is a normal one: its tasks stop with it, and ERROR means an error.
-    assert!(
-        !err.contains("ERROR"),
-        "a successful status said an error:\n{err}"
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let rows = status_account(&endpoint).await?;
     let row = |uid: &str| {
         rows.as_array()
             .unwrap()
@@ -747,15 +752,7 @@ async fn inits_oom_killed_while_no_agent_ran_are_told_as_the_evidence_proves() -
         let s = ctrd.wait_exited(id, WAIT).await?;
         runtime.push((s.exit_code, s.reason.clone()));
     }
-    let bin = observer_tests::observer_bin();
-    let endpoint = ctrd.socket().display().to_string();
-    let out = tokio::process::Command::new(&bin)
-        .args(["status", "-o", "account", "--cri-endpoint", &endpoint])
-        .output()
-        .await?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let rows = status_account(&ctrd.socket().display().to_string()).await?;
     let mut told = Vec::new();
     for ((uid, _), said) in pods.iter().zip(&runtime) {
         let row = rows
