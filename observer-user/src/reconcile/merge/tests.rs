@@ -806,13 +806,15 @@ fn unwatched_error_137_whose_report_lists_the_victim_alone_is_oomkilled() {
     // containerd's OOM event raced its exit event (it said Error/137); the init's pid is gone
     // with its exit. The kernel's report: the container's own limit, one process, the victim.
     let s = exited(137, "Error");
-    let log = [logged_with_dump(CHILD, 1)];
-    let v = view(Inputs {
-        runtime: Some(&s),
-        logged: &log,
-        log_since: log_from(3600),
-        ..Inputs::new(id())
-    });
+    let unwatched = |log: &[LoggedOomKill]| {
+        view(Inputs {
+            runtime: Some(&s),
+            logged: log,
+            log_since: log_from(3600),
+            ..Inputs::new(id())
+        })
+    };
+    let v = unwatched(&[logged_with_dump(CHILD, 1)]);
     assert_eq!(
         summary(&v),
         (
@@ -826,13 +828,7 @@ fn unwatched_error_137_whose_report_lists_the_victim_alone_is_oomkilled() {
     assert_eq!(v.last_oom.unwrap().init, Some(true));
 
     // Two processes in the dump: which one was the init is not known, and not guessed.
-    let log = [logged_with_dump(CHILD, 2)];
-    let v = view(Inputs {
-        runtime: Some(&s),
-        logged: &log,
-        log_since: log_from(3600),
-        ..Inputs::new(id())
-    });
+    let v = unwatched(&[logged_with_dump(CHILD, 2)]);
     assert_eq!(
         summary(&v),
         (
