@@ -39,7 +39,7 @@ timed "release build" cargo build --release -p observer
 trap 'cargo xtask cluster down' EXIT
 timed "cluster up (host node)" cargo xtask cluster up
 timed "real-cluster suite, host node" \
-  cargo test --release -p observer-tests --test cluster -- --test-threads=2 "$@"
+  cargo test --release --test cluster -- --test-threads=2 "$@"
 
 if [ "$guest" = 0 ]; then
   echo "real-cluster suite on the guest node: skipped (OBSERVER_CLUSTER_GUEST=0)"
@@ -56,5 +56,5 @@ fi
 # binary under test). `--include-ignored`: the two nodes' test is ignored in the host suite. One
 # test at a time: the emulated guest starts pods slowly enough without two tests' pods at once.
 timed "real-cluster suite, guest node" env OBSERVER_CLUSTER_NODE=observer-node-2 \
-  cargo test --release -p observer-tests --test cluster -- --include-ignored --test-threads=1 \
+  cargo test --release --test cluster -- --include-ignored --test-threads=1 \
   "${guest_tests[@]}"

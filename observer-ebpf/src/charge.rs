@@ -4,8 +4,10 @@
 //! One of two hooks, chosen at load (observer-user's `ChargeSource`):
 //!
 //! - `fexit/try_charge_memcg` where BPF trampolines are allowed: the charge path proper. It runs
-//!   once per charge batch (a CPU's stock of 64 pages is spent), so the page counters are read
-//!   every quarter MiB a CPU charges.
+//!   at every charge (the CPU's stock of precharged pages is consumed inside it, and the page
+//!   counter moves only when the stock is refilled, 64 pages at a time), so the charges are
+//!   summed per CPU and the page counters read once per `batch_pages`: every quarter MiB a CPU
+//!   charges.
 //! - else `raw_tp/mod_memcg_lruvec_state` (Linux 6.14+: a memory cgroup's per-node statistic
 //!   changed; its arguments are the `struct mem_cgroup *`, the item and the change in pages). It
 //!   fires for every page's statistics (anon mapped, on an LRU list, file, shmem, slab, stacks,
@@ -42,12 +44,15 @@ const MAX_DEPTH: u16 = 3;
 #[fexit(function = "try_charge_memcg")]
 pub fn charge_memcg(ctx: FExitContext) -> i32 {
     // (struct mem_cgroup *memcg, gfp_t gfp_mask, unsigned int nr_pages) -> int: 0 when charged.
-    let memcg: *const u8 = ctx.arg(0);
     // A refused charge is reclaim and the OOM killer's (memcg.rs, oom.rs).
     if ctx.ret::<i32>() != Ok(0) {
         return 0;
     }
-    on_charge(memcg);
+    // It runs at every charge, the CPU's stock consumed first inside it; the page counter moves
+    // once per stock refill, so it is read once per `batch_pages` charged on this CPU.
+    if batch_full(u64::from(ctx.arg::<u32>(2))) {
+        on_charge(ctx.arg::<*const u8>(0));
+    }
     0
 }
 
@@ -55,22 +60,26 @@ pub fn charge_memcg(ctx: FExitContext) -> i32 {
 pub fn memcg_stat(ctx: RawTracePointContext) -> i32 {
     // (struct mem_cgroup *memcg, int item, int val): val in pages, negative when freed.
     let val = ctx.arg::<u64>(2) as u32 as i32;
-    if val <= 0 {
-        return 0;
+    if val > 0 && batch_full(val as u64) {
+        on_charge(ctx.arg::<*const u8>(0));
     }
+    0
+}
+
+/// Adds `pages` to this CPU's sum; true (and the sum restarted) once it reached a batch.
+#[inline(always)]
+fn batch_full(pages: u64) -> bool {
     let Some(sum) = CHARGE_BATCH.get_ptr_mut(0) else {
-        return 0;
+        return false;
     };
     // SAFETY: a per-CPU slot; no other program runs on this CPU while this one does.
     let sum = unsafe { &mut *sum };
-    *sum += val as u64;
-    let batch = u64::from(config().charge.batch_pages);
-    if *sum < batch {
-        return 0;
+    *sum += pages;
+    if *sum < u64::from(config().charge.batch_pages) {
+        return false;
     }
     *sum = 0;
-    on_charge(ctx.arg::<*const u8>(0));
-    0
+    true
 }
 
 /// Reads the charged cgroup's page counter and its parents' against their limits.

@@ -14,7 +14,13 @@
 //! loop's throughput, the probe's runs and cost, and the records it sent (bounded: one per cgroup
 //! per 100 ms).
 //!
+//! And the charge probe under an allocation storm: a process faulting in 1 GiB of anonymous
+//! memory as fast as the kernel gives it, and unmapping it, 5 times, in a cgroup whose 2 GiB
+//! limit it crosses half of each time, with and without the probes: the storm's time, the
+//! charge program's runs and cost, the usage checks it made and the records it sent.
+//!
 //!     sudo cargo bench -p observer-tests --bench kernel        (or: cargo xtask bench)
+//!     OBSERVER_KERNEL_BENCH=charges ...                         (the allocation storm alone)
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{
     path::PathBuf,
@@ -80,6 +86,11 @@ fn main() {
         .build()
         .unwrap();
     let _guard = rt.enter();
+    // OBSERVER_KERNEL_BENCH=charges: the allocation storm alone (a guest under emulation).
+    if std::env::var("OBSERVER_KERNEL_BENCH").as_deref() == Ok("charges") {
+        print_charges(&charge_storm());
+        return;
+    }
     let total = STORMERS as u64 * FORKS;
     let mut rows = Vec::new();
 
@@ -216,6 +227,7 @@ fn main() {
     }
     print_classes(&classes);
     print_limit_hits(&limit_hit_storm());
+    print_charges(&charge_storm());
     println!(
         "\nPer-program kernel cost during the --all storm (bpf_stats: run_time_ns / run_cnt)\n"
     );
@@ -363,6 +375,40 @@ struct StormRow {
     summed: u64,
 }
 
+/// A fresh cgroup under a memory limit.
+fn limited(name: &str, bytes: u64) -> TestCgroup {
+    let mut cg = TestCgroup::new(name).unwrap();
+    cg.limit_memory(bytes).unwrap();
+    cg
+}
+
+/// The agent's probes on `cg` alone, with the kernel's run-time statistics on.
+fn watching(cg: &TestCgroup) -> Probes {
+    let mut probes = Probes::load(&ProbeOptions {
+        watch: Watch::Roots(vec![cg.watch_root()]),
+        ..Default::default()
+    })
+    .unwrap();
+    probes.enable_run_time_stats().unwrap();
+    probes
+}
+
+/// Runs the workload in `cg` to its end; the figure it prints (`cache: 77 passes`, `fault:
+/// 2046 ms`).
+fn second_word(cg: &TestCgroup, args: &[&str]) -> u64 {
+    let out = cg
+        .spawn(&workload(), args)
+        .expect("spawn")
+        .wait_with_output()
+        .expect("wait");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {out:?}"))
+}
+
 /// The cache loop in a 64 MiB cgroup for [`STORM_SECS`]: without probes, then with them.
 const STORM_SECS: u64 = 5;
 
@@ -376,31 +422,13 @@ fn limit_hit_storm() -> Vec<StormRow> {
         .join(format!("kernel-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("pages");
+    let secs = STORM_SECS.to_string();
     let run = |cg: &TestCgroup| -> u64 {
-        let out = cg
-            .spawn(
-                &workload(),
-                &[
-                    "cache",
-                    file.to_str().unwrap(),
-                    "160",
-                    &STORM_SECS.to_string(),
-                ],
-            )
-            .expect("spawn")
-            .wait_with_output()
-            .expect("wait");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        second_word(cg, &["cache", file.to_str().unwrap(), "160", &secs])
     };
     let mut rows = Vec::new();
     {
-        let mut cg = TestCgroup::new("bench-reclaim-base").unwrap();
-        cg.limit_memory(64 << 20).unwrap();
+        let cg = limited("bench-reclaim-base", 64 << 20);
         // Once to warm the disk and the page cache's paths, then the baseline.
         run(&cg);
         rows.push(StormRow {
@@ -412,14 +440,8 @@ fn limit_hit_storm() -> Vec<StormRow> {
         });
     }
     {
-        let mut cg = TestCgroup::new("bench-reclaim").unwrap();
-        cg.limit_memory(64 << 20).unwrap();
-        let mut probes = Probes::load(&ProbeOptions {
-            watch: Watch::Roots(vec![cg.watch_root()]),
-            ..Default::default()
-        })
-        .unwrap();
-        probes.enable_run_time_stats().unwrap();
+        let cg = limited("bench-reclaim", 64 << 20);
+        let mut probes = watching(&cg);
         let mut reader = probes.events().unwrap();
         let passes = run(&cg);
         let mut records = 0;
@@ -443,6 +465,95 @@ fn limit_hit_storm() -> Vec<StormRow> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     rows
+}
+
+/// The allocation storm: [`FAULT_ROUNDS`] × 1 GiB in a cgroup limited to 2 GiB.
+const FAULT_ROUNDS: u64 = 5;
+
+struct ChargeRow {
+    name: &'static str,
+    elapsed_ms: u64,
+    runs: Option<(String, u64, Duration)>,
+    checks: u64,
+    records: u64,
+}
+
+fn charge_storm() -> Vec<ChargeRow> {
+    let rounds = FAULT_ROUNDS.to_string();
+    let run = |cg: &TestCgroup| -> u64 { second_word(cg, &["fault", "1024", &rounds]) };
+    let mut rows = Vec::new();
+    {
+        let cg = limited("bench-fault-base", 2 << 30);
+        run(&cg);
+        rows.push(ChargeRow {
+            name: "no probes (baseline)",
+            elapsed_ms: run(&cg),
+            runs: None,
+            checks: 0,
+            records: 0,
+        });
+    }
+    {
+        let cg = limited("bench-fault", 2 << 30);
+        let mut probes = watching(&cg);
+        let mut reader = probes.events().unwrap();
+        let before = probes.counters().unwrap().charge_checks;
+        let elapsed_ms = run(&cg);
+        let mut records = 0;
+        while let Some(ev) = reader.try_next() {
+            if matches!(&ev, observer::kernel::KernelEvent::LimitHit(h) if h.crossing.is_some()) {
+                records += 1;
+            }
+        }
+        let source = probes.charge_source().clone();
+        let runs = probes
+            .program_stats()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.name.starts_with("charge_memcg") || s.name.starts_with("memcg_stat"));
+        rows.push(ChargeRow {
+            name: match source {
+                observer::kernel::ChargeSource::Fexit => "probes (fexit/try_charge_memcg)",
+                observer::kernel::ChargeSource::RawTracepoint(_) => {
+                    "probes (raw_tp/mod_memcg_lruvec_state)"
+                }
+                observer::kernel::ChargeSource::Off(_) => "probes (no charge hook on this kernel)",
+            },
+            elapsed_ms,
+            runs: runs.map(|s| (s.name, s.run_count, s.run_time)),
+            checks: probes.counters().unwrap().charge_checks - before,
+            records,
+        });
+    }
+    rows
+}
+
+fn print_charges(rows: &[ChargeRow]) {
+    println!(
+        "\nCharge probe under an allocation storm: 1 GiB of anonymous memory faulted in and unmapped, {FAULT_ROUNDS} times, in a cgroup limited to 2 GiB\n"
+    );
+    println!("| configuration | storm time | vs baseline | program | runs | ns per run | probe time per GiB | usage checks | crossing records |");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    let base = rows[0].elapsed_ms.max(1) as f64;
+    for r in rows {
+        let (prog, runs, per, per_gib) = match &r.runs {
+            Some((n, c, t)) if *c > 0 => (
+                n.clone(),
+                c.to_string(),
+                (t.as_nanos() / u128::from(*c)).to_string(),
+                format!("{:.1} ms", t.as_secs_f64() * 1000.0 / FAULT_ROUNDS as f64),
+            ),
+            _ => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "| {} | {} ms | {:+.1}% | {prog} | {runs} | {per} | {per_gib} | {} | {} |",
+            r.name,
+            r.elapsed_ms,
+            (r.elapsed_ms as f64 / base - 1.0) * 100.0,
+            r.checks,
+            r.records,
+        );
+    }
 }
 
 fn print_limit_hits(rows: &[StormRow]) {

@@ -63,6 +63,11 @@ impl TestCgroup {
 
     /// A fresh cgroup below the root of `mount` (any hierarchy, v1 or v2).
     pub fn in_hierarchy(mount: &HierarchyMount, name: &str) -> anyhow::Result<Self> {
+        // Paths are handed to a shell word by word (`spawn_in`).
+        anyhow::ensure!(
+            !name.contains(char::is_whitespace),
+            "a test cgroup's name has no spaces: {name:?}"
+        );
         let rel = format!(
             "{}/observer-test-{}-{}-{name}",
             mount.root.trim_end_matches('/'),

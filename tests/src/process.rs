@@ -50,6 +50,21 @@ impl ObserverProcess {
         })
     }
 
+    /// `observer watch --pods --format json` beside the runtime at `endpoint`, its state (the
+    /// inits the agent kept) in `state_dir`.
+    pub fn watch_pods(endpoint: &str, state_dir: &std::path::Path) -> anyhow::Result<Self> {
+        Self::spawn(&[
+            "watch",
+            "--pods",
+            "--format",
+            "json",
+            "--cri-endpoint",
+            endpoint,
+            "--state-dir",
+            &state_dir.display().to_string(),
+        ])
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

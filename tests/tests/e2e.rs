@@ -787,3 +787,91 @@ async fn inits_oom_killed_while_no_agent_ran_are_told_as_the_evidence_proves() -
     }
     Ok(())
 }
+
+/// `observer watch --pods` beside the real containerd prints the agent's memory warning and its
+/// end, not only the kernel's limit records: a container fills its 64 MiB limit with 60 MiB of
+/// tmpfs pages in /dev/shm (shmem: reclaim cannot take them), then removes them and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_pods_prints_a_memory_warning_and_its_end() -> Result<()> {
+    if !observer_tests::require_containerd() || !observer_tests::kernel::require_kernel() {
+        return Ok(());
+    }
+    observer_tests::init_tracing();
+    let ctrd = observer_tests::Containerd::start().await?;
+    let sock = ctrd.socket().display().to_string();
+    let state = tempfile::tempdir()?;
+    let watch = observer_tests::process::ObserverProcess::watch_pods(&sock, state.path())?;
+    let ready =
+        observer_tests::eventually_async(WAIT, || watch.stderr().contains("watching pods")).await;
+    assert!(ready, "watch --pods never started:\n{}", watch.stderr());
+    // Two seconds for the agent to learn the new container before its pages come.
+    let spec = ContainerSpec::sh(
+        "app",
+        "sleep 2; dd if=/dev/zero of=/dev/shm/fill bs=1M count=60; sleep 1; rm /dev/shm/fill; exec sleep 3600",
+    )
+    .memory_limit_mib(64);
+    let pod = ctrd
+        .run_pod(PodSpec::new("shm-fill").qos(Qos::Burstable).container(spec))
+        .await?;
+    let id = pod.containers[0].id.clone();
+    let line = |event: &'static str| {
+        let id = id.clone();
+        move |v: &serde_json::Value| v["event"] == event && v["container_id"] == id.as_str()
+    };
+    let warned = watch
+        .json_until(Duration::from_secs(60), line("MemoryWarning"))
+        .await
+        .with_context(|| {
+            format!(
+                "no MemoryWarning line: {:#?}\n{}",
+                watch.lines(),
+                watch.stderr()
+            )
+        })?;
+    eprintln!("{warned:#}");
+    let limit = 64u64 << 20;
+    assert_eq!(warned["container"], "app", "{warned:#}");
+    assert_eq!(warned["scope"], "container", "{warned:#}");
+    assert_eq!(warned["limit_bytes"], limit, "{warned:#}");
+    let unreclaimable = warned["unreclaimable_bytes"].as_u64().unwrap_or(0);
+    assert!(unreclaimable as f64 >= 0.9 * limit as f64, "{warned:#}");
+    let message = warned["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shmem 5") || message.contains("shmem 6"),
+        "{message}"
+    );
+    // The end: once the warning stood 30 s and a quiet reread found the pages gone.
+    let ended = watch
+        .json_until(Duration::from_secs(120), line("MemoryWarningEnded"))
+        .await
+        .with_context(|| {
+            format!(
+                "no MemoryWarningEnded line: {:#?}\n{}",
+                watch.lines(),
+                watch.stderr()
+            )
+        })?;
+    eprintln!("{ended:#}");
+    assert!(
+        ended["stood_seconds"].as_f64().unwrap_or(0.0) >= 30.0,
+        "{ended:#}"
+    );
+    assert!(
+        (ended["unreclaimable_bytes"].as_u64().unwrap_or(u64::MAX) as f64) < 0.8 * limit as f64,
+        "{ended:#}"
+    );
+    // Each once.
+    let count = |event| {
+        watch
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| line(event)(v))
+            .count()
+    };
+    assert_eq!(
+        (count("MemoryWarning"), count("MemoryWarningEnded")),
+        (1, 1)
+    );
+    Ok(())
+}

@@ -149,6 +149,27 @@ async fn leak_is_warned_before_its_kill(
         text.contains("MemoryNearLimit") && text.contains("OOM"),
         "{text}"
     );
+    // ... and its figures: a warning the Event says was projected from two crossings carries
+    // the time left and how it was estimated.
+    let warning = e.warnings.first().context("explain lists no warning")?;
+    ensure!(
+        warning.limit_bytes == LIMIT && warning.unreclaimable_bytes > 0,
+        "{warning:?}"
+    );
+    ensure!(
+        warning.estimated.is_some() == warning.growth_bytes_per_second.is_some(),
+        "{warning:?}"
+    );
+    if note.contains("between its crossings") {
+        ensure!(
+            warning.time_left_seconds.is_some_and(|t| t > 0.0)
+                && warning
+                    .estimated
+                    .as_deref()
+                    .is_some_and(|h| h.starts_with("between its crossings of")),
+            "{warning:?}"
+        );
+    }
     Ok(())
 }
 

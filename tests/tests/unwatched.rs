@@ -282,16 +282,7 @@ async fn deaths_before_or_across_a_restart_read_the_same_as_watched_ones() -> Re
 
     // `watch --pods` started after the deaths reports each, with the same reason and code, and
     // the OOM kills from the kernel log.
-    let mut pods = ObserverProcess::spawn(&[
-        "watch",
-        "--pods",
-        "--format",
-        "json",
-        "--cri-endpoint",
-        &sock,
-        "--state-dir",
-        &state.display().to_string(),
-    ])?;
+    let mut pods = ObserverProcess::watch_pods(&sock, state)?;
     let died = |id: &str| {
         pods.lines()
             .iter()

@@ -242,7 +242,30 @@ fn image(
     Ok(())
 }
 
+/// `cargo run` hands this process its own package's variables (`CARGO_PKG_NAME=xtask`,
+/// `CARGO_MANIFEST_DIR`, ...). cargo decides whether a build script's `rerun-if-env-changed` holds
+/// from its own environment, so the builds started from here would re-run ring's build script
+/// (it names those variables) and rebuild ring, rustls, kube and the agent, and the next build
+/// from a shell would do it all again: some 5 minutes of CI's budget, twice.
+fn forget_cargo_run_env() {
+    let set_by_cargo_run = |k: &str| {
+        k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                k,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+    };
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(set_by_cargo_run) {
+            // First thing in main, before any other thread exists.
+            std::env::remove_var(&k);
+        }
+    }
+}
+
 fn main() -> Result<()> {
+    forget_cargo_run_env();
     match Cli::parse().task {
         Task::Image {
             out,

@@ -231,6 +231,8 @@ struct PodPrinter {
     /// since (one line per [`LIMIT_LINE_EVERY`]: a cgroup sitting at its limit is reported ten
     /// times a second by the kernel).
     limit_lines: std::collections::HashMap<ContainerId, (crate::kernel::BootNs, u64)>,
+    /// What each container's memory warning lines told so far.
+    told: std::collections::HashMap<ContainerId, crate::pressure::Told>,
     /// The first write error (stdout closed): the main task ends with it.
     failed: Option<std::io::Error>,
 }
@@ -252,6 +254,7 @@ impl SharedPrinter {
                 died: HashSet::new(),
                 killed: HashSet::new(),
                 limit_lines: std::collections::HashMap::new(),
+                told: std::collections::HashMap::new(),
                 failed: None,
             })),
             Arc::new(tokio::sync::Notify::new()),
@@ -332,6 +335,7 @@ impl Hook for SharedPrinter {
                     }
                     PlegEventType::ContainerRemoved => {
                         p.limit_lines.remove(&id);
+                        p.told.remove(&id);
                     }
                     PlegEventType::ContainerDied => {
                         p.died.insert(id);
@@ -446,6 +450,7 @@ async fn watch_pods_reconciled(
     let settled = reconcile.settled(std::time::Duration::from_secs(3600));
     tokio::pin!(settled);
     let mut caught_up = false;
+    let (mut changes, mut view_open) = (reconcile.changes(), true);
     tracing::info!("watching pods; Ctrl-C to stop");
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
@@ -463,6 +468,12 @@ async fn watch_pods_reconciled(
                     caught_up = true;
                     catch_up(&printer, &reconcile);
                 }
+                // The agent's memory warnings are judged by the reconciler (a reading of the
+                // cgroup at each crossing or limit hit), not on the loop's thread.
+                r = changes.changed(), if view_open => match r {
+                    Ok(()) => tell_warnings(&printer, &reconcile),
+                    Err(_) => view_open = false,
+                },
             }
         }
     }
@@ -495,6 +506,34 @@ fn catch_up(printer: &SharedPrinter, reconcile: &crate::reconcile::ReconcileHand
                 lines.push(crate::present::render::view_died_line(&pod, c));
             }
         }
+    }
+    for line in &lines {
+        printer.write(line, false);
+    }
+    printer.flush();
+}
+
+/// Each memory warning raised or ended since the last look, once (the printer's lock held for
+/// one container's bookkeeping at a time, as in [`catch_up`]).
+fn tell_warnings(printer: &SharedPrinter, reconcile: &crate::reconcile::ReconcileHandle) {
+    let mut lines = Vec::new();
+    for (uid, c) in reconcile.pressured() {
+        let Some(p) = c.memory.as_deref() else {
+            continue;
+        };
+        let news = {
+            let mut printer = crate::sync::lock(&printer.0);
+            p.news(printer.told.entry(c.id).or_default())
+        };
+        let raised_at = p.raised.last().map(|r| r.time);
+        for n in &news {
+            lines.push(crate::present::render::memory_warning_line(
+                uid, &c, n, raised_at,
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return;
     }
     for line in &lines {
         printer.write(line, false);

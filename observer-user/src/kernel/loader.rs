@@ -82,8 +82,9 @@ pub const CROSSING_THRESHOLDS: [u16; 5] = [5000, 7500, 8600, 9000, 9500];
 /// the limit): a cgroup hovering about a threshold sends it once.
 const CROSSING_REARM_BP: u16 = 200;
 
-/// Where the charge probe follows the statistics' tracepoint, the page counters are read once per
-/// this many pages added on a CPU: the kernel's own charge batch (MEMCG_CHARGE_BATCH).
+/// The charge probe reads the page counters once per this many pages charged (or, on the
+/// statistics' tracepoint, added) on a CPU: the kernel's own charge batch (MEMCG_CHARGE_BATCH),
+/// the step in which the page counter moves.
 const CROSSING_BATCH_PAGES: u32 = 64;
 
 /// How often a memory cgroup at its limit is reported at most: ten times a second is enough to

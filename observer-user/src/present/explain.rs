@@ -84,6 +84,24 @@ pub struct Warning {
     pub before_kill_ms: Option<u64>,
     /// The warning still stands (the MemoryPressure condition is True for it).
     pub standing: bool,
+    /// At the reading that raised it: what cannot be reclaimed, the usage and the limit, bytes
+    /// (0 from an agent that did not say).
+    #[serde(default)]
+    pub unreclaimable_bytes: u64,
+    #[serde(default)]
+    pub usage_bytes: u64,
+    #[serde(default)]
+    pub limit_bytes: u64,
+    /// How fast what cannot be reclaimed grew, bytes a second, and the seconds to full at that
+    /// rate (null: not measured yet, or not growing).
+    #[serde(default)]
+    pub growth_bytes_per_second: Option<f64>,
+    #[serde(default)]
+    pub time_left_seconds: Option<f64>,
+    /// How the growth was measured: "between its crossings of 75 % and 86 % of the limit, 0.9 s
+    /// apart" (the kernel's threshold records, no sampling), or between two readings at the limit.
+    #[serde(default)]
+    pub estimated: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -201,6 +219,12 @@ pub fn explain(view: &PodView, container: Option<&str>, api: Result<&Pod, &str>)
                         ratio: r.ratio(),
                         before_kill_ms,
                         standing: m.warning && i + 1 == n,
+                        unreclaimable_bytes: r.breakdown.unreclaimable(),
+                        usage_bytes: r.usage_bytes,
+                        limit_bytes: r.limit_bytes,
+                        growth_bytes_per_second: r.growth,
+                        time_left_seconds: r.eta(),
+                        estimated: r.how_estimated(),
                     },
                 )
             })

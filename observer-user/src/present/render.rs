@@ -78,6 +78,71 @@ pub(crate) struct WatchLine<'a> {
     pub limit: Option<LimitLine>,
 }
 
+/// A memory warning on a watch line: the reading that raised it (or the latest, at its end),
+/// what cannot be reclaimed, and the time to full with how it was estimated.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WarningLine {
+    /// `container`, `pod` or `cgroup`: whose limit.
+    pub scope: &'static str,
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub unreclaimable_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth_bytes_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_left_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated: Option<String>,
+    /// The end's: how long the warning stood.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stood_seconds: Option<f64>,
+    /// The MemoryNearLimit Event's sentence (the raise's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A memory warning raised or ended, from the reconciled view: `MemoryWarning`,
+/// `MemoryWarningEnded`.
+pub(crate) fn memory_warning_line(
+    pod: crate::model::PodUid,
+    c: &crate::reconcile::ContainerView,
+    news: &crate::pressure::News<'_>,
+    raised_at: Option<SystemTime>,
+) -> PlegLine {
+    use crate::pressure::News;
+    let (event, time, reading) = match news {
+        News::Raised(r) => ("MemoryWarning", r.time, Some(*r)),
+        News::Ended { at, last } => ("MemoryWarningEnded", *at, *last),
+    };
+    let warning = reading.map(|r| WarningLine {
+        scope: r.scope.label(),
+        usage_bytes: r.usage_bytes,
+        limit_bytes: r.limit_bytes,
+        unreclaimable_bytes: r.breakdown.unreclaimable(),
+        growth_bytes_per_second: r.growth,
+        time_left_seconds: r.eta(),
+        estimated: r.how_estimated(),
+        stood_seconds: match news {
+            News::Ended { at, .. } => raised_at
+                .and_then(|r| at.duration_since(r).ok())
+                .map(|d| d.as_secs_f64()),
+            News::Raised(_) => None,
+        },
+        message: matches!(news, News::Raised(_)).then(|| r.sentence()),
+    });
+    PlegLine {
+        event,
+        time: rfc3339(time),
+        pod_uid: pod.to_string(),
+        container_id: Some(c.id.to_string()),
+        reason: Some("MemoryNearLimit".into()),
+        source: "kernel",
+        container: Some(c.name.clone()).filter(|n| !n.is_empty()),
+        warning,
+        ..Default::default()
+    }
+}
+
 /// A limit hit's figures on a watch line: the memory cgroup's usage and limit after reclaim
 /// (usage 0 and no limit where only the tracepoint was attached), the hits summed in the
 /// kernel's record, those whose reclaim fell short, and what reclaim freed of what it was asked.
@@ -302,6 +367,9 @@ pub struct PlegLine {
     /// Limit hits: what the kernel's record says (absent on other lines).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitLine>,
+    /// The agent's memory warnings and their end (absent on other lines).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<WarningLine>,
 }
 
 pub fn pleg_line(ev: &crate::pleg::PodLifecycleEvent, time: SystemTime) -> PlegLine {
@@ -394,6 +462,37 @@ pub(crate) fn view_oom_line(
     }
 }
 
+/// ` container=app scope=container unreclaimable=58.2 MiB/64.0 MiB usage=60.1 MiB growth=8.0
+/// MiB/s full_in=0.7s (between its crossings of 75 % and 86 % of the limit, 0.9 s apart)`, and at
+/// the end ` stood=42.0s`.
+fn write_warning(out: &mut impl Write, l: &PlegLine, w: &WarningLine) -> std::io::Result<()> {
+    use crate::pressure::mib;
+    if let Some(name) = &l.container {
+        write!(out, " container={}", Printable(name))?;
+    }
+    write!(
+        out,
+        " scope={} unreclaimable={}/{} usage={}",
+        w.scope,
+        mib(w.unreclaimable_bytes),
+        mib(w.limit_bytes),
+        mib(w.usage_bytes)
+    )?;
+    if let Some(s) = w.stood_seconds {
+        return write!(out, " stood={s:.1}s");
+    }
+    if let Some(g) = w.growth_bytes_per_second {
+        write!(out, " growth={}/s", mib(g.max(0.0) as u64))?;
+    }
+    if let Some(t) = w.time_left_seconds {
+        write!(out, " full_in={t:.1}s")?;
+    }
+    if let Some(how) = &w.estimated {
+        write!(out, " ({how})")?;
+    }
+    Ok(())
+}
+
 pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Result<()> {
     let clock = l.time.get(11..26).unwrap_or(&l.time);
     let ctr = l
@@ -419,6 +518,9 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
     }
     if let Some(rss) = l.anon_rss_kb {
         write!(out, " anon_rss={rss}kB")?;
+    }
+    if let Some(w) = &l.warning {
+        write_warning(out, l, w)?;
     }
     if let Some(h) = &l.limit {
         write!(out, " hits={}", h.limit_hits)?;

@@ -215,6 +215,28 @@ impl Reading {
         Some(left as f64 / g)
     }
 
+    /// "between its crossings of 75 % and 86 % of the limit, 0.9 s apart": where the growth was
+    /// measured between two crossings (no sample in between).
+    fn crossings_apart(&self) -> Option<String> {
+        let c = self.crossing.as_ref()?;
+        let e = c.estimate.as_ref()?;
+        Some(format!(
+            "between its crossings of {} and {} of the limit, {:.1} s apart",
+            percent(e.from_bp),
+            percent(c.threshold_bp),
+            e.interval.as_secs_f64()
+        ))
+    }
+
+    /// How [`Self::growth`] and so [`Self::eta`] were measured, for a reader (`None`: not yet).
+    pub fn how_estimated(&self) -> Option<String> {
+        self.growth?;
+        Some(
+            self.crossings_apart()
+                .unwrap_or_else(|| "between its last two readings of the cgroup".into()),
+        )
+    }
+
     /// The judgement of this reading alone.
     pub fn verdict(&self) -> Verdict {
         let r = self.ratio();
@@ -254,20 +276,10 @@ impl Reading {
             mib(b.kernel),
             mib(b.file),
         );
-        // How the growth was measured: between two crossings of the limit, or two readings.
-        let how = match self
-            .crossing
-            .as_ref()
-            .and_then(|c| Some((c, c.estimate.as_ref()?)))
-        {
-            Some((c, e)) => format!(
-                " (between its crossings of {} and {} of the limit, {:.1} s apart)",
-                percent(e.from_bp),
-                percent(c.threshold_bp),
-                e.interval.as_secs_f64()
-            ),
-            None => String::new(),
-        };
+        let how = self
+            .crossings_apart()
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default();
         match (self.growth, self.eta()) {
             (Some(g), Some(eta)) => s.push_str(&format!(
                 ", growing {}/s{how}: full in ~{eta:.1} s",
@@ -336,6 +348,26 @@ pub enum Change {
     Measured,
     /// Nothing a reader of the status sees but the figures.
     Same,
+}
+
+/// What a reader of the warnings was told last of one container instance (`observer watch
+/// --pods`, which prints each warning and its end once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Told {
+    raises: u32,
+    warning: bool,
+}
+
+/// What a reader told [`Told`] has not heard yet.
+#[derive(Clone, Debug, PartialEq)]
+pub enum News<'a> {
+    /// A warning was raised, by this reading.
+    Raised(&'a Reading),
+    /// The warning ended at `at`; `last` is the latest reading.
+    Ended {
+        at: SystemTime,
+        last: Option<&'a Reading>,
+    },
 }
 
 /// A container instance's memory pressure: its warning, and the readings that raised one.
@@ -465,6 +497,27 @@ impl Pressure {
     fn stood(&self, now: SystemTime) -> bool {
         self.last_warn
             .is_none_or(|w| now.duration_since(w).unwrap_or_default() >= MIN_WARNING)
+    }
+
+    /// What changed since a reader was told `told` (updated to now): a warning raised since,
+    /// and its end, in that order (both when it came and went between two looks).
+    pub fn news(&self, told: &mut Told) -> Vec<News<'_>> {
+        let mut news = Vec::new();
+        let raised = self.raises > told.raises;
+        if raised {
+            news.extend(self.raised.last().map(News::Raised));
+        }
+        if (told.warning || raised) && !self.warning {
+            news.push(News::Ended {
+                at: self.since.unwrap_or(SystemTime::UNIX_EPOCH),
+                last: self.last.as_ref(),
+            });
+        }
+        *told = Told {
+            raises: self.raises,
+            warning: self.warning,
+        };
+        news
     }
 
     /// A warning up and no reading since `QUIET` before `now`: read again.

@@ -247,3 +247,95 @@ fn a_heap_that_stops_at_85_percent_is_not_warned() {
     // There it stays: no further record, and nothing to lower.
     assert_eq!(p.raises, 0);
 }
+
+#[test]
+fn a_heap_that_stays_at_95_percent_is_warned_and_stays_warned() {
+    let mut p = Pressure::default();
+    // Fast to 95 % (60.8 MiB), crossing every threshold on its way; warned at 90 %.
+    assert_eq!(p.apply(crossed(0, 32 * 1024, 0, 5000)), Change::Same);
+    assert_eq!(p.apply(crossed(200, 48 * 1024, 0, 7500)), Change::Same);
+    assert_eq!(p.apply(crossed(300, 56_361, 0, 8600)), Change::Raised);
+    assert_eq!(p.apply(crossed(350, 58_983, 0, 9000)), Change::Same);
+    assert_eq!(p.apply(crossed(400, 62_260, 0, 9500)), Change::Same);
+    // Then no record: the quiet rereads find it where it stopped, and the warning stands.
+    for i in 1..=4 {
+        let now = at(400 + i * QUIET.as_millis() as u64);
+        assert!(p.recheck_due(now));
+        let mut r = reading(0, 0, 0, 0);
+        r.time = now;
+        r.breakdown.anon = 62_260 * 1024;
+        r.usage_bytes = r.breakdown.anon;
+        assert_eq!(p.apply(r), Change::Same, "reread {i}");
+        assert!(p.warning);
+    }
+    assert_eq!(p.raises, 1);
+}
+
+#[test]
+fn a_reader_is_told_each_warning_and_its_end_once() {
+    let mut p = Pressure::default();
+    let mut told = Told::default();
+    assert!(p.news(&mut told).is_empty());
+    // 75 % then 86 % 0.88 s later: 8 MiB/s, about 1.1 s to full.
+    p.apply(crossed(0, 48 * 1024, 0, 7500));
+    p.apply(crossed(880, 56_361, 0, 8600));
+    let news = p.news(&mut told);
+    let [News::Raised(r)] = news.as_slice() else {
+        panic!("{news:?}")
+    };
+    let c = crate::reconcile::ContainerView::new(
+        crate::model::ContainerId::parse(&"ab".repeat(32)).unwrap(),
+        "app",
+        crate::reconcile::ContainerPhase::Running,
+    );
+    let uid = crate::model::PodUid::parse("0b3c1e52-0000-4000-8000-000000000001").unwrap();
+    let text = |n: &News<'_>, raised_at| {
+        let line = crate::present::render::memory_warning_line(uid, &c, n, raised_at);
+        let mut buf = Vec::new();
+        crate::present::render::write_pleg_text(&mut buf, &line).unwrap();
+        (
+            String::from_utf8(buf).unwrap(),
+            serde_json::to_value(&line).unwrap(),
+        )
+    };
+    let (line, json) = text(&news[0], None);
+    assert!(
+        line.contains("MemoryWarning     pod 0b3c1e52-0000-4000-8000-000000000001 container abababababab MemoryNearLimit container=app scope=container unreclaimable=55.0 MiB/64.0 MiB usage=55.0 MiB growth=8.0 MiB/s full_in=1.1s (between its crossings of 75 % and 86 % of the limit, 0.9 s apart)"),
+        "{line}"
+    );
+    assert_eq!(json["event"], "MemoryWarning");
+    let left = json["time_left_seconds"].as_f64().unwrap();
+    assert!((1.0..1.3).contains(&left), "{json}");
+    assert_eq!(json["message"], r.sentence().as_str());
+    // Told once.
+    assert!(p.news(&mut told).is_empty());
+    p.apply(crossed(950, 62_260, 0, 9500));
+    assert!(p.news(&mut told).is_empty());
+    // Freed to a third after 40 s: the warning ends, told once.
+    let mut calm = reading(40_950, 20, 0, 0);
+    calm.hits = 0;
+    assert_eq!(p.apply(calm), Change::Lowered);
+    let news = p.news(&mut told);
+    let [end @ News::Ended { at: ended, .. }] = news.as_slice() else {
+        panic!("{news:?}")
+    };
+    assert_eq!(*ended, at(40_950));
+    let (line, json) = text(end, Some(at(880)));
+    assert!(line.contains("MemoryWarningEnded"), "{line}");
+    assert!(
+        line.ends_with("unreclaimable=20.0 MiB/64.0 MiB usage=20.0 MiB stood=40.1s\n"),
+        "{line}"
+    );
+    assert!(json.get("message").is_none(), "{json}");
+    assert!(p.news(&mut told).is_empty());
+    // Raised and lowered between two looks: both, in order.
+    p.apply(crossed(80_000, 62_260, 0, 9500));
+    let mut calm = reading(120_000, 20, 0, 0);
+    calm.hits = 0;
+    assert_eq!(p.apply(calm), Change::Lowered);
+    let news = p.news(&mut told);
+    assert!(
+        matches!(news.as_slice(), [News::Raised(_), News::Ended { .. }]),
+        "{news:?}"
+    );
+}

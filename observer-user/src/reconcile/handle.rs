@@ -152,6 +152,19 @@ impl ReconcileHandle {
         self.0.view().get(uid).cloned()
     }
 
+    /// The containers whose memory the warnings judged, each with its pod's uid.
+    pub(crate) fn pressured(&self) -> Vec<(PodUid, super::ContainerView)> {
+        let view = self.0.view();
+        view.values()
+            .flat_map(|p| {
+                p.containers
+                    .iter()
+                    .filter(|c| c.memory.is_some())
+                    .map(move |c| (p.uid, c.clone()))
+            })
+            .collect()
+    }
+
     pub fn stats(&self) -> &ReconcileStats {
         &self.0.stats
     }

@@ -24,6 +24,10 @@
 //!                     again and again for SECS seconds; exit 0
 //!   bursty MIB SECS   for SECS seconds: touch MIB MiB, hold it 200 ms, free it, rest 300 ms;
 //!                     exit 0
+//!   plateau MIB KIBPS SECS  anonymous memory at KIBPS KiB/s up to MIB MiB, held until SECS
+//!                     seconds from the start (a heap that grows and stays); exit 0
+//!   fault MIB ROUNDS  ROUNDS times: fault in MIB MiB of anonymous memory as fast as the kernel
+//!                     gives it, then unmap it (an allocation storm); print `fault: <ms> ms`
 #![allow(unused_crate_dependencies)] // a test/bench/bin target sees its package's whole dependency list
 use std::{env, process::exit, thread, time::Duration};
 
@@ -153,16 +157,52 @@ fn oom_sibling(mib: u64, rounds: u64) {
 
 /// Anonymous memory at `kib_per_s`, in 64 KiB steps paced on the monotonic clock.
 fn leak(kib_per_s: u64) -> ! {
+    grow(kib_per_s, usize::MAX, None);
+    unreachable!("a leak grows until it is killed")
+}
+
+/// Anonymous memory at `kib_per_s` up to `cap` bytes, then held; returns at `until`, if any.
+fn grow(kib_per_s: u64, cap: usize, until: Option<std::time::Instant>) {
     const STEP: usize = 64 << 10;
     let start = std::time::Instant::now();
     let mut chunks: Vec<Vec<u8>> = Vec::new();
-    loop {
+    while until.is_none_or(|u| std::time::Instant::now() < u) {
         let due = (start.elapsed().as_secs_f64() * kib_per_s as f64 * 1024.0) as usize;
-        while chunks.len() * STEP < due {
+        while chunks.len() * STEP < due.min(cap) {
             chunks.push(vec![0x5a; STEP]);
         }
         thread::sleep(Duration::from_millis(1));
     }
+    std::hint::black_box(&chunks);
+}
+
+/// `rounds` times: `mib` MiB of anonymous memory faulted in as fast as the kernel gives it (a
+/// write per page), then unmapped. Prints the time it took, in ms.
+fn fault(mib: u64, rounds: u64) {
+    let len = (mib as usize) << 20;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        // SAFETY: a private anonymous mapping of our own, written within its length, unmapped once.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                exit(70);
+            }
+            let base = p.cast::<u8>();
+            for off in (0..len).step_by(4096) {
+                base.add(off).write_volatile(1);
+            }
+            libc::munmap(p, len);
+        }
+    }
+    println!("fault: {} ms", start.elapsed().as_millis());
 }
 
 /// `mib` MiB written to `path` and synced: clean page cache charged to this process's cgroup.
@@ -331,6 +371,14 @@ fn main() {
             cache(std::path::Path::new(&file), arg(3), arg(4));
         }
         "bursty" => bursty(arg(2), arg(3)),
+        // plateau <MiB> <KiB/s> <secs>: a heap that grows to its size and stays.
+        "plateau" => grow(
+            arg(3),
+            (arg(2) as usize) << 20,
+            Some(std::time::Instant::now() + Duration::from_secs(arg(4))),
+        ),
+        // fault <MiB> <rounds>: an allocation storm.
+        "fault" => fault(arg(2), arg(3)),
         "hog" => loop {
             std::hint::black_box(0u64);
         },

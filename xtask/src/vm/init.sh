@@ -174,5 +174,13 @@ if [ "$MODE" = v2 ]; then
   CI=true RUST_BACKTRACE=1 RUST_LOG=warn /opt/observer/deps/pressure --test-threads=1 --nocapture --skip a_cache_loop $FILTER
   say END pressure rc=$?
 fi
+# The benchmarks asked for (cargo xtask vm-test --bench NAME): their tables are the run's record.
+if [ "$MODE" != v1 ]; then
+  for bench in $(param observer.bench); do
+    say BEGIN "bench-$bench"
+    env $(param observer.bench_env) RUST_LOG=warn "/opt/observer/deps/bench-$bench"
+    say END "bench-$bench" rc=$?
+  done
+fi
 say DONE
 halt

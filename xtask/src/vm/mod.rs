@@ -61,6 +61,14 @@ pub(crate) struct Args {
     /// Only the tests whose name contains this (a libtest filter, one word), in both suites.
     #[arg(long)]
     filter: Option<String>,
+    /// Also run this benchmark of tests/benches/ in each guest, after the suites (repeatable;
+    /// its tables are printed as they come; `--filter nothing` leaves the suites out). It must
+    /// need no disk filesystem: the guest has none.
+    #[arg(long = "bench", value_name = "BENCH")]
+    benches: Vec<String>,
+    /// Environment for the benchmark, `NAME=VALUE` (e.g. OBSERVER_PRESSURE_RUNS=5; repeatable).
+    #[arg(long = "bench-env", value_name = "NAME=VALUE", requires = "benches")]
+    bench_env: Vec<String>,
     /// Also write the matrix (markdown) to this file.
     #[arg(long)]
     matrix: Option<PathBuf>,
@@ -121,7 +129,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     fs::create_dir_all(dir.join("logs"))?;
     let (kernels, mut rows) = resolve_kernels(&specs, &dir, args.all)?;
 
-    let payload = build_payload()?;
+    let payload = build_payload(&args.benches)?;
     let initrd = dir.join("initramfs.cpio");
     let size = initramfs::build(&payload, &initrd, &dir.join("stripped"))?;
     println!(
@@ -476,17 +484,17 @@ fn unpack_deb(deb: &Path, dir: &Path) -> Result<Kernel> {
 
 /// Builds `observer`, the kernel and PLEG test executables and `observer-workload` (release, as
 /// scripts/test.sh builds them, so CI builds nothing twice), and finds them in cargo's output.
-fn build_payload() -> Result<initramfs::Payload> {
+fn build_payload(benches: &[String]) -> Result<initramfs::Payload> {
     let observer = cargo_artifacts(&["build", "--release", "-p", "observer"])?
         .into_iter()
         .find(|(name, _)| name == "observer")
         .context("cargo built no `observer` executable")?
         .1;
+    // The workspace's default members, as the host suite selects them: another selection
+    // resolves other features for shared dependencies and builds the agent and the test crate again.
     let tests = cargo_artifacts(&[
         "test",
         "--release",
-        "-p",
-        "observer-tests",
         "--test",
         "kernel",
         "--test",
@@ -504,6 +512,29 @@ fn build_payload() -> Result<initramfs::Payload> {
             .map(|(_, p)| p.clone())
             .with_context(|| format!("cargo built no `{n}` executable"))
     };
+    let mut suites = vec![
+        ("kernel".into(), find("kernel")?),
+        ("pleg".into(), find("pleg")?),
+        ("oom".into(), find("oom")?),
+        ("pressure".into(), find("pressure")?),
+    ];
+    if !benches.is_empty() {
+        // The same selection again: `cargo bench` builds the test crate at its own opt-level.
+        let mut args = vec!["bench", "--no-run"];
+        for b in benches {
+            args.extend(["--bench", b.as_str()]);
+        }
+        let built = cargo_artifacts(&args)?;
+        for b in benches {
+            let exe = built
+                .iter()
+                .find(|(name, _)| name == b)
+                .with_context(|| format!("cargo built no `{b}` benchmark"))?
+                .1
+                .clone();
+            suites.push((format!("bench-{b}"), exe));
+        }
+    }
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .map(PathBuf::from)
         .into_iter()
@@ -513,12 +544,7 @@ fn build_payload() -> Result<initramfs::Payload> {
         busybox,
         observer,
         workload: find("observer-workload")?,
-        suites: vec![
-            ("kernel".into(), find("kernel")?),
-            ("pleg".into(), find("pleg")?),
-            ("oom".into(), find("oom")?),
-            ("pressure".into(), find("pressure")?),
-        ],
+        suites,
     })
 }
 
@@ -574,6 +600,12 @@ fn append(mode: Mode, args: &Args) -> String {
     if let Some(f) = &args.filter {
         a.push(format!("observer.filter={f}"));
     }
+    a.extend(args.benches.iter().map(|b| format!("observer.bench={b}")));
+    a.extend(
+        args.bench_env
+            .iter()
+            .map(|e| format!("observer.bench_env={e}")),
+    );
     a.join(" ")
 }
 
@@ -733,6 +765,8 @@ not json"#;
             memory: "1G".into(),
             test_threads: 1,
             filter: Some("oom".into()),
+            benches: vec!["pressure".into(), "kernel".into()],
+            bench_env: vec!["OBSERVER_PRESSURE_RUNS=5".into()],
             matrix: None,
             update_readme: false,
         };
@@ -742,6 +776,10 @@ not json"#;
             "{a}"
         );
         assert!(a.contains("observer.filter=oom"));
+        assert!(
+            a.contains("observer.bench=pressure observer.bench=kernel observer.bench_env=OBSERVER_PRESSURE_RUNS=5"),
+            "{a}"
+        );
         let h = append(Mode::Hybrid, &args);
         assert!(!h.contains("cgroup_no_v1") && h.contains("observer.cgroup=hybrid"));
     }

@@ -334,6 +334,14 @@ pub(crate) fn judge(mode: Mode, ended: &Ended, run: &GuestRun, panic: Option<&st
             }
         }
     }
+    // Benchmarks asked for (`--bench`): their tables are the record; a failed one fails the guest.
+    if let Some(b) = run
+        .steps
+        .iter()
+        .find(|s| s.name.starts_with("bench-") && s.rc != Some(0))
+    {
+        return Verdict::Fail(format!("{} exited with {:?}", b.name, b.rc));
+    }
     Verdict::Pass { tests }
 }
 
@@ -569,6 +577,25 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out; fini
         assert!(!run.done);
         assert_eq!(run.step("kernel").unwrap().rc, None);
         assert_eq!(run.step("kernel").unwrap().lines, ["test a ... "]);
+    }
+
+    #[test]
+    fn a_failed_benchmark_fails_the_guest() {
+        let mut run = feed_all(V2_PASS);
+        run.steps.push(Step {
+            name: "bench-pressure".into(),
+            lines: vec!["| leak into 64 MiB | ... |".into()],
+            rc: Some(0),
+        });
+        assert_eq!(
+            judge(Mode::V2, &Ended::Exited, &run, None),
+            Verdict::Pass { tests: 10 }
+        );
+        run.steps.last_mut().unwrap().rc = Some(101);
+        assert_eq!(
+            judge(Mode::V2, &Ended::Exited, &run, None),
+            Verdict::Fail("bench-pressure exited with Some(101)".into())
+        );
     }
 
     #[test]
