@@ -534,3 +534,95 @@ pub(crate) fn write_pleg_text(out: &mut impl Write, l: &PlegLine) -> std::io::Re
     }
     out.write_all(b"\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::*;
+    use crate::pressure::{Breakdown, Crossed, News, Pressure, Reading, Scope, Told};
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_000) + Duration::from_millis(ms)
+    }
+
+    /// Anonymous memory in a 64 MiB container limit, read at a crossing of `bp` (or at a quiet
+    /// reread: `None`).
+    fn reading(ms: u64, anon_kib: u64, bp: Option<u32>) -> Reading {
+        Reading {
+            time: at(ms),
+            scope: Scope::Container,
+            usage_bytes: anon_kib << 10,
+            limit_bytes: 64 << 20,
+            breakdown: Breakdown {
+                anon: anon_kib << 10,
+                ..Breakdown::default()
+            },
+            hits: 0,
+            short: 0,
+            reclaimed_bytes: 0,
+            requested_bytes: 0,
+            growth: None,
+            top: Vec::new(),
+            crossing: bp.map(|threshold_bp| Crossed {
+                threshold_bp,
+                estimate: None,
+            }),
+        }
+    }
+
+    fn text(line: &PlegLine) -> String {
+        let mut buf = Vec::new();
+        write_pleg_text(&mut buf, line).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn a_memory_warning_and_its_end_read_as_watch_lines() {
+        let c = crate::reconcile::ContainerView::new(
+            crate::model::ContainerId::parse(&"ab".repeat(32)).unwrap(),
+            "app",
+            crate::reconcile::ContainerPhase::Running,
+        );
+        let uid = crate::model::PodUid::parse("0b3c1e52-0000-4000-8000-000000000001").unwrap();
+        let (mut p, mut told) = (Pressure::default(), Told::default());
+        // 75 % then 86 % 0.88 s later: 8 MiB/s, about 1.1 s to full.
+        p.apply(reading(0, 48 * 1024, Some(7500)));
+        p.apply(reading(880, 56_361, Some(8600)));
+        let news = p.news(&mut told);
+        let [raised @ News::Raised(r)] = news.as_slice() else {
+            panic!("{news:?}")
+        };
+        let line = memory_warning_line(uid, &c, raised, None);
+        let t = text(&line);
+        assert_eq!(
+            &t[t.find("MemoryWarning").unwrap_or_default()..],
+            "MemoryWarning     pod 0b3c1e52-0000-4000-8000-000000000001 container abababababab MemoryNearLimit container=app scope=container unreclaimable=55.0 MiB/64.0 MiB usage=55.0 MiB growth=8.0 MiB/s full_in=1.1s (between its crossings of 75 % and 86 % of the limit, 0.9 s apart)\n"
+        );
+        let json = serde_json::to_value(&line).unwrap();
+        assert_eq!(json["event"], "MemoryWarning");
+        assert_eq!(json["container"], "app");
+        let left = json["time_left_seconds"].as_f64().unwrap();
+        assert!((1.0..1.3).contains(&left), "{json}");
+        assert_eq!(json["message"], r.sentence().as_str());
+        // Freed to 20 MiB, 40 s on: the end, with how long it stood and no sentence.
+        assert_eq!(
+            p.apply(reading(40_880, 20 * 1024, None)),
+            crate::pressure::Change::Lowered
+        );
+        let news = p.news(&mut told);
+        let [end @ News::Ended { .. }] = news.as_slice() else {
+            panic!("{news:?}")
+        };
+        let line = memory_warning_line(uid, &c, end, Some(at(880)));
+        let t = text(&line);
+        assert!(t.contains(" MemoryWarningEnded "), "{t}");
+        assert!(
+            t.ends_with(" unreclaimable=20.0 MiB/64.0 MiB usage=20.0 MiB stood=40.0s\n"),
+            "{t}"
+        );
+        let json = serde_json::to_value(&line).unwrap();
+        assert!(json.get("message").is_none(), "{json}");
+        assert_eq!(json["stood_seconds"], 40.0);
+    }
+}
