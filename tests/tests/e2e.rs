@@ -833,8 +833,19 @@ async fn watch_pods_prints_a_memory_warning_and_its_end() -> Result<()> {
     assert_eq!(warned["container"], "app", "{warned:#}");
     assert_eq!(warned["scope"], "container", "{warned:#}");
     assert_eq!(warned["limit_bytes"], limit, "{warned:#}");
-    let unreclaimable = warned["unreclaimable_bytes"].as_u64().unwrap_or(0);
-    assert!(unreclaimable as f64 >= 0.9 * limit as f64, "{warned:#}");
+    // Warned at 90 % of the limit unreclaimable, or earlier by a projection: past 85 % and full
+    // within the horizon (a fast fill, as dd into tmpfs is on an idle machine, is projected at
+    // the 86 % crossing).
+    let share = warned["unreclaimable_bytes"].as_u64().unwrap_or(0) as f64 / limit as f64;
+    let projected = warned["estimated"].is_string()
+        && warned["time_left_seconds"]
+            .as_f64()
+            .is_some_and(|t| t <= observer::pressure::HORIZON.as_secs_f64());
+    assert!(
+        share >= observer::pressure::WARN_RATIO
+            || (projected && share > observer::pressure::PROJECT_FROM),
+        "{warned:#}"
+    );
     let message = warned["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("shmem 5") || message.contains("shmem 6"),
